@@ -1,0 +1,135 @@
+"""Records describing a compiled kernel on disk: its parameters and its files.
+
+These cross process boundaries (compile workers return them) and are stored in the cache as
+JSON, so they hold only plain data: no TVM or torch objects.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+Dim = int | str  # a static extent, or a symbolic expression over the kernel's size variables
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One buffer parameter of a kernel: name, shape (ints or symbols) and dtype."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: str
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """Names of the size variables that appear alone as a dimension."""
+        return tuple(d for d in self.shape if isinstance(d, str) and d.isidentifier())
+
+    def resolve_shape(self, bindings: dict[str, int]) -> tuple[int, ...]:
+        """The concrete shape once the size variables are bound."""
+        return tuple(d if isinstance(d, int) else evaluate_dim(d, bindings) for d in self.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ParamSpec:
+        return cls(name=data["name"], shape=tuple(data["shape"]), dtype=data["dtype"])
+
+
+@dataclass(frozen=True)
+class KernelArtifact:
+    """A compiled kernel exported to a directory: shared library, sources and parameters.
+
+    Attributes:
+        directory: folder holding the files below.
+        func_name: the entry function inside the shared library.
+        params: every buffer parameter, in call order.
+        out_idx: positions (non-negative) of the parameters allocated and returned by a call.
+        target: the TVM target as JSON text.
+        device_type: "cpu" or "cuda": where the tensors must live.
+        config: the tunable arguments this kernel was built with.
+        compile_s: seconds spent elaborating and compiling (not exporting).
+        export_s: seconds spent writing the shared library.
+    """
+
+    directory: Path
+    func_name: str
+    params: tuple[ParamSpec, ...]
+    out_idx: tuple[int, ...]
+    target: str
+    device_type: str
+    config: dict[str, Any] = field(default_factory=dict)
+    compile_s: float = 0.0
+    export_s: float = 0.0
+
+    LIB_NAME = "kernel.so"
+    KERNEL_SOURCE = "kernel_source.txt"
+    HOST_SOURCE = "host_source.txt"
+    SCRIPT = "kernel_script.py"
+    META = "kernel.json"
+
+    @property
+    def lib_path(self) -> Path:
+        return self.directory / self.LIB_NAME
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["directory"] = str(self.directory)
+        data["params"] = [p.to_json() for p in self.params]
+        data["out_idx"] = list(self.out_idx)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], directory: Path | None = None) -> KernelArtifact:
+        return cls(
+            directory=Path(directory if directory is not None else data["directory"]),
+            func_name=data["func_name"],
+            params=tuple(ParamSpec.from_json(p) for p in data["params"]),
+            out_idx=tuple(data["out_idx"]),
+            target=data["target"],
+            device_type=data["device_type"],
+            config=dict(data.get("config", {})),
+            compile_s=float(data.get("compile_s", 0.0)),
+            export_s=float(data.get("export_s", 0.0)),
+        )
+
+    def moved_to(self, directory: Path) -> KernelArtifact:
+        """The same artifact after its folder was moved or copied to ``directory``."""
+        data = self.to_json()
+        return KernelArtifact.from_json(data, directory=directory)
+
+
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+
+
+def evaluate_dim(expr: str, bindings: dict[str, int]) -> int:
+    """Evaluate a symbolic extent such as ``"n * 2"`` with the bound size variables."""
+
+    def walk(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in bindings:
+                raise KeyError(node.id)
+            return bindings[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2:
+            fn = {"floordiv": operator.floordiv, "floormod": operator.mod}.get(node.func.id)
+            if fn is not None:
+                return fn(walk(node.args[0]), walk(node.args[1]))
+        raise ValueError(f"unsupported shape expression {expr!r}")
+
+    return walk(ast.parse(expr, mode="eval"))

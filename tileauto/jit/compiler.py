@@ -1,0 +1,155 @@
+"""Elaborate a kernel factory, compile it with TVM and export it: the one place that builds.
+
+Used in-process by ``@jit`` and inside compile workers by ``par_compile`` and the tuner, so a
+kernel built anywhere ends up as the same :class:`~tileauto.artifact.KernelArtifact` on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tvm
+
+from tileauto.artifact import KernelArtifact, ParamSpec
+from tileauto.errors import CompileError
+from tileauto.jit.target import device_type_of, resolve_target, target_json
+from tileauto.options import CompileArgs
+
+
+def elaborate(
+    factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
+) -> tvm.tirx.PrimFunc:
+    """Call the factory and return its single PrimFunc (named by its ``global_symbol``)."""
+    produced = factory(*args, **kwargs)
+    if isinstance(produced, tvm.IRModule):
+        funcs = [
+            (gv.name_hint, f)
+            for gv, f in produced.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc)
+        ]
+        if len(funcs) != 1:
+            raise CompileError(
+                f"{_name(factory)} returned an IRModule with {len(funcs)} PrimFuncs: expected exactly one"
+            )
+        name, func = funcs[0]
+        if func.attrs is None or "global_symbol" not in func.attrs:
+            func = func.with_attr("global_symbol", name)
+        return func
+    if isinstance(produced, tvm.tirx.PrimFunc):
+        if produced.attrs is None or "global_symbol" not in produced.attrs:
+            produced = produced.with_attr("global_symbol", "main")
+        return produced
+    raise CompileError(
+        f"{_name(factory)} must return a tvm PrimFunc or IRModule, got {type(produced).__name__}"
+    )
+
+
+def describe_params(func: tvm.tirx.PrimFunc) -> tuple[ParamSpec, ...]:
+    """Buffer parameters of a PrimFunc as plain records (symbolic extents become text)."""
+    specs = []
+    for param in func.params:
+        shape = getattr(param, "shape", None)
+        if shape is None:
+            raise CompileError(
+                f"parameter {param} of {func.attrs['global_symbol']} is a scalar: tileauto kernels "
+                f"take buffers only; make it a factory argument instead"
+            )
+        dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in shape)
+        specs.append(ParamSpec(name=str(param.name), shape=dims, dtype=str(param.dtype)))
+    return tuple(specs)
+
+
+def resolve_out_idx(out_idx: tuple[int, ...] | None, n_params: int) -> tuple[int, ...]:
+    """Normalize ``out_idx`` to sorted non-negative positions, checking the range."""
+    if out_idx is None:
+        return ()
+    resolved = []
+    for i in out_idx:
+        j = i + n_params if i < 0 else i
+        if not 0 <= j < n_params:
+            raise CompileError(
+                f"out_idx {i} is out of range for a kernel with {n_params} parameters"
+            )
+        resolved.append(j)
+    if len(set(resolved)) != len(resolved):
+        raise CompileError(f"out_idx {list(out_idx)} names a parameter twice")
+    return tuple(sorted(resolved))
+
+
+def compile_to_dir(
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    compile_args: CompileArgs,
+    out_dir: Path,
+    config: dict[str, Any] | None = None,
+) -> KernelArtifact:
+    """Elaborate ``factory(*args, **kwargs)``, compile, and export everything to ``out_dir``.
+
+    Raises:
+        CompileError: elaboration, compilation or export failed (message has TVM's first lines).
+    """
+    start = time.perf_counter()
+    target = resolve_target(compile_args.target, compile_args.target_host)
+    try:
+        func = elaborate(factory, args, kwargs)
+        params = describe_params(func)
+        out_idx = resolve_out_idx(compile_args.out_idx, len(params))
+        with tvm.transform.PassContext(config=compile_args.pass_configs or {}):
+            executable = tvm.compile(func, target=target)
+    except CompileError:
+        raise
+    except Exception as exc:
+        raise CompileError(f"{type(exc).__name__}: {exc}") from exc
+    device_type = device_type_of(target)
+    if device_type == "cuda" and not executable.mod.imports:
+        raise CompileError(
+            "the kernel compiled for CUDA has no device code: bind its loops to "
+            "blockIdx/threadIdx (without thread bindings TVM silently builds a host function)"
+        )
+    compile_s = time.perf_counter() - start
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        executable.export_library(str(out_dir / KernelArtifact.LIB_NAME))
+    except TypeError as exc:  # TVM's message when no C++ compiler is on PATH
+        raise CompileError(f"exporting the shared library needs g++ on PATH ({exc})") from exc
+    except Exception as exc:
+        raise CompileError(f"export failed: {type(exc).__name__}: {exc}") from exc
+    export_s = time.perf_counter() - start
+    _write_sources(executable, func, device_type, out_dir)
+    artifact = KernelArtifact(
+        directory=out_dir,
+        func_name=str(func.attrs["global_symbol"]),
+        params=params,
+        out_idx=out_idx,
+        target=target_json(target),
+        device_type=device_type,
+        config=dict(config or {}),
+        compile_s=compile_s,
+        export_s=export_s,
+    )
+    (out_dir / KernelArtifact.META).write_text(
+        json.dumps(artifact.to_json(), indent=1, default=str)
+    )
+    return artifact
+
+
+def _write_sources(executable: Any, func: Any, device_type: str, out_dir: Path) -> None:
+    """Write device source, host source and TVMScript next to the library."""
+    host_mod = executable.mod
+    if device_type == "cuda":
+        kernel = "\n".join(m.inspect_source("cuda") for m in host_mod.imports if m.kind == "cuda")
+    else:
+        kernel = host_mod.inspect_source("ll")
+    (out_dir / KernelArtifact.KERNEL_SOURCE).write_text(kernel)
+    (out_dir / KernelArtifact.HOST_SOURCE).write_text(host_mod.inspect_source("ll"))
+    (out_dir / KernelArtifact.SCRIPT).write_text(func.script())
+
+
+def _name(factory: Callable[..., Any]) -> str:
+    return getattr(factory, "__qualname__", None) or repr(factory)

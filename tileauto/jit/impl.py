@@ -1,0 +1,220 @@
+"""``@tileauto.jit``: turn a kernel factory into a JITImpl that compiles and caches kernels."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.builder import Builder, BuildRequest, BuildStatus
+from tileauto.errors import CompileError
+from tileauto.jit.compiler import compile_to_dir
+from tileauto.jit.kernel import JITKernel
+from tileauto.keys import bind_arguments, call_key
+from tileauto.options import CompileArgs
+from tileauto.settings import Settings
+
+log = get_logger("jit")
+
+
+@dataclass(frozen=True)
+class CompileFailure:
+    """A config of ``par_compile`` that did not compile: the config and the compiler's message."""
+
+    index: int
+    config: Any
+    status: BuildStatus
+    error: str
+
+    def __bool__(self) -> bool:  # a failure is falsy, so ``[k for k in kernels if k]`` works
+        return False
+
+    def __str__(self) -> str:
+        return f"config {self.config!r} failed ({self.status.value}): {self.error}"
+
+
+_PROCESS_DIR_LOCK = threading.Lock()
+_PROCESS_DIR: Path | None = None
+
+
+def process_scratch_dir(settings: Settings) -> Path:
+    """A staging folder private to this process, removed at exit."""
+    global _PROCESS_DIR
+    with _PROCESS_DIR_LOCK:
+        if _PROCESS_DIR is None or not _PROCESS_DIR.exists():
+            base = settings.staging_dir
+            try:
+                base.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _PROCESS_DIR = Path(tempfile.mkdtemp(prefix=f"proc-{os.getpid()}-", dir=base))
+            except OSError:  # read-only cache dir: fall back to the system temp dir
+                _PROCESS_DIR = Path(tempfile.mkdtemp(prefix="tileauto-"))
+            atexit.register(shutil.rmtree, _PROCESS_DIR, ignore_errors=True)
+        return _PROCESS_DIR
+
+
+class JITImpl:
+    """A kernel factory wrapped by ``@tileauto.jit``.
+
+    Calling it elaborates the factory with the arguments, compiles the PrimFunc and returns a
+    :class:`JITKernel`; the same arguments return the same kernel without compiling again.
+    """
+
+    def __init__(self, factory: Callable[..., Any], compile_args: CompileArgs) -> None:
+        if not callable(factory):
+            raise TypeError(f"@jit expects a kernel factory function, got {type(factory).__name__}")
+        self.factory = factory
+        self.compile_args = compile_args
+        self._kernels: dict[tuple, JITKernel] = {}
+        self._lock = threading.Lock()
+        self.compile_count = 0
+        functools.update_wrapper(self, factory)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
+        key = call_key(self.factory, args, kwargs)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(key)
+                if kernel is None:
+                    kernel = self._compile(args, kwargs)
+                    self._kernels[key] = kernel
+        return kernel
+
+    def _compile(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
+        settings = Settings.from_env()
+        bound = bind_arguments(self.factory, args, kwargs)
+        out_dir = process_scratch_dir(settings) / f"jit-{uuid.uuid4().hex[:12]}"
+        self.compile_count += 1
+        artifact = compile_to_dir(
+            self.factory,
+            args,
+            kwargs,
+            self.compile_args,
+            out_dir,
+            config=_tunables(self.factory, bound),
+        )
+        if self.compile_args.verbose:
+            log.warning(
+                "compiled %s in %.3f s", self.__name__, artifact.compile_s + artifact.export_s
+            )
+        return JITKernel(artifact)
+
+    def par_compile(
+        self,
+        configs: Iterable[dict[str, Any] | tuple],
+        num_workers: int | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> list[JITKernel | CompileFailure]:
+        """Compile many argument sets in parallel; results are in the order of ``configs``.
+
+        Each config is a dict of keyword arguments for the factory (or a tuple of positional
+        ones). A config that fails to compile comes back as a :class:`CompileFailure`.
+        ``num_workers`` defaults to the CPU-fraction settings (``TILEAUTO_AUTO_TUNING_*``).
+        """
+        settings = Settings.from_env()
+        items = list(configs)
+        requests = []
+        for i, cfg in enumerate(items):
+            if isinstance(cfg, dict):
+                requests.append(BuildRequest(index=i, config=dict(cfg)))
+            elif isinstance(cfg, (tuple, list)):
+                requests.append(BuildRequest(index=i, config={}, args=tuple(cfg)))
+            else:
+                raise TypeError(
+                    f"configs[{i}] must be a dict of keyword arguments or a tuple, got {type(cfg).__name__}"
+                )
+        workers = num_workers if num_workers is not None else settings.compile_workers()
+        builder = Builder(
+            self.factory,
+            self.compile_args,
+            workers=max(1, min(workers, len(requests) or 1)),
+            isolation=settings.compile_isolation,
+            timeout_s=timeout_s or settings.compile_timeout_s,
+            staging_dir=process_scratch_dir(settings),
+        )
+        out: list[JITKernel | CompileFailure] = []
+        for request, result in zip(requests, builder.build(requests)):
+            if result.ok and result.artifact is not None:
+                out.append(JITKernel(result.artifact))
+            else:
+                out.append(
+                    CompileFailure(
+                        result.index, items[result.index], result.status, result.error or ""
+                    )
+                )
+        return out
+
+    def with_compile_args(self, **changes: Any) -> JITImpl:
+        """A copy of this JITImpl with some compile arguments replaced."""
+        fields = {**self.compile_args.__dict__, **changes}
+        return JITImpl(self.factory, CompileArgs(**fields))
+
+    def __repr__(self) -> str:
+        return (
+            f"JITImpl({getattr(self.factory, '__qualname__', self.factory)}, {self.compile_args})"
+        )
+
+
+def _tunables(factory: Callable[..., Any], bound: dict[str, Any]) -> dict[str, Any]:
+    """The keyword-with-default arguments of a call (what a config may set), JSON-friendly."""
+    import inspect
+
+    out = {}
+    for name, p in inspect.signature(factory).parameters.items():
+        if p.default is not inspect.Parameter.empty and name in bound:
+            value = bound[name]
+            out[name] = (
+                value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
+            )
+    return out
+
+
+def jit(
+    func: Callable[..., Any] | None = None,
+    *,
+    out_idx: Any = None,
+    target: Any = "auto",
+    target_host: Any = None,
+    execution_backend: str = "auto",
+    pass_configs: dict[str, Any] | None = None,
+    verbose: bool = False,
+) -> Any:
+    """Decorate a kernel factory: calls elaborate, compile (once per arguments) and return a JITKernel.
+
+    Usable as ``@jit`` or ``@jit(out_idx=[-1], target="llvm")``.
+
+    Args:
+        out_idx: parameters allocated and returned by the kernel (e.g. ``[-1]``).
+        target: ``"auto"`` (CUDA when a GPU is usable, else this CPU), ``"llvm"``, ``"cuda"``,
+            a dict or a ``tvm.target.Target``.
+        target_host: host target for device code (default: this CPU).
+        execution_backend: ``"auto"`` or ``"tvm_ffi"``.
+        pass_configs: TVM PassContext options.
+        verbose: log each compile.
+    """
+    compile_args = CompileArgs(
+        out_idx=out_idx,
+        target=target,
+        target_host=target_host,
+        execution_backend=execution_backend,
+        pass_configs=pass_configs,
+        verbose=verbose,
+    )
+
+    def wrap(factory: Callable[..., Any]) -> JITImpl:
+        return JITImpl(factory, compile_args)
+
+    return wrap(func) if func is not None else wrap
+
+
+__all__ = ["CompileError", "CompileFailure", "JITImpl", "jit"]

@@ -1,0 +1,260 @@
+"""JITKernel: a compiled kernel called with torch tensors, outputs allocated for the caller."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import tvm
+
+from tileauto.artifact import KernelArtifact, ParamSpec
+from tileauto.errors import KernelArgumentError
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+    "float8_e4m3fn": getattr(torch, "float8_e4m3fn", torch.uint8),
+    "float8_e5m2": getattr(torch, "float8_e5m2", torch.uint8),
+}
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype for a TVM dtype string."""
+    try:
+        return _TORCH_DTYPES[dtype]
+    except KeyError:
+        raise KernelArgumentError(f"dtype {dtype!r} has no torch equivalent") from None
+
+
+class JITKernel:
+    """A compiled kernel. Call it with the input tensors; it returns the outputs.
+
+    Inputs are the parameters not listed in ``out_idx``, in order; outputs are allocated with
+    the right shape, dtype and device and returned (one tensor, or a tuple). Tensors are passed
+    without copying (DLPack). Wrong arguments raise :class:`KernelArgumentError`.
+    """
+
+    def __init__(self, artifact: KernelArtifact, module: Any = None) -> None:
+        self.artifact = artifact
+        self._module = (
+            module if module is not None else tvm.runtime.load_module(str(artifact.lib_path))
+        )
+        self._func = self._module[artifact.func_name]
+        self.params: tuple[ParamSpec, ...] = artifact.params
+        outs = set(artifact.out_idx)
+        self._in_pos = tuple(i for i in range(len(self.params)) if i not in outs)
+        self._out_pos = tuple(sorted(outs))
+        self._bind_sources = self._symbol_sources()
+        self._check_outputs_resolvable()
+        self._static_outs = all(
+            all(isinstance(d, int) for d in self.params[i].shape) for i in self._out_pos
+        )
+        self._out_dtypes = tuple(torch_dtype(self.params[i].dtype) for i in self._out_pos)
+        self._target: Any = None
+
+    # -- public surface --------------------------------------------------------------------
+    @property
+    def config(self) -> dict[str, Any]:
+        """The tunable arguments this kernel was built with."""
+        return dict(self.artifact.config)
+
+    @property
+    def target(self) -> tvm.target.Target:
+        """The TVM target the kernel was compiled for."""
+        if self._target is None:
+            self._target = tvm.target.Target(self.artifact.target)
+        return self._target
+
+    @property
+    def func_name(self) -> str:
+        return self.artifact.func_name
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._in_pos)
+
+    def get_kernel_source(self) -> str:
+        """Device code: CUDA C for GPU targets, LLVM IR for CPU targets."""
+        return (self.artifact.directory / KernelArtifact.KERNEL_SOURCE).read_text()
+
+    def get_host_source(self) -> str:
+        """Host-side LLVM IR (argument checks and launch code)."""
+        return (self.artifact.directory / KernelArtifact.HOST_SOURCE).read_text()
+
+    def get_script(self) -> str:
+        """The TVMScript of the PrimFunc that was compiled."""
+        return (self.artifact.directory / KernelArtifact.SCRIPT).read_text()
+
+    def get_function(self) -> Callable[..., Any]:
+        """The raw compiled TVM function (destination-passing: give it every buffer)."""
+        return self._func
+
+    def export_library(self, path: str | Path) -> Path:
+        """Copy the shared library to ``path`` and its description to ``path + '.json'``.
+
+        Load it back, in this or another process, with :meth:`load_library`.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.artifact.lib_path, path)
+        meta = self.artifact.to_json()
+        meta.pop("directory")
+        Path(f"{path}.json").write_text(json.dumps(meta, indent=1, default=str))
+        return path
+
+    @classmethod
+    def load_library(cls, path: str | Path) -> JITKernel:
+        """Load a kernel written by :meth:`export_library` (no compiler needed)."""
+        path = Path(path)
+        meta_path = Path(f"{path}.json")
+        if not meta_path.is_file():
+            raise FileNotFoundError(
+                f"{meta_path} is missing: export_library writes it next to the library"
+            )
+        meta = json.loads(meta_path.read_text())
+        artifact = KernelArtifact.from_json(meta, directory=path.parent)
+        module = tvm.runtime.load_module(str(path))
+        return cls(artifact, module)
+
+    @classmethod
+    def from_artifact(cls, artifact: KernelArtifact) -> JITKernel:
+        """Load a kernel from an artifact directory."""
+        return cls(artifact)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self._in_pos):
+            raise KernelArgumentError(self._count_message(len(args)))
+        try:
+            outs = self._allocate_outputs(args)
+            self._func(*self._interleave(args, outs))
+        except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+            self._raise_argument_error(args, exc)
+            raise
+        return outs[0] if len(outs) == 1 else (tuple(outs) if outs else None)
+
+    def prepare(self, *args: Any) -> Callable[[], Any]:
+        """Check ``args`` once, allocate outputs once, and return a call with no per-call work.
+
+        The returned function runs the kernel on the same tensors each time and returns the
+        same output tensors (overwritten in place).
+        """
+        if len(args) != len(self._in_pos):
+            raise KernelArgumentError(self._count_message(len(args)))
+        self._raise_argument_error(args, None)
+        outs = self._allocate_outputs(args)
+        full = self._interleave(args, outs)
+        func = self._func
+        result = outs[0] if len(outs) == 1 else (tuple(outs) if outs else None)
+
+        def call() -> Any:
+            func(*full)
+            return result
+
+        return call
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}: {list(p.shape)} {p.dtype}" for p in self.params)
+        return f"JITKernel({self.func_name}({sig}), out_idx={list(self._out_pos)}, config={self.config})"
+
+    # -- internals -------------------------------------------------------------------------
+    def _interleave(self, args: tuple, outs: list) -> list:
+        full: list = [None] * len(self.params)
+        for pos, value in zip(self._in_pos, args):
+            full[pos] = value
+        for pos, value in zip(self._out_pos, outs):
+            full[pos] = value
+        return full
+
+    def _allocate_outputs(self, args: tuple) -> list:
+        if not self._out_pos:
+            return []
+        device = args[0].device if args else torch.device(self.artifact.device_type)
+        if self._static_outs:
+            return [
+                torch.empty(self.params[p].shape, dtype=dt, device=device)
+                for p, dt in zip(self._out_pos, self._out_dtypes)
+            ]
+        bindings = {sym: args[k].shape[d] for sym, (k, d) in self._bind_sources.items()}
+        return [
+            torch.empty(self.params[p].resolve_shape(bindings), dtype=dt, device=device)
+            for p, dt in zip(self._out_pos, self._out_dtypes)
+        ]
+
+    def _symbol_sources(self) -> dict[str, tuple[int, int]]:
+        """For each size variable, the (input index, dim) that binds it."""
+        sources: dict[str, tuple[int, int]] = {}
+        for k, pos in enumerate(self._in_pos):
+            for d, dim in enumerate(self.params[pos].shape):
+                if isinstance(dim, str) and dim.isidentifier() and dim not in sources:
+                    sources[dim] = (k, d)
+        return sources
+
+    def _check_outputs_resolvable(self) -> None:
+        for pos in self._out_pos:
+            try:
+                self.params[pos].resolve_shape({s: 1 for s in self._bind_sources})
+            except KeyError as exc:
+                raise KernelArgumentError(
+                    f"output {self.params[pos].name} has a dimension {exc} that no input binds: "
+                    f"tileauto cannot allocate it; make it an input (drop it from out_idx)"
+                ) from None
+
+    def _count_message(self, got: int) -> str:
+        names = ", ".join(self.params[p].name for p in self._in_pos)
+        return (
+            f"{self.func_name} takes {len(self._in_pos)} input tensor(s) ({names}); got {got}. "
+            f"Outputs {[self.params[p].name for p in self._out_pos]} are allocated and returned."
+        )
+
+    def _raise_argument_error(self, args: tuple, cause: BaseException | None) -> None:
+        """Raise a KernelArgumentError naming the first bad argument, if any is bad."""
+        bindings: dict[str, int] = {}
+        device = (
+            torch.device("cuda") if self.artifact.device_type == "cuda" else torch.device("cpu")
+        )
+        for k, pos in enumerate(self._in_pos):
+            message = _check_tensor(self.params[pos], args[k], bindings, device)
+            if message is not None:
+                raise KernelArgumentError(f"{self.func_name}: argument {k} ({message})") from cause
+
+
+def _check_tensor(
+    spec: ParamSpec, value: Any, bindings: dict[str, int], device: torch.device
+) -> str | None:
+    name = spec.name
+    expected = f"expected a {list(spec.shape)} {spec.dtype} tensor on {device.type}"
+    if not isinstance(value, torch.Tensor):
+        return f"parameter {name!r}: {expected}, got {type(value).__name__}"
+    got = f"got {list(value.shape)} {str(value.dtype).replace('torch.', '')} on {value.device.type}"
+    if value.dtype != torch_dtype(spec.dtype):
+        return f"parameter {name!r}: wrong dtype: {expected}, {got}"
+    if value.device.type != device.type:
+        return f"parameter {name!r}: wrong device: {expected}, {got}"
+    if value.dim() != len(spec.shape):
+        return f"parameter {name!r}: wrong number of dimensions: {expected}, {got}"
+    for d, dim in enumerate(spec.shape):
+        size = int(value.shape[d])
+        if isinstance(dim, int):
+            if size != dim:
+                return f"parameter {name!r}: wrong shape at dim {d}: {expected}, {got}"
+        elif dim.isidentifier():
+            if bindings.setdefault(dim, size) != size:
+                return (
+                    f"parameter {name!r}: dim {d} is {dim}={size} but an earlier argument "
+                    f"bound {dim}={bindings[dim]}"
+                )
+    if not value.is_contiguous():
+        return f"parameter {name!r}: the tensor is not contiguous (strides {list(value.stride())}); pass .contiguous()"
+    return None

@@ -1,0 +1,74 @@
+"""Normalize call arguments into hashable, JSON-able keys (tensors reduce to their layout)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
+def is_tensor(value: Any) -> bool:
+    """Duck-typed torch tensor check that does not import torch."""
+    return type(value).__module__.startswith("torch") and hasattr(value, "data_ptr")
+
+
+def describe_value(value: Any) -> Any:
+    """A JSON-able description of one argument: tensors by shape/dtype/stride/device."""
+    if is_tensor(value):
+        return {
+            "tensor": list(value.shape),
+            "dtype": str(value.dtype).replace("torch.", ""),
+            "stride": list(value.stride()),
+            "device": value.device.type,
+        }
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [describe_value(v) for v in value]
+    if isinstance(value, dict):
+        return {
+            str(k): describe_value(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+        }
+    dtype_name = getattr(value, "__name__", None)
+    if type(value).__module__.startswith("torch") and dtype_name is None:
+        return str(value)  # torch.dtype, torch.device
+    return repr(value)
+
+
+def freeze(value: Any) -> Any:
+    """Make a described value hashable (lists become tuples, dicts sorted item tuples)."""
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, freeze(v)) for k, v in value.items())
+    return value
+
+
+def bind_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Bind a call to ``fn``'s signature with defaults applied, by parameter name.
+
+    Raises:
+        TypeError: the call does not fit the signature (names the function).
+    """
+    sig = inspect.signature(fn)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)}{sig}: {exc}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def call_key(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> tuple:
+    """The hashable identity of a call: bound arguments with tensors reduced to layout."""
+    bound = bind_arguments(fn, args, kwargs)
+    return tuple((name, freeze(describe_value(value))) for name, value in bound.items())
+
+
+def default_config(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The keyword defaults of a factory: its default config."""
+    return {
+        name: p.default
+        for name, p in inspect.signature(fn).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }

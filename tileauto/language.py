@@ -1,0 +1,39 @@
+"""The kernel language: TVMScript for TVM 0.27 (``tvm.script.tirx``) plus a few helpers.
+
+Kernels read ``import tileauto.language as T`` and then use ``@T.prim_func``, ``T.Buffer``,
+``T.grid``, ``T.sblock`` and friends exactly as in TVMScript. The helpers below are the small
+things kernel authors keep rewriting.
+"""
+
+from __future__ import annotations
+
+from tvm.script.tirx import *  # noqa: F403  (the dialect is the public surface of this module)
+from tvm.script.tirx import prim_func  # noqa: F401  (explicit for readers and type checkers)
+
+
+def ceildiv(a, b):  # type: ignore[no-untyped-def]
+    """``ceil(a / b)`` for positive ints or TIR expressions."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return (a + b - 1) // b
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1); handy for tuning keys."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def divisors(n: int, *, at_most: int | None = None) -> list[int]:
+    """Positive divisors of ``n`` in increasing order, optionally bounded: tile-size candidates."""
+    out = [d for d in range(1, n + 1) if n % d == 0]
+    return [d for d in out if at_most is None or d <= at_most]
+
+
+def powers_of_2(low: int, high: int) -> list[int]:
+    """Powers of two in ``[low, high]``."""
+    out, p = [], 1
+    while p <= high:
+        if p >= low:
+            out.append(p)
+        p *= 2
+    return out

@@ -1,0 +1,250 @@
+"""Every ``TILEAUTO_*`` environment variable, read in one place into a frozen, typed record.
+
+``Settings.from_env()`` is called once per tuning run (or jit compile) and the resulting object
+is passed down, so nothing changes in the middle of a run. ``python -m tileauto.settings``
+prints the Markdown table that ``docs/env_vars.md`` holds; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tileauto.errors import SettingsError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{name}={raw!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+
+
+def _parse_int(name: str, raw: str, minimum: int) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected an integer >= {minimum}") from None
+    if value < minimum and value != -1:
+        raise SettingsError(f"{name}={raw!r}: expected -1 (automatic) or an integer >= {minimum}")
+    return value
+
+
+def _parse_fraction(name: str, raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a number in (0, 1], e.g. 0.9") from None
+    if not (0.0 < value <= 1.0) or math.isnan(value):
+        raise SettingsError(f"{name}={raw!r}: expected a number in (0, 1], e.g. 0.9")
+    return value
+
+
+def _parse_positive_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a positive number of seconds") from None
+    if not value > 0 or math.isinf(value):
+        raise SettingsError(f"{name}={raw!r}: expected a positive number of seconds")
+    return value
+
+
+def _parse_choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _parse_path(name: str, raw: str) -> Path:
+    if not raw.strip():
+        raise SettingsError(f"{name} is set but empty: expected a directory path")
+    return Path(raw).expanduser()
+
+
+def _var(env: str, default: Any, parse: Callable[[str, str], Any], doc: str) -> Any:
+    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective tileauto settings. Build with :meth:`from_env`; never mutate."""
+
+    cache_dir: Path = _var(
+        "TILEAUTO_CACHE_DIR",
+        Path("~/.tileauto/cache").expanduser(),
+        _parse_path,
+        "Root of the disk cache (tuned kernels under `autotuner/`, jit kernels under `kernels/`).",
+    )
+    tmp_dir: Path | None = _var(
+        "TILEAUTO_TMP_DIR",
+        None,
+        _parse_path,
+        "Staging directory for builds and cache writes. Default: `$TILEAUTO_CACHE_DIR/tmp`.",
+    )
+    log_dir: Path | None = _var(
+        "TILEAUTO_LOG_DIR",
+        None,
+        _parse_path,
+        "Where tuning logs are written. Default: `$TILEAUTO_CACHE_DIR/logs`.",
+    )
+    disable_cache: bool = _var(
+        "TILEAUTO_DISABLE_CACHE", False, _parse_bool, "`1` turns every disk cache off."
+    )
+    autotune_disable_cache: bool = _var(
+        "TILEAUTO_AUTO_TUNING_DISABLE_CACHE",
+        False,
+        _parse_bool,
+        "`1` turns off only the tuning cache (jit kernels are still cached).",
+    )
+    cpu_utilities: float = _var(
+        "TILEAUTO_AUTO_TUNING_CPU_UTILITIES",
+        0.9,
+        _parse_fraction,
+        "Fraction of the CPUs used for compile workers, in (0, 1].",
+    )
+    cpu_counts: int = _var(
+        "TILEAUTO_AUTO_TUNING_CPU_COUNTS",
+        -1,
+        lambda n, r: _parse_int(n, r, 1),
+        "Exact number of compile workers; `-1` derives it from the CPU fraction.",
+    )
+    max_cpu_count: int = _var(
+        "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT",
+        -1,
+        lambda n, r: _parse_int(n, r, 1),
+        "Upper bound on compile workers; `-1` means no bound.",
+    )
+    disable_autotune: bool = _var(
+        "TILEAUTO_DISABLE_AUTOTUNE",
+        False,
+        _parse_bool,
+        "`1` skips tuning: `@autotune` compiles the factory's default config only.",
+    )
+    default_target: str = _var(
+        "TILEAUTO_DEFAULT_TARGET",
+        "auto",
+        lambda n, r: r.strip() or "auto",
+        'Target used when a kernel says `target="auto"` (`auto`, `llvm`, `cuda`, JSON dict).',
+    )
+    compile_isolation: str = _var(
+        "TILEAUTO_COMPILE_ISOLATION",
+        "process",
+        _parse_choice(("process", "thread")),
+        "`process` compiles in killable worker processes; `thread` in threads of this process.",
+    )
+    compile_timeout_s: float = _var(
+        "TILEAUTO_COMPILE_TIMEOUT",
+        300.0,
+        _parse_positive_float,
+        "Seconds a single config may spend compiling before its worker is killed.",
+    )
+    num_threads: int = _var(
+        "TILEAUTO_NUM_THREADS",
+        -1,
+        lambda n, r: _parse_int(n, r, 1),
+        "CPU threads for running kernels while tuning; `-1` uses every core of this process.",
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every variable from ``environ`` (default ``os.environ``).
+
+        Raises:
+            SettingsError: a variable is set to a value of the wrong kind; the message names it.
+        """
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(f.metadata["env"])
+            if raw is not None:
+                values[f.name] = f.metadata["parse"](f.metadata["env"], raw)
+        return cls(**values)
+
+    @property
+    def staging_dir(self) -> Path:
+        """The directory for staging files (``TILEAUTO_TMP_DIR`` or ``<cache>/tmp``)."""
+        return self.tmp_dir if self.tmp_dir is not None else self.cache_dir / "tmp"
+
+    @property
+    def logs_dir(self) -> Path:
+        """The directory for tuning logs (``TILEAUTO_LOG_DIR`` or ``<cache>/logs``)."""
+        return self.log_dir if self.log_dir is not None else self.cache_dir / "logs"
+
+    @property
+    def tuning_cache_enabled(self) -> bool:
+        """Whether tuned results are read from and written to disk."""
+        return not (self.disable_cache or self.autotune_disable_cache)
+
+    @property
+    def kernel_cache_enabled(self) -> bool:
+        """Whether plain ``@jit`` compiles are read from and written to disk."""
+        return not self.disable_cache
+
+    def compile_workers(self, cpu_count: int | None = None) -> int:
+        """Number of compile workers the settings allow on a machine with ``cpu_count`` CPUs."""
+        if self.cpu_counts > 0:
+            workers = self.cpu_counts
+        else:
+            cpus = cpu_count if cpu_count is not None else available_cpus()
+            workers = max(1, round(cpus * self.cpu_utilities))
+        if self.max_cpu_count > 0:
+            workers = min(workers, self.max_cpu_count)
+        return workers
+
+    def run_threads(self) -> int:
+        """CPU threads a run worker gives TVM's thread pool."""
+        return self.num_threads if self.num_threads > 0 else available_cpus()
+
+    def describe(self) -> dict[str, str]:
+        """Every setting by variable name, as the effective value's text."""
+        out = {}
+        for f in dataclasses.fields(self):
+            out[f.metadata["env"]] = str(getattr(self, f.name))
+        return out
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity-aware)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def markdown_table() -> str:
+    """The Markdown page of every variable, generated from :class:`Settings`."""
+    lines = [
+        "# Environment variables",
+        "",
+        "Generated by `python -m tileauto.settings`; do not edit by hand.",
+        "",
+        "| variable | default | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for f in dataclasses.fields(Settings):
+        default = f.default
+        shown = "unset" if default is None else f"`{default}`"
+        if isinstance(default, Path):
+            shown = "`~/.tileauto/cache`"
+        lines.append(f"| `{f.metadata['env']}` | {shown} | {f.metadata['doc']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised by the docs test through a subprocess
+    sys.stdout.write(markdown_table())

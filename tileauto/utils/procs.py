@@ -1,0 +1,285 @@
+"""Worker processes that can be killed: one job at a time, own process group, respawn on demand.
+
+Workers are forked from a multiprocessing *forkserver* that imported TVM and torch once but has
+run no torch op (a fork after torch ran an op can deadlock in libgomp), so a new or replacement
+worker is ready in tens of milliseconds. Each worker leads its own process group so a timeout
+kills the job together with anything it started (g++, for instance), and it dies with its parent
+(``PR_SET_PDEATHSIG``). Jobs travel as cloudpickle bytes; results come back as pickles.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import psutil
+
+from tileauto._logging import get_logger
+from tileauto.errors import WorkerError
+
+log = get_logger("procs")
+
+_PRELOAD = ["tileauto.utils.worker_preload"]
+_LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
+_CTX_LOCK = threading.Lock()
+_CTX: Any = None
+
+
+def _context() -> Any:
+    global _CTX
+    with _CTX_LOCK:
+        if _CTX is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(_PRELOAD)
+            _CTX = ctx
+        return _CTX
+
+
+class WorkerTimeout(WorkerError):
+    """The job ran past its time limit; the worker and its process group were killed."""
+
+
+class WorkerCrashed(WorkerError):
+    """The worker died while running the job (signal, exit, or killed for memory)."""
+
+    def __init__(self, message: str, signal_name: str | None = None, out_of_memory: bool = False):
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.out_of_memory = out_of_memory
+
+
+@dataclass(frozen=True)
+class RemoteError:
+    """An exception raised by the job inside the worker, as data."""
+
+    type_name: str
+    message: str
+    traceback: str
+
+    @property
+    def out_of_memory(self) -> bool:
+        return (
+            self.type_name in ("MemoryError", "OutOfMemoryError")
+            or "out of memory" in self.message.lower()
+        )
+
+
+def _set_pdeathsig() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+    except OSError:  # pragma: no cover - non-glibc systems
+        pass
+
+
+def _child_main(conn: Any, env: dict[str, str]) -> None:
+    os.setpgid(0, 0)
+    _set_pdeathsig()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C goes to it
+    os.environ.update(env)
+    while True:
+        try:
+            payload = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        try:
+            path, fn, args = cloudpickle.loads(payload)
+            if path != sys.path:
+                sys.path[:] = path
+            result: Any = ("ok", fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back as data
+            result = ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
+        try:
+            data = pickle.dumps(result)
+        except Exception as exc:  # noqa: BLE001
+            data = pickle.dumps(
+                ("error", RemoteError(type(exc).__name__, f"result not picklable: {exc}", ""))
+            )
+        conn.send_bytes(data)
+
+
+class Worker:
+    """One killable worker process. ``call`` runs a function there with a timeout.
+
+    Args:
+        name: for logs and messages.
+        env: environment variables set in the worker before any job (e.g. TVM_NUM_THREADS).
+        memory_limit_bytes: resident memory above which the worker is killed and the job
+            reported as out of memory (default: 90% of the memory available at start).
+    """
+
+    def __init__(
+        self, name: str, env: dict[str, str] | None = None, memory_limit_bytes: int | None = None
+    ):
+        self.name = name
+        self.env = dict(env or {})
+        self.memory_limit_bytes = memory_limit_bytes or int(psutil.virtual_memory().available * 0.9)
+        self._proc: Any = None
+        self._conn: Any = None
+        self._lock = threading.Lock()
+        self.restarts = 0
+        _LIVE.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def start(self) -> Worker:
+        """Start the process if it is not running (a no-op otherwise)."""
+        if self.alive:
+            return self
+        self._reap()
+        ctx = _context()
+        parent, child = ctx.Pipe(duplex=True)
+        proc = ctx.Process(
+            target=_child_main, args=(child, self.env), name=f"tileauto-{self.name}", daemon=True
+        )
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        return self
+
+    def call(self, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
+        """Run ``fn(*args)`` in the worker and return its result.
+
+        Raises:
+            WorkerTimeout: past ``timeout_s``; the worker's process group was killed.
+            WorkerCrashed: the worker died (the message names the signal or exit code).
+            RemoteJobError: the function raised; ``.remote`` holds type, message and traceback.
+        """
+        with self._lock:
+            self.start()
+            try:
+                self._conn.send_bytes(cloudpickle.dumps((list(sys.path), fn, args)))
+            except (BrokenPipeError, OSError):
+                raise self._crashed() from None
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while True:
+                wait = (
+                    0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+                )
+                try:
+                    ready = self._conn.poll(wait)
+                except (EOFError, OSError):
+                    raise self._crashed() from None
+                if ready:
+                    try:
+                        status, value = pickle.loads(self._conn.recv_bytes())
+                    except (EOFError, OSError):
+                        raise self._crashed() from None
+                    if status == "ok":
+                        return value
+                    raise RemoteJobError(value)
+                if not self._proc.is_alive():
+                    raise self._crashed()
+                if self._over_memory():
+                    self.kill()
+                    raise WorkerCrashed(
+                        f"out of memory: worker {self.name} exceeded {self.memory_limit_bytes / 2**30:.1f} GiB and was killed",
+                        out_of_memory=True,
+                    )
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.kill()
+                    raise WorkerTimeout(
+                        f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                    )
+
+    def kill(self) -> None:
+        """Kill the worker and its whole process group now."""
+        proc = self._proc
+        if proc is None:
+            return
+        for kill in (
+            lambda: os.killpg(proc.pid, signal.SIGKILL),
+            lambda: os.kill(proc.pid, signal.SIGKILL),
+        ):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError, TypeError):
+                pass
+        self._reap()
+        self.restarts += 1
+
+    def close(self) -> None:
+        """Stop the worker (politely, then by force)."""
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+        proc.join(timeout=1.0)
+        if proc.is_alive():
+            self.kill()
+        self._reap()
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            self._proc.join(timeout=5.0)
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        self._proc, self._conn = None, None
+
+    def _over_memory(self) -> bool:
+        try:
+            proc = psutil.Process(self._proc.pid)
+            rss = proc.memory_info().rss + sum(
+                c.memory_info().rss for c in proc.children(recursive=True)
+            )
+        except psutil.Error:
+            return False
+        return rss > self.memory_limit_bytes
+
+    def _crashed(self) -> WorkerCrashed:
+        proc = self._proc
+        proc.join(timeout=2.0)
+        code = proc.exitcode
+        self._reap()
+        self.restarts += 1
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            oom = name == "SIGKILL"
+            hint = " (killed by SIGKILL: likely out of memory)" if oom else ""
+            return WorkerCrashed(
+                f"crashed with signal {name}{hint}", signal_name=name, out_of_memory=oom
+            )
+        return WorkerCrashed(f"worker exited with code {code}")
+
+
+class RemoteJobError(WorkerError):
+    """The job raised inside the worker."""
+
+    def __init__(self, remote: RemoteError):
+        super().__init__(f"{remote.type_name}: {remote.message}")
+        self.remote = remote
+
+
+def shutdown_all() -> None:
+    """Kill every live worker (at exit, and on errors or Ctrl-C in the tuner)."""
+    for worker in list(_LIVE):
+        try:
+            worker.kill() if worker.alive else worker._reap()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+atexit.register(shutdown_all)
