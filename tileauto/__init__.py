@@ -10,6 +10,7 @@ def kernel(n, block=32): ...
 
 from __future__ import annotations
 
+from tileauto.autotuner import AutoTuneImpl, AutoTuner, autotune
 from tileauto.errors import (
     CacheError,
     CompileError,
@@ -20,12 +21,24 @@ from tileauto.errors import (
     SettingsError,
     TileautoError,
 )
+from tileauto.inputs import TensorSupplyType, set_autotune_inputs
 from tileauto.jit import CompileFailure, JITImpl, JITKernel, jit
+from tileauto.records import LatencyStats, Trial, TrialStatus
+from tileauto.result import AutotuneResult
 from tileauto.settings import Settings
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutoTuneImpl",
+    "AutoTuner",
+    "AutotuneResult",
+    "LatencyStats",
+    "TensorSupplyType",
+    "Trial",
+    "TrialStatus",
+    "autotune",
+    "set_autotune_inputs",
     "CacheError",
     "CompileError",
     "CompileFailure",

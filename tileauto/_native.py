@@ -13,6 +13,9 @@ Where the library is looked for, in order:
    (redirect mode) ``__path__`` lists the source tree *and* ``site-packages/tileauto``, where
    CMake installed the library.
 3. ``_lib/`` next to this file (the same place when ``__path__`` was not available).
+4. The library file listed in the installed ``tileauto`` distribution's RECORD. This finds the
+   installed helper when a source checkout shadows the installed package on ``sys.path``
+   (``python -m pytest`` run from the repository root after ``pip install .``).
 
 Importing this module is cheap: ``tvm_ffi`` and ``numpy`` are imported inside the functions.
 """
@@ -61,13 +64,31 @@ def _package_dirs() -> list[Path]:
     return unique
 
 
+def _installed_library_files() -> list[Path]:
+    """The library files that the installed ``tileauto`` distribution lists in its RECORD."""
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution("tileauto").files or []
+    except metadata.PackageNotFoundError:
+        return []
+    names = set(_library_names())
+    return [Path(f.locate()) for f in files if f.name in names]
+
+
 def native_library_candidates() -> list[Path]:
     """Every path where the native library is looked for, in search order.
 
     Returns:
         Candidate file paths; they need not exist.
     """
-    return [d / NATIVE_LIB_SUBDIR / name for d in _package_dirs() for name in _library_names()]
+    found = [d / NATIVE_LIB_SUBDIR / name for d in _package_dirs() for name in _library_names()]
+    try:
+        installed = _installed_library_files()
+    except Exception as err:  # noqa: BLE001 - broken metadata only loses this fallback
+        _log.debug("native timer: cannot read tileauto's install record (%s)", err)
+        installed = []
+    return found + [p for p in installed if p not in found]
 
 
 @functools.cache

@@ -106,7 +106,9 @@ class JITImpl:
             log.warning(
                 "compiled %s in %.3f s", self.__name__, artifact.compile_s + artifact.export_s
             )
-        return JITKernel(artifact)
+        kernel = JITKernel(artifact)
+        kernel.origin = (self, args, dict(kwargs))
+        return kernel
 
     def par_compile(
         self,

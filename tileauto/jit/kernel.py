@@ -63,6 +63,7 @@ class JITKernel:
         )
         self._out_dtypes = tuple(torch_dtype(self.params[i].dtype) for i in self._out_pos)
         self._target: Any = None
+        self.origin: tuple | None = None  # (JITImpl, args, kwargs) when made by a @jit factory
 
     # -- public surface --------------------------------------------------------------------
     @property

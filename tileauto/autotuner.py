@@ -1,0 +1,424 @@
+"""The user-facing tuning API: ``@autotune`` over ``@jit``, and the ``AutoTuner`` builder."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.errors import ConfigSpaceError
+from tileauto.inputs import captured_inputs
+from tileauto.jit.impl import JITImpl, process_scratch_dir
+from tileauto.jit.kernel import JITKernel
+from tileauto.keys import bind_arguments, call_key, describe_value, freeze
+from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.result import AutotuneResult
+from tileauto.settings import Settings
+from tileauto.space import resolve_configs
+from tileauto.tuner import Tuner, TuningProblem
+
+log = get_logger("autotuner")
+
+
+def tune(
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    configs: Any,
+    compile_args: CompileArgs,
+    profile_args: ProfileArgs,
+    *,
+    timer: Any = None,
+    verbose: bool = True,
+    jit_impl: JITImpl | None = None,
+) -> AutotuneResult:
+    """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
+
+    With the tuning cache on, a valid entry is returned at once; otherwise the key's lock is
+    held while tuning so concurrent processes tune one key once (the others wait, then load).
+    """
+    from tileauto.cache.tuning import TuningStore
+
+    settings = Settings.from_env()
+    space = resolve_configs(configs, factory, args, kwargs)
+    captured = captured_inputs()
+    store = TuningStore.open(
+        settings, factory, args, kwargs, space, compile_args, profile_args, captured, timer
+    )
+    if store is None:
+        return _tune_now(
+            factory,
+            args,
+            kwargs,
+            space,
+            compile_args,
+            profile_args,
+            settings,
+            captured,
+            timer,
+            verbose,
+            jit_impl,
+            None,
+        )
+    hit = store.load(verbose=verbose)
+    if hit is not None:
+        return hit
+    with store.locked():
+        hit = store.load(verbose=verbose)
+        if hit is not None:
+            return hit
+        return _tune_now(
+            factory,
+            args,
+            kwargs,
+            space,
+            compile_args,
+            profile_args,
+            settings,
+            captured,
+            timer,
+            verbose,
+            jit_impl,
+            store,
+        )
+
+
+def _tune_now(
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    space: list[dict[str, Any]],
+    compile_args: CompileArgs,
+    profile_args: ProfileArgs,
+    settings: Settings,
+    captured: Any,
+    timer: Any,
+    verbose: bool,
+    jit_impl: JITImpl | None,
+    store: Any,
+) -> AutotuneResult:
+    problem = TuningProblem(
+        factory=factory,
+        args=args,
+        kwargs=kwargs,
+        configs=space,
+        compile_args=compile_args,
+        profile_args=profile_args,
+        settings=settings,
+        captured_inputs=captured,
+        timer=timer,
+        verbose=verbose,
+        name=getattr(factory, "__name__", "kernel"),
+        known_trials=store.known_trials() if store is not None else {},
+    )
+    outcome = Tuner(problem).run()
+    try:
+        artifact = outcome.best_artifact
+        if artifact is not None:
+            keep = process_scratch_dir(settings) / f"best-{uuid.uuid4().hex[:12]}"
+            shutil.copytree(artifact.directory, keep)
+            kernel = JITKernel(artifact.moved_to(keep))
+        else:  # the best config was measured in an earlier run (cache): compile it now
+            impl = jit_impl or JITImpl(factory, compile_args)
+            kernel = impl(*args, **{**kwargs, **outcome.best.config})
+    finally:
+        shutil.rmtree(outcome.staging, ignore_errors=True)
+    result = AutotuneResult(
+        config=dict(outcome.best.config),
+        latency=float(outcome.best.latency_ms or 0.0),
+        ref_latency=outcome.ref_latency_ms,
+        kernel=kernel,
+        trials=outcome.trials,
+        default_trial=outcome.default_trial,
+        tuning_s=outcome.tuning_s,
+        log_path=outcome.log_path,
+    )
+    if store is not None:
+        store.save(result)
+    return result
+
+
+class AutoTuneImpl:
+    """A ``@jit`` factory under ``@autotune``: tunes once per tuning key, then returns the kernel."""
+
+    def __init__(
+        self,
+        jit_impl: JITImpl,
+        configs: Any,
+        profile_args: ProfileArgs,
+        key: Callable[..., Any] | None,
+        timer: Any,
+        verbose: bool,
+    ) -> None:
+        if not isinstance(jit_impl, JITImpl):
+            raise TypeError(
+                "@autotune must be stacked on @tileauto.jit: @autotune(...) above @jit(...) above the "
+                f"factory; got {type(jit_impl).__name__}"
+            )
+        if configs is None:
+            raise ConfigSpaceError(
+                "autotune(configs=...) is required: a list of dicts or a callable returning one"
+            )
+        self.jit_impl = jit_impl
+        self.configs = configs
+        self.profile_args = profile_args
+        self.key = key
+        self.timer = timer
+        self.verbose = verbose
+        self.results: dict[Any, AutotuneResult] = {}
+        self._kernels: dict[tuple, JITKernel] = {}
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, jit_impl.factory)
+
+    def _tuning_key(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        if self.key is None:
+            return call_key(self.jit_impl.factory, args, kwargs)
+        return freeze(describe_value(self.key(*args, **kwargs)))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
+        exact = call_key(self.jit_impl.factory, args, kwargs)
+        kernel = self._kernels.get(exact)
+        if kernel is not None:
+            return kernel
+        with self._lock:
+            kernel = self._kernels.get(exact)
+            if kernel is None:
+                kernel = self._kernel_for(args, kwargs)
+                self._kernels[exact] = kernel
+        return kernel
+
+    def _kernel_for(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
+        if Settings.from_env().disable_autotune:
+            return self.jit_impl(*args, **kwargs)
+        bind_arguments(self.jit_impl.factory, args, kwargs)  # a bad call fails before tuning
+        tkey = self._tuning_key(args, kwargs)
+        result = self.results.get(tkey)
+        if result is None:
+            result = tune(
+                self.jit_impl.factory,
+                args,
+                kwargs,
+                self.configs,
+                self.jit_impl.compile_args,
+                self.profile_args,
+                timer=self.timer,
+                verbose=self.verbose,
+                jit_impl=self.jit_impl,
+            )
+            self.results[tkey] = result
+            return result.kernel
+        # another call in the same tuning bucket: reuse the config, compile for these arguments
+        return self.jit_impl(*args, **{**kwargs, **result.config})
+
+    def get_tuner_result(self, *args: Any, **kwargs: Any) -> AutotuneResult | None:
+        """The AutotuneResult that served these arguments, if they were tuned."""
+        return self.results.get(self._tuning_key(args, kwargs))
+
+    def __repr__(self) -> str:
+        return f"AutoTuneImpl({self.jit_impl!r})"
+
+
+def autotune(
+    func: Callable[..., Any] | None = None,
+    *,
+    configs: Any = None,
+    warmup: int = 25,
+    rep: int = 100,
+    timeout: float = 60.0,
+    supply_type: Any = None,
+    supply_prog: Callable[..., Any] | None = None,
+    ref_prog: Callable[..., Any] | None = None,
+    manual_check_prog: Callable[..., Any] | None = None,
+    skip_check: bool = False,
+    rtol: float = 1e-2,
+    atol: float = 1e-2,
+    max_mismatched_ratio: float = 0.01,
+    cache_input_tensors: bool = True,
+    inplace_args: Any = None,
+    flush_cache: bool | None = None,
+    seed: int = 0,
+    key: Callable[..., Any] | None = None,
+    timer: Any = None,
+    verbose: bool = True,
+) -> Any:
+    """Tune a ``@jit`` factory over ``configs`` on its first call per tuning key.
+
+    Args:
+        configs: a list of dicts of tunable arguments, or a callable of the factory's
+            arguments returning one.
+        warmup: untimed runs before timing. rep: timed repetitions.
+        timeout: seconds one config may take to validate and time before it is killed.
+        supply_type / supply_prog: how inputs are made when none are captured with
+            :func:`set_autotune_inputs`.
+        ref_prog: reference program: returns expected outputs (compared under rtol, atol,
+            max_mismatched_ratio), or, when it takes inputs and outputs, returns a bool.
+        manual_check_prog: ``check(results, reference)`` raising or returning False on mismatch.
+        skip_check: time without validating.
+        inplace_args: input positions the kernel writes into (detected when not given).
+        key: maps the call's arguments to a tuning key; calls with equal keys share a tuning.
+        timer: a custom timer (see :mod:`tileauto.timing`), e.g. a scripted one in tests.
+        verbose: print the report table and a progress bar.
+    """
+    profile_args = ProfileArgs(
+        warmup=warmup,
+        rep=rep,
+        timeout=timeout,
+        supply_type=supply_type,
+        supply_prog=supply_prog,
+        ref_prog=ref_prog,
+        manual_check_prog=manual_check_prog,
+        skip_check=skip_check,
+        rtol=rtol,
+        atol=atol,
+        max_mismatched_ratio=max_mismatched_ratio,
+        cache_input_tensors=cache_input_tensors,
+        inplace_args=tuple(inplace_args) if inplace_args is not None else None,
+        flush_cache=flush_cache,
+        seed=seed,
+    )
+
+    def wrap(jit_impl: JITImpl) -> AutoTuneImpl:
+        return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose)
+
+    return wrap(func) if func is not None else wrap
+
+
+class AutoTuner:
+    """The programmatic builder: ``AutoTuner.from_kernel(k, configs).set_compile_args(...).run()``."""
+
+    def __init__(self, fn: Callable[..., Any], configs: Any) -> None:
+        self.fn = fn
+        self.configs = configs
+        self.args: tuple = ()
+        self.kwargs: dict[str, Any] = {}
+        self.jit_impl: JITImpl | None = None
+        self.compile_args = CompileArgs()
+        self.profile_args = ProfileArgs()
+        self.timer: Any = None
+        self.verbose = True
+
+    @classmethod
+    def from_kernel(cls, kernel: Any, configs: Any) -> AutoTuner:
+        """Start from a factory of the tunable keyword arguments, a ``@jit`` factory, or a JITKernel.
+
+        A JITKernel made by a ``@jit`` factory keeps its problem arguments; each config
+        re-elaborates the factory with them.
+        """
+        if isinstance(kernel, JITKernel):
+            if kernel.origin is None:
+                raise TypeError(
+                    "from_kernel: this JITKernel was not made by a @jit factory, so it cannot be re-elaborated"
+                )
+            impl, args, kwargs = kernel.origin
+            tuner = cls(impl.factory, configs)
+            tuner.jit_impl, tuner.args, tuner.kwargs = impl, tuple(args), dict(kwargs)
+            for k in list(tuner.kwargs):
+                if any(
+                    isinstance(c, dict) and k in c
+                    for c in (configs if isinstance(configs, list) else [])
+                ):
+                    tuner.kwargs.pop(
+                        k
+                    )  # a tunable the kernel was built with: the configs decide it
+            tuner.compile_args = impl.compile_args
+            return tuner
+        if isinstance(kernel, JITImpl):
+            tuner = cls(kernel.factory, configs)
+            tuner.jit_impl = kernel
+            tuner.compile_args = kernel.compile_args
+            return tuner
+        if not callable(kernel):
+            raise TypeError(
+                f"from_kernel expects a kernel factory or a JITKernel, got {type(kernel).__name__}"
+            )
+        return cls(kernel, configs)
+
+    def set_compile_args(
+        self,
+        out_idx: Any = None,
+        target: Any = "auto",
+        target_host: Any = None,
+        execution_backend: str = "auto",
+        pass_configs: dict[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> AutoTuner:
+        """Set how each config is compiled (the ``@jit`` arguments)."""
+        self.compile_args = CompileArgs(
+            out_idx, target, target_host, execution_backend, pass_configs, verbose
+        )
+        return self
+
+    def set_profile_args(
+        self,
+        warmup: int = 25,
+        rep: int = 100,
+        timeout: float = 60.0,
+        supply_type: Any = None,
+        supply_prog: Any = None,
+        ref_prog: Any = None,
+        manual_check_prog: Any = None,
+        skip_check: bool = False,
+        rtol: float = 1e-2,
+        atol: float = 1e-2,
+        max_mismatched_ratio: float = 0.01,
+        cache_input_tensors: bool = True,
+        **more: Any,
+    ) -> AutoTuner:
+        """Set how configs are fed, checked and timed (see :func:`autotune` for each argument)."""
+        extra = {k: more.pop(k) for k in ("inplace_args", "flush_cache", "seed") if k in more}
+        timer = more.pop("timer", None)
+        if more:
+            raise TypeError(f"set_profile_args got unexpected arguments {sorted(more)}")
+        if "inplace_args" in extra and extra["inplace_args"] is not None:
+            extra["inplace_args"] = tuple(extra["inplace_args"])
+        self.profile_args = ProfileArgs(
+            warmup,
+            rep,
+            timeout,
+            supply_type,
+            supply_prog,
+            ref_prog,
+            manual_check_prog,
+            skip_check,
+            rtol,
+            atol,
+            max_mismatched_ratio,
+            cache_input_tensors,
+            **extra,
+        )
+        if timer is not None:
+            self.timer = timer
+        return self
+
+    def run(
+        self,
+        warmup: int | None = None,
+        rep: int | None = None,
+        timeout: float | None = None,
+        verbose: bool | None = None,
+    ) -> AutotuneResult:
+        """Tune and return the :class:`AutotuneResult` (with the best kernel loaded)."""
+        changes = {
+            k: v
+            for k, v in (("warmup", warmup), ("rep", rep), ("timeout", timeout))
+            if v is not None
+        }
+        profile = (
+            dataclasses.replace(self.profile_args, **changes) if changes else self.profile_args
+        )
+        return tune(
+            self.fn,
+            self.args,
+            self.kwargs,
+            self.configs,
+            self.compile_args,
+            profile,
+            timer=self.timer,
+            verbose=self.verbose if verbose is None else verbose,
+            jit_impl=self.jit_impl,
+        )

@@ -1,0 +1,146 @@
+"""Where tuning inputs come from: captured tensors, a supply program, or seeded generators."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import enum
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from tileauto.artifact import ParamSpec
+from tileauto.errors import InputSupplyError
+
+
+class TensorSupplyType(enum.Enum):
+    """Generators for tuning inputs (static shapes only). Seeded: the same seed, the same data."""
+
+    Auto = "auto"  # floats: randn; ints: small integers in [-2, 2]; bool: random
+    Integer = "integer"  # integers in [-2, 2] (0..3 for unsigned), cast to the dtype
+    Uniform = "uniform"  # uniform in [-1, 1)
+    Normal = "normal"  # normal(0, 1)
+    Randn = "randn"  # torch.randn
+    Zero = "zero"
+    One = "one"
+
+
+_CAPTURED: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
+    "tileauto_autotune_inputs", default=None
+)
+
+
+@contextlib.contextmanager
+def set_autotune_inputs(*tensors: Any) -> Iterator[None]:
+    """Tune every kernel in this block with these tensors.
+
+    Pass the kernel's input tensors in order (outputs may be included too; they are ignored
+    except as shape hints). Tuning works on copies: these tensors are never modified.
+    ``set_autotune_inputs([a, b])`` and ``set_autotune_inputs(a, b)`` are the same.
+    """
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise InputSupplyError(
+                f"set_autotune_inputs: argument {i} must be a torch.Tensor, got {type(t).__name__}"
+            )
+    token = _CAPTURED.set(tuple(tensors))
+    try:
+        yield
+    finally:
+        _CAPTURED.reset(token)
+
+
+def captured_inputs() -> tuple[Any, ...] | None:
+    """The tensors of the innermost ``set_autotune_inputs`` block, if any."""
+    return _CAPTURED.get()
+
+
+def _dtype(name: str) -> torch.dtype:
+    from tileauto.jit.kernel import torch_dtype
+
+    return torch_dtype(name)
+
+
+def generate(
+    spec: ParamSpec, supply: TensorSupplyType, generator: torch.Generator, device: str
+) -> torch.Tensor:
+    """One seeded input tensor for a static-shaped parameter."""
+    if any(not isinstance(d, int) for d in spec.shape):
+        raise InputSupplyError(
+            f"parameter {spec.name!r} has symbolic shape {list(spec.shape)}: generated inputs need "
+            f"static shapes; supply concrete tensors with `with tileauto.set_autotune_inputs(...)` "
+            f"or set_profile_args(supply_prog=...)"
+        )
+    dtype = _dtype(spec.dtype)
+    shape = tuple(spec.shape)
+    is_float = dtype.is_floating_point
+    if supply is TensorSupplyType.Zero:
+        t = torch.zeros(shape, dtype=dtype)
+    elif supply is TensorSupplyType.One:
+        t = torch.ones(shape, dtype=dtype)
+    elif dtype == torch.bool:
+        t = torch.randint(0, 2, shape, generator=generator).bool()
+    elif supply is TensorSupplyType.Integer or (supply is TensorSupplyType.Auto and not is_float):
+        low, high = (0, 4) if dtype == torch.uint8 else (-2, 3)
+        t = torch.randint(low, high, shape, generator=generator).to(dtype)
+    elif supply is TensorSupplyType.Uniform:
+        t = (torch.rand(shape, generator=generator) * 2 - 1).to(dtype)
+    else:  # Auto for floats, Normal, Randn
+        t = torch.randn(shape, generator=generator).to(dtype)
+    return t.to(device)
+
+
+def make_inputs(
+    params: Sequence[ParamSpec],
+    in_pos: Sequence[int],
+    *,
+    captured: Sequence[Any] | None,
+    supply_prog: Callable[..., Any] | None,
+    supply_type: TensorSupplyType | None,
+    seed: int,
+    device: str,
+) -> list[torch.Tensor]:
+    """Inputs for the parameters at ``in_pos``, by priority: captured, supply_prog, generators.
+
+    Raises:
+        InputSupplyError: the supplied tensors do not fit, or shapes are symbolic with no
+            concrete inputs.
+    """
+    if captured is not None:
+        return _pick_inputs(list(captured), params, in_pos, "set_autotune_inputs")
+    if supply_prog is not None:
+        produced = supply_prog(list(params))
+        if isinstance(produced, torch.Tensor):
+            produced = [produced]
+        if not isinstance(produced, (list, tuple)):
+            raise InputSupplyError(
+                f"supply_prog must return a list of tensors, got {type(produced).__name__}"
+            )
+        return _pick_inputs(list(produced), params, in_pos, "supply_prog")
+    supply = supply_type if supply_type is not None else TensorSupplyType.Auto
+    if not isinstance(supply, TensorSupplyType):
+        raise InputSupplyError(f"supply_type must be a TensorSupplyType, got {supply!r}")
+    generator = torch.Generator().manual_seed(seed)
+    return [generate(params[p], supply, generator, device) for p in in_pos]
+
+
+def _pick_inputs(
+    tensors: list[Any], params: Sequence[ParamSpec], in_pos: Sequence[int], source: str
+) -> list[torch.Tensor]:
+    if len(tensors) == len(params) and len(params) != len(in_pos):
+        tensors = [tensors[p] for p in in_pos]
+    if len(tensors) != len(in_pos):
+        names = [params[p].name for p in in_pos]
+        raise InputSupplyError(
+            f"{source} gave {len(tensors)} tensors; the kernel takes {len(in_pos)} inputs {names} "
+            f"(or all {len(params)} parameters including outputs)"
+        )
+    for k, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise InputSupplyError(
+                f"{source}: input {k} ({params[in_pos[k]].name}) is {type(t).__name__}, not a tensor"
+            )
+    return tensors

@@ -1,0 +1,150 @@
+"""Plain records of a tuning run: statuses, latency statistics and trials (JSON round-trip).
+
+No torch, no TVM: these are read by the cache and the command line without heavy imports.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+class TrialStatus(enum.Enum):
+    """Where a config ended up. Only OK trials carry a latency."""
+
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    COMPILE_TIMEOUT = "compile_timeout"
+    COMPILE_CRASH = "compile_crash"
+    MISMATCH = "mismatch"
+    OUT_OF_BOUNDS = "out_of_bounds"
+    RUN_ERROR = "run_error"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    NOT_RUN = "not_run"
+
+    @property
+    def ok(self) -> bool:
+        return self is TrialStatus.OK
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Latency samples summarized, in milliseconds."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    min_ms: float
+    mean_ms: float
+    samples: int
+
+    @classmethod
+    def from_samples_ns(cls, samples_ns: Sequence[int | float]) -> LatencyStats:
+        """Summarize per-iteration samples given in nanoseconds."""
+        if not samples_ns:
+            raise ValueError("no latency samples to summarize")
+        ms = sorted(float(s) / 1e6 for s in samples_ns)
+        return cls(
+            median_ms=statistics.median(ms),
+            p20_ms=_quantile(ms, 0.2),
+            p80_ms=_quantile(ms, 0.8),
+            min_ms=ms[0],
+            mean_ms=statistics.fmean(ms),
+            samples=len(ms),
+        )
+
+    @property
+    def spread_ms(self) -> float:
+        """p80 - p20: how noisy the measurement was."""
+        return self.p80_ms - self.p20_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LatencyStats:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of already sorted values."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One config's path through compile, validation and timing.
+
+    Attributes:
+        index: position in the config list (``-1`` for the default config when it is not in it).
+        config: the tunable arguments.
+        status: how it ended.
+        latency: timing statistics (OK trials only).
+        compile_s: seconds compiling (elaborate + TVM + export).
+        run_s: seconds in the run worker (load, validate, time).
+        error: why it failed, a few lines; None when OK.
+        notes: remarks that are not failures (e.g. "writes into input 'x'").
+    """
+
+    index: int
+    config: dict[str, Any]
+    status: TrialStatus
+    latency: LatencyStats | None = None
+    compile_s: float | None = None
+    run_s: float | None = None
+    error: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TrialStatus.OK
+
+    @property
+    def latency_ms(self) -> float | None:
+        return self.latency.median_ms if self.latency is not None else None
+
+    @property
+    def reason(self) -> str:
+        """One line saying why the trial failed (or 'ok')."""
+        if self.ok:
+            return "ok"
+        first = (self.error or "").strip().splitlines()
+        return f"{self.status.value}: {first[0] if first else 'no message'}"
+
+    def at_index(self, index: int) -> Trial:
+        return replace(self, index=index)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "config": self.config,
+            "status": self.status.value,
+            "latency": self.latency.to_json() if self.latency else None,
+            "compile_s": self.compile_s,
+            "run_s": self.run_s,
+            "error": self.error,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trial:
+        return cls(
+            index=int(data["index"]),
+            config=dict(data["config"]),
+            status=TrialStatus(data["status"]),
+            latency=LatencyStats.from_json(data["latency"]) if data.get("latency") else None,
+            compile_s=data.get("compile_s"),
+            run_s=data.get("run_s"),
+            error=data.get("error"),
+            notes=tuple(data.get("notes", ())),
+        )

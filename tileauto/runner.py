@@ -1,0 +1,141 @@
+"""The parent's side of running configs: one isolated run worker per device, replaced on failure.
+
+A config that segfaults, hangs past its timeout or exhausts memory becomes a failed result with
+its reason; the worker is replaced (inputs and reference are sent again) and the next config runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+
+from tileauto import run_session
+from tileauto.artifact import KernelArtifact
+from tileauto.records import TrialStatus
+from tileauto.run_session import RunOutcome, RunRequest, SessionSpec, SetupInfo
+from tileauto.utils.procs import RemoteJobError, Worker, WorkerCrashed, WorkerTimeout
+
+_SETUP_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of running one config, as the tuner records it."""
+
+    status: TrialStatus
+    samples_ns: tuple[float, ...] = ()
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+    run_s: float = 0.0
+
+
+class Runner:
+    """Validates and times configs in an isolated worker process.
+
+    Args:
+        spec: inputs, checks and timing settings sent to the worker.
+        timeout_s: limit for one config (validation plus timing); past it the worker is killed.
+        threads: CPU threads for the worker (TVM_NUM_THREADS, torch threads).
+    """
+
+    def __init__(self, spec: SessionSpec, *, timeout_s: float, threads: int) -> None:
+        self.spec = spec
+        self.timeout_s = timeout_s
+        env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        self.worker = Worker(f"run-{spec.device}", env=env)
+        self._needs_setup = True
+        self.setup_info: SetupInfo | None = None
+        self.replacements = 0
+
+    def start(self) -> threading.Thread:
+        """Start the worker process in the background (overlaps with compiling)."""
+        thread = threading.Thread(target=self.worker.start, daemon=True)
+        thread.start()
+        return thread
+
+    def setup(self) -> SetupInfo:
+        """Send the session (inputs, reference) to the worker. Errors propagate to the caller."""
+        try:
+            info = self.worker.call(run_session.setup, self.spec, timeout_s=_SETUP_TIMEOUT_S)
+        except RemoteJobError as exc:
+            raise _unwrap(exc) from None
+        self._needs_setup = False
+        if self.setup_info is None:
+            self.setup_info = info
+        return info
+
+    def run(
+        self,
+        artifact: KernelArtifact,
+        config: dict,
+        *,
+        is_reference: bool = False,
+        time_it: bool = True,
+    ) -> RunResult:
+        """Validate and time one compiled config; failures come back as statuses."""
+        if self._needs_setup:
+            self.setup()
+        request = RunRequest(
+            artifact=artifact, config=config, is_reference=is_reference, time_it=time_it
+        )
+        try:
+            outcome: RunOutcome = self.worker.call(
+                run_session.run, request, timeout_s=self.timeout_s
+            )
+        except WorkerTimeout:
+            return self._replaced(
+                TrialStatus.TIMEOUT,
+                f"timed out after {self.timeout_s:g} s; the run worker was killed and replaced",
+            )
+        except WorkerCrashed as exc:
+            status = TrialStatus.OUT_OF_MEMORY if exc.out_of_memory else TrialStatus.CRASH
+            return self._replaced(status, f"{exc}; the run worker was replaced")
+        except RemoteJobError as exc:
+            status = (
+                TrialStatus.OUT_OF_MEMORY if exc.remote.out_of_memory else TrialStatus.RUN_ERROR
+            )
+            return RunResult(status, error=f"{exc.remote.type_name}: {exc.remote.message}")
+        if outcome.reference is not None:
+            # Kept so a replacement worker gets the same reference without re-running the default.
+            self.spec = dataclasses.replace(
+                self.spec, reference=outcome.reference, reference_inplace=outcome.reference_inplace
+            )
+        return RunResult(
+            outcome.status, outcome.samples_ns, outcome.error, outcome.notes, outcome.run_s
+        )
+
+    def time_reference(self, warmup: int, rep: int) -> float | None:
+        """Median latency (ms) of ref_prog, or None without one (or if it fails)."""
+        if self.spec.ref_prog is None:
+            return None
+        try:
+            if self._needs_setup:
+                self.setup()
+            return self.worker.call(
+                run_session.time_reference, warmup, rep, timeout_s=self.timeout_s
+            )
+        except Exception:  # noqa: BLE001 - the reference latency is informative only
+            self._needs_setup = not self.worker.alive
+            return None
+
+    def close(self) -> None:
+        self.worker.kill()
+
+    def _replaced(self, status: TrialStatus, message: str) -> RunResult:
+        self.worker.kill()
+        self._needs_setup = True
+        self.replacements += 1
+        return RunResult(status, error=message)
+
+
+def _unwrap(exc: RemoteJobError) -> Exception:
+    """Re-raise a setup failure as the user's kind of error, with the worker's message."""
+    from tileauto import errors
+
+    kind = getattr(errors, exc.remote.type_name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        return kind(exc.remote.message)
+    return errors.TileautoError(
+        f"preparing the tuning inputs failed: {exc.remote.type_name}: {exc.remote.message}"
+    )

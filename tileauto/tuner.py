@@ -1,0 +1,345 @@
+"""The one orchestrator of a tuning run: build in parallel, validate and time, pick, report.
+
+    problem -> [cache] -> Builder.build (parallel, killable) -> Runner.run (isolated worker)
+            -> trials (index-aligned with configs) -> best -> AutotuneResult -> [cache]
+
+On a CPU target nothing is timed while compile jobs load the same cores; the run worker starts
+(and prepares inputs) while compiling. On a GPU, configs run as soon as they are built.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.artifact import KernelArtifact
+from tileauto.builder import Builder, BuildRequest, BuildResult, BuildStatus
+from tileauto.errors import NoValidConfigError
+from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.records import LatencyStats, Trial, TrialStatus
+from tileauto.report import failure_summary, format_table, write_log
+from tileauto.run_session import SessionSpec
+from tileauto.runner import Runner
+from tileauto.settings import Settings
+from tileauto.space import config_id, full_config, tunable_parameters
+
+log = get_logger("tuner")
+
+_BUILD_STATUS = {
+    BuildStatus.ERROR: TrialStatus.COMPILE_ERROR,
+    BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
+    BuildStatus.CRASH: TrialStatus.COMPILE_CRASH,
+}
+
+
+@dataclass
+class TuningProblem:
+    """One tuning run: the factory with its problem arguments bound, the space, the options."""
+
+    factory: Callable[..., Any]
+    args: tuple
+    kwargs: dict[str, Any]
+    configs: list[dict[str, Any]]
+    compile_args: CompileArgs
+    profile_args: ProfileArgs
+    settings: Settings
+    captured_inputs: tuple | None = None
+    timer: Any = None
+    verbose: bool = True
+    name: str = "kernel"
+    known_trials: dict[str, Trial] = field(
+        default_factory=dict
+    )  # config id -> measured trial (cache)
+
+
+@dataclass
+class TuningOutcome:
+    """What the tuner hands back to the api layer."""
+
+    trials: tuple[Trial, ...]
+    default_trial: Trial
+    best: Trial
+    best_artifact: KernelArtifact | None
+    ref_latency_ms: float | None
+    tuning_s: float
+    log_path: Path | None
+    staging: Path
+
+
+class Tuner:
+    """Runs a :class:`TuningProblem` to a :class:`TuningOutcome`."""
+
+    def __init__(self, problem: TuningProblem) -> None:
+        self.problem = problem
+        p = problem
+        self.defaults = tunable_parameters(p.factory)
+        keys = {k for c in p.configs for k in c}
+        self.full = [full_config(c, self.defaults, keys) for c in p.configs]
+        self.default_full = full_config({}, self.defaults, keys)
+        self.device = "cpu"
+
+    def run(self) -> TuningOutcome:
+        p = self.problem
+        start = time.perf_counter()
+        staging = p.settings.staging_dir / f"tune-{uuid.uuid4().hex[:12]}"
+        # unique configs to measure, the default first (it is the reference without ref_prog)
+        ids = [config_id(c) for c in self.full]
+        default_id = config_id(self.default_full)
+        order = [default_id] + [i for i in dict.fromkeys(ids) if i != default_id]
+        by_id = {config_id(c): c for c in [self.default_full, *self.full]}
+        measured: dict[str, Trial] = {}
+        builder = Builder(
+            p.factory,
+            p.compile_args,
+            workers=max(1, min(p.settings.compile_workers(), len(order))),
+            isolation=p.settings.compile_isolation,
+            timeout_s=p.settings.compile_timeout_s,
+            staging_dir=staging,
+        )
+        to_build = [cid for cid in order if cid not in p.known_trials or cid == default_id]
+        requests = [
+            BuildRequest(index=k, config=by_id[cid], args=p.args, kwargs=p.kwargs)
+            for k, cid in enumerate(to_build)
+        ]
+        bar = _progress(len(requests) * 2, p.verbose, p.name)
+        runner: Runner | None = None
+        built: dict[str, BuildResult] = {}
+        artifacts: dict[str, KernelArtifact] = {}
+        ref_latency = None
+        try:
+            arrivals: queue.Queue[BuildResult | None] = queue.Queue()
+            thread = threading.Thread(
+                target=self._build_all, args=(builder, requests, arrivals), daemon=True
+            )
+            thread.start()
+            pending: dict[str, BuildResult] = {}
+            cpu_wait_all = True
+            done_building = False
+            while len(built) < len(requests):
+                result = arrivals.get()
+                if result is None:
+                    done_building = True
+                    break
+                cid = to_build[result.index]
+                built[cid] = result
+                bar.update(1)
+                pending[cid] = result
+                if result.ok and result.artifact is not None:
+                    artifacts[cid] = result.artifact
+                    if runner is None:
+                        self.device = result.artifact.device_type
+                        runner = self._make_runner(result.artifact)
+                        cpu_wait_all = self.device == "cpu"
+                if not cpu_wait_all and runner is not None and default_id in built:
+                    self._run_pending(runner, pending, measured, default_id, bar, order)
+            if not done_building:
+                thread.join()
+            # CPU: every compile has finished; nothing else loads the cores while timing.
+            if runner is not None:
+                self._run_pending(runner, pending, measured, default_id, bar, order)
+                ref_latency = runner.time_reference(
+                    min(3, p.profile_args.warmup), max(3, min(10, p.profile_args.rep))
+                )
+            for cid, result in pending.items():
+                measured[cid] = self._trial(result, None)
+        finally:
+            bar.close()
+            if runner is not None:
+                runner.close()
+        outcome = self._finish(measured, order, default_id, artifacts, ref_latency, start, staging)
+        return outcome
+
+    # -- phases ----------------------------------------------------------------------------
+    def _build_all(
+        self, builder: Builder, requests: list[BuildRequest], arrivals: queue.Queue
+    ) -> None:
+        try:
+            builder.build(requests, on_result=arrivals.put)
+        finally:
+            arrivals.put(None)
+
+    def _make_runner(self, artifact: KernelArtifact) -> Runner:
+        p = self.problem
+        pa = p.profile_args
+        spec = SessionSpec(
+            params=artifact.params,
+            out_pos=artifact.out_idx,
+            device=artifact.device_type,
+            captured=[t.detach().cpu().clone() for t in p.captured_inputs]
+            if p.captured_inputs
+            else None,
+            supply_prog=pa.supply_prog,
+            supply_type=pa.supply_type,
+            seed=pa.seed,
+            ref_prog=pa.ref_prog,
+            manual_check_prog=pa.manual_check_prog,
+            skip_check=pa.skip_check,
+            rtol=pa.rtol,
+            atol=pa.atol,
+            max_mismatched_ratio=pa.max_mismatched_ratio,
+            inplace_args=pa.inplace_args,
+            warmup=pa.warmup,
+            rep=pa.rep,
+            flush=pa.flush_cache if artifact.device_type == "cuda" else (pa.flush_cache or None),
+            timer=p.timer,
+            threads=p.settings.run_threads(),
+        )
+        runner = Runner(spec, timeout_s=pa.timeout, threads=p.settings.run_threads())
+        runner.start()
+        return runner
+
+    def _run_pending(
+        self,
+        runner: Runner,
+        pending: dict[str, BuildResult],
+        measured: dict[str, Trial],
+        default_id: str,
+        bar: Any,
+        order: list[str],
+    ) -> None:
+        """Run every built config not yet run, the default first, in space order."""
+        p = self.problem
+        for cid in sorted(pending, key=lambda c: (c != default_id, order.index(c))):
+            result = pending.pop(cid)
+            if not result.ok or result.artifact is None:
+                measured[cid] = self._trial(result, None)
+                bar.update(1)
+                continue
+            is_default = cid == default_id
+            reuse = p.known_trials.get(cid)
+            if reuse is not None and is_default:
+                # measured before (cache): run once only to produce the reference outputs
+                run = runner.run(result.artifact, result.config, is_reference=True, time_it=False)
+                measured[cid] = reuse if run.status.ok else self._trial(result, run)
+            else:
+                run = runner.run(result.artifact, result.config, is_reference=is_default)
+                measured[cid] = self._trial(result, run)
+            bar.update(1)
+            bar.set_postfix_str(_postfix(measured))
+
+    def _trial(self, build: BuildResult, run: Any) -> Trial:
+        if not build.ok:
+            return Trial(
+                index=-1,
+                config=build.config,
+                status=_BUILD_STATUS[build.status],
+                compile_s=build.compile_s,
+                error=build.error,
+            )
+        if run is None:
+            return Trial(
+                -1,
+                build.config,
+                TrialStatus.NOT_RUN,
+                compile_s=build.compile_s,
+                error="no run worker was available",
+            )
+        latency = (
+            LatencyStats.from_samples_ns(run.samples_ns)
+            if run.status.ok and run.samples_ns
+            else None
+        )
+        status = run.status
+        error = run.error
+        if status.ok and latency is None:
+            status, error = TrialStatus.RUN_ERROR, "the timer returned no samples"
+        return Trial(
+            -1, build.config, status, latency, build.compile_s, run.run_s, error, run.notes
+        )
+
+    def _finish(
+        self,
+        measured: dict[str, Trial],
+        order: list[str],
+        default_id: str,
+        artifacts: dict[str, KernelArtifact],
+        ref_latency: float | None,
+        start: float,
+        staging: Path,
+    ) -> TuningOutcome:
+        p = self.problem
+        for cid, trial in p.known_trials.items():
+            measured.setdefault(cid, trial)
+        trials = tuple(measured[config_id(c)].at_index(i) for i, c in enumerate(self.full))
+        default_trial = measured[default_id]
+        default_index = next((i for i, c in enumerate(self.full) if config_id(c) == default_id), -1)
+        default_trial = default_trial.at_index(default_index)
+        candidates = [t for t in trials if t.ok] + (
+            [default_trial] if default_trial.ok and default_index < 0 else []
+        )
+        elapsed = time.perf_counter() - start
+        if not candidates:
+            table = format_table(
+                trials, None, default_trial, title=f"autotune {p.name}: no config passed"
+            )
+            log_path = write_log(
+                p.settings.logs_dir, p.name, table, trials, {"default": default_trial.to_json()}
+            )
+            shutil.rmtree(staging, ignore_errors=True)
+            raise NoValidConfigError(
+                f"autotune {p.name}: none of the {len(trials)} configs passed"
+                + (
+                    ""
+                    if default_trial.ok or default_index >= 0
+                    else f" (the default config: {default_trial.reason})"
+                )
+                + f":\n{failure_summary(trials)}"
+                + (f"\nfull log: {log_path}" if log_path else ""),
+                trials=trials,
+            )
+        best = min(
+            candidates, key=lambda t: (t.latency_ms, t.index if t.index >= 0 else len(trials))
+        )
+        title = f"autotune {p.name}: {len(trials)} configs, {sum(t.ok for t in trials)} passed, {elapsed:.1f} s"
+        table = format_table(trials, best.index, default_trial, title=title)
+        log_path = write_log(
+            p.settings.logs_dir,
+            p.name,
+            table,
+            trials,
+            {
+                "default": default_trial.to_json(),
+                "ref_latency_ms": ref_latency,
+                "best": best.to_json(),
+            },
+        )
+        if p.verbose:
+            print(table + (f"\nlog: {log_path}" if log_path else ""), flush=True)
+        return TuningOutcome(
+            trials=trials,
+            default_trial=default_trial,
+            best=best,
+            best_artifact=artifacts.get(config_id(best.config)),
+            ref_latency_ms=ref_latency,
+            tuning_s=elapsed,
+            log_path=log_path,
+            staging=staging,
+        )
+
+
+def _postfix(measured: dict[str, Trial]) -> str:
+    ok = [t for t in measured.values() if t.ok and t.latency_ms is not None]
+    best = min((t.latency_ms for t in ok), default=None)  # type: ignore[type-var]
+    return f"best {best:.4f} ms" if best is not None else "no valid config yet"
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None: ...
+    def set_postfix_str(self, s: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def _progress(total: int, verbose: bool, name: str) -> Any:
+    if not verbose:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"autotune {name}", unit="step", leave=False)

@@ -1,0 +1,95 @@
+"""Decide whether a config's results match the reference (rtol, atol, mismatched ratio)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of a comparison: ok, and if not, a message with the worst error."""
+
+    ok: bool
+    message: str = ""
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def compare(
+    results: Sequence[torch.Tensor],
+    expected: Any,
+    *,
+    rtol: float,
+    atol: float,
+    max_mismatched_ratio: float,
+    names: Sequence[str] | None = None,
+) -> Verdict:
+    """Compare the kernel's results with reference tensors.
+
+    A result element mismatches when ``|r - e| > atol + rtol * |e|`` or when exactly one of the
+    two is NaN (an output the kernel never wrote stays NaN). The check fails when more than
+    ``max_mismatched_ratio`` of a result's elements mismatch.
+    """
+    expected_list = _as_list(expected)
+    if len(expected_list) != len(results):
+        return Verdict(
+            False, f"reference gave {len(expected_list)} tensors, the kernel {len(results)}"
+        )
+    for k, (got, want) in enumerate(zip(results, expected_list)):
+        name = names[k] if names is not None and k < len(names) else f"result {k}"
+        if not isinstance(want, torch.Tensor):
+            want = torch.as_tensor(want)
+        want = want.to(device=got.device)
+        if tuple(want.shape) != tuple(got.shape):
+            if want.numel() == got.numel():
+                want = want.reshape(got.shape)
+            else:
+                return Verdict(
+                    False, f"{name}: shape {list(got.shape)} but reference {list(want.shape)}"
+                )
+        verdict = _compare_one(name, got, want, rtol, atol, max_mismatched_ratio)
+        if not verdict.ok:
+            return verdict
+    return Verdict(True)
+
+
+def _compare_one(
+    name: str, got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float, ratio: float
+) -> Verdict:
+    g = got.detach().to(torch.float64)
+    w = want.detach().to(torch.float64)
+    g_nan, w_nan = torch.isnan(g), torch.isnan(w)
+    diff = (g - w).abs()
+    bad = (diff > atol + rtol * w.abs()) | (g_nan != w_nan)
+    bad &= ~(g_nan & w_nan)
+    inf_equal = torch.isinf(g) & torch.isinf(w) & (g == w)
+    bad &= ~inf_equal
+    n_bad = int(bad.sum())
+    total = max(1, g.numel())
+    if n_bad / total <= ratio:
+        return Verdict(True)
+    finite = diff[~(g_nan | w_nan)]
+    worst = float(finite.max()) if finite.numel() else float("nan")
+    idx = int(bad.flatten().nonzero()[0])
+    return Verdict(
+        False,
+        f"{name}: {n_bad}/{total} elements ({100 * n_bad / total:.2f}%) outside rtol={rtol:g}, "
+        f"atol={atol:g} (allowed {100 * ratio:g}%); worst abs error {worst:.4g}; "
+        f"first at flat index {idx}: got {float(g.flatten()[idx]):.6g}, expected {float(w.flatten()[idx]):.6g}"
+        + ("; the kernel left NaN (unwritten output)" if bool((g_nan & ~w_nan).any()) else ""),
+    )
+
+
+def check_bool(value: Any) -> Verdict | None:
+    """ref_prog may return a bool: True passes, False fails. None when it returned tensors."""
+    if isinstance(value, bool):
+        return Verdict(value, "" if value else "ref_prog returned False")
+    return None
