@@ -218,7 +218,7 @@ def time_function(
             ``tvm_ffi.Tensor`` instead of ``torch.Tensor``). False forces the Python loop.
 
     Returns:
-        ``repeat`` positive-or-zero integers, the nanoseconds of each call in order.
+        ``repeat`` non-negative integers, the nanoseconds of each call in order.
 
     Raises:
         ValueError: ``repeat`` or ``flush_bytes`` is out of range; the message names it.

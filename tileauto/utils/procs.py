@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import multiprocessing
+import multiprocessing.spawn as mp_spawn
 import os
 import pickle
 import signal
@@ -35,6 +36,7 @@ _PRELOAD = ["tileauto.utils.worker_preload"]
 _LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
 _CTX_LOCK = threading.Lock()
 _CTX: Any = None
+_START_LOCK = threading.Lock()
 
 
 def _context() -> Any:
@@ -45,6 +47,29 @@ def _context() -> Any:
             ctx.set_forkserver_preload(_PRELOAD)
             _CTX = ctx
         return _CTX
+
+
+def _start_without_main(proc: Any) -> None:
+    """Start ``proc`` without re-importing the user's ``__main__`` in the child.
+
+    multiprocessing re-runs the main script in every child, so a script without an
+    ``if __name__ == "__main__":`` guard would tune again inside the worker. Jobs arrive as
+    cloudpickle bytes (functions from ``__main__`` travel by value), so the child never needs it.
+    """
+    with _START_LOCK:
+        original = mp_spawn.get_preparation_data
+
+        def preparation_data(name: str) -> dict[str, Any]:
+            data = original(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        mp_spawn.get_preparation_data = preparation_data
+        try:
+            proc.start()
+        finally:
+            mp_spawn.get_preparation_data = original
 
 
 class WorkerTimeout(WorkerError):
@@ -150,7 +175,7 @@ class Worker:
         proc = ctx.Process(
             target=_child_main, args=(child, self.env), name=f"tileauto-{self.name}", daemon=True
         )
-        proc.start()
+        _start_without_main(proc)
         child.close()
         self._proc, self._conn = proc, parent
         return self

@@ -1,0 +1,190 @@
+"""Tests of tileauto._native: the C++ timing helper and its Python fallback.
+
+The helper must be present after ``pip install`` (regular or editable). Set
+``TILEAUTO_ALLOW_MISSING_NATIVE=1`` to skip, instead of fail, the tests that need it (for
+example in a source checkout that was never built).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import pytest
+import torch
+import tvm
+from tvm import te
+
+from tileauto import _native
+from tileauto.errors import TileautoError
+
+N = 1 << 20  # 1M float32 per vector: 4 MiB each, a kernel that takes a measurable time
+FLUSH_BYTES = 8 << 20
+ALLOW_MISSING_ENV = "TILEAUTO_ALLOW_MISSING_NATIVE"
+
+
+def _require_native():
+    helper = _native.load_native()
+    if helper is not None:
+        return helper
+    where = ", ".join(str(p) for p in _native.native_library_candidates())
+    if os.environ.get(ALLOW_MISSING_ENV) == "1":
+        pytest.skip(
+            f"native timer not built ({ALLOW_MISSING_ENV}=1 allows that); looked in {where}"
+        )
+    pytest.fail(
+        f"native timer (libtileauto_native) is missing after install; looked in {where}. "
+        f"Build it with `pip install .` or `pip install -e .`, or set {ALLOW_MISSING_ENV}=1 to skip."
+    )
+
+
+@pytest.fixture(scope="module")
+def vector_add():
+    """A TVM-compiled CPU kernel ``C = A + B`` on 1M float32."""
+    a = te.placeholder((N,), "float32", name="A")
+    b = te.placeholder((N,), "float32", name="B")
+    c = te.compute((N,), lambda i: a[i] + b[i], name="C")
+    executable = tvm.compile(
+        te.create_prim_func([a, b, c]), target=tvm.target.Target.from_device("cpu")
+    )
+    return executable["main"]
+
+
+@pytest.fixture
+def tensors():
+    gen = torch.Generator().manual_seed(0)
+    a = torch.rand(N, generator=gen)
+    b = torch.rand(N, generator=gen)
+    c = torch.full((N,), float("nan"))
+    return a, b, c
+
+
+def _assert_ran(tensors) -> None:
+    a, b, c = tensors
+    torch.testing.assert_close(c, a + b)
+
+
+def _assert_samples(samples, repeat: int) -> None:
+    assert isinstance(samples, list)
+    assert len(samples) == repeat
+    assert all(type(s) is int and s > 0 for s in samples), samples
+
+
+def test_native_helper_is_installed():
+    helper = _require_native()
+    assert _native.native_available()
+    assert _native.load_native() is helper  # cached
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+@pytest.mark.parametrize("flush_bytes", [0, FLUSH_BYTES], ids=["no-flush", "flush"])
+def test_samples_are_positive_ints_one_per_call(vector_add, tensors, native, flush_bytes):
+    if native:
+        _require_native()
+    samples = _native.time_function(
+        vector_add, tensors, repeat=7, flush_bytes=flush_bytes, native=native
+    )
+    _assert_samples(samples, 7)
+    _assert_ran(tensors)
+
+
+def test_default_uses_native_for_ffi_functions(vector_add, tensors, monkeypatch):
+    helper = _require_native()
+    calls = []
+
+    def spy(*args):
+        calls.append(args[1:3])
+        return helper(*args)
+
+    monkeypatch.setattr(_native, "load_native", lambda: spy)
+    samples = _native.time_function(vector_add, tensors, repeat=3, flush_bytes=64)
+    _assert_samples(samples, 3)
+    assert calls == [(3, 64)]
+    _assert_ran(tensors)
+
+
+def test_native_and_python_medians_agree(vector_add, tensors):
+    _require_native()
+    repeat = 25
+    medians = {}
+    for rnd in range(2):  # interleaved rounds, so that a burst of load hits both paths
+        for native in (True, False):
+            _native.time_function(vector_add, tensors, repeat=3, native=native)  # warm-up
+            samples = _native.time_function(vector_add, tensors, repeat=repeat, native=native)
+            _assert_samples(samples, repeat)
+            medians.setdefault(native, []).append(statistics.median(samples))
+    native_ns, python_ns = min(medians[True]), min(medians[False])
+    ratio = max(native_ns, python_ns) / min(native_ns, python_ns)
+    assert ratio < 3.0, f"native median {native_ns} ns, python median {python_ns} ns"
+    _assert_ran(tensors)
+
+
+def test_native_calls_func_repeat_times_with_the_same_tensors(tensors):
+    _require_native()
+    seen = []
+    samples = _native.time_function(
+        lambda *args: seen.append(args), tensors, repeat=4, flush_bytes=4096, native=True
+    )
+    _assert_samples(samples, 4)
+    assert len(seen) == 4
+    for args in seen:
+        assert len(args) == 3
+        # The callback gets FFI tensors that alias the caller's torch storage (zero copy).
+        ptrs = [torch.from_dlpack(t).data_ptr() for t in args]
+        assert ptrs == [t.data_ptr() for t in tensors]
+
+
+def test_native_passes_non_tensor_arguments_through():
+    _require_native()
+    seen = []
+    _native.time_function(lambda *a: seen.append(a), (7, 2.5, "x"), repeat=1, native=True)
+    assert seen == [(7, 2.5, "x")]
+
+
+def test_native_propagates_errors_from_func():
+    _require_native()
+
+    def boom():
+        raise KeyError("from the timed function")
+
+    with pytest.raises(KeyError, match="from the timed function"):
+        _native.time_function(boom, (), repeat=2, native=True)
+
+
+def test_native_helper_validates_its_arguments():
+    helper = _require_native()
+    with pytest.raises(ValueError, match="repeat"):
+        helper(lambda: None, 0, 0)
+    with pytest.raises(ValueError, match="flush_bytes"):
+        helper(lambda: None, 1, -1)
+    with pytest.raises(TypeError, match="at least 3"):
+        helper(lambda: None, 1)
+    with pytest.raises(TypeError, match="`f`"):
+        helper(3, 1, 0)
+
+
+def test_python_callable_defaults_to_python_loop(tensors):
+    seen = []
+    samples = _native.time_function(lambda *a: seen.append(a), tensors, repeat=2)
+    assert len(samples) == 2
+    assert all(type(s) is int and s >= 0 for s in samples)
+    assert all(x is y for args in seen for x, y in zip(args, tensors))  # unchanged torch tensors
+
+
+@pytest.mark.parametrize(
+    ("repeat", "flush_bytes", "name"),
+    [(0, 0, "repeat"), (1.5, 0, "repeat"), (3, -1, "flush_bytes")],
+)
+@pytest.mark.parametrize("native", [None, False])
+def test_bad_counts_name_the_argument(repeat, flush_bytes, name, native):
+    with pytest.raises(ValueError, match=name):
+        _native.time_function(
+            lambda: None, (), repeat=repeat, flush_bytes=flush_bytes, native=native
+        )
+
+
+def test_native_true_without_helper_raises_clearly(monkeypatch):
+    monkeypatch.setattr(_native, "load_native", lambda: None)
+    with pytest.raises(TileautoError, match="native timing helper"):
+        _native.time_function(lambda: None, (), repeat=1, native=True)
+    assert len(_native.time_function(lambda: None, (), repeat=2)) == 2  # default falls back
