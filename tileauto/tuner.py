@@ -272,9 +272,8 @@ class Tuner:
         default_trial = measured[default_id]
         default_index = next((i for i, c in enumerate(self.full) if config_id(c) == default_id), -1)
         default_trial = default_trial.at_index(default_index)
-        candidates = [t for t in trials if t.ok] + (
-            [default_trial] if default_trial.ok and default_index < 0 else []
-        )
+        # The winner comes from the user's space; the default config is the baseline only.
+        candidates = [t for t in trials if t.ok]
         elapsed = time.perf_counter() - start
         if not candidates:
             table = format_table(
@@ -295,9 +294,7 @@ class Tuner:
                 + (f"\nfull log: {log_path}" if log_path else ""),
                 trials=trials,
             )
-        best = min(
-            candidates, key=lambda t: (t.latency_ms, t.index if t.index >= 0 else len(trials))
-        )
+        best = min(candidates, key=lambda t: (t.latency_ms, t.index))
         title = f"autotune {p.name}: {len(trials)} configs, {sum(t.ok for t in trials)} passed, {elapsed:.1f} s"
         table = format_table(trials, best.index, default_trial, title=title)
         log_path = write_log(

@@ -1,14 +1,14 @@
 """Real LLVM kernels for the tuner's tests: one factory whose ``mode`` picks how a config behaves.
 
-    ok        B = A * 2, vectorized by ``vec`` (the only valid mode; vec changes speed)
-    slow      B = A * 2 computed ``repeat`` times over (valid, visibly slower)
-    compile   a schedule error at elaboration (compile_error)
-    wrong     B = A * 3 (mismatch)
-    partial   writes only the first half of B (mismatch: NaN left in the output)
-    spill     writes 8 elements past the end of B (out_of_bounds, caught by canaries)
-    segfault  writes far outside B (the run worker dies with SIGSEGV)
-    hang      loops forever (timeout; the worker is killed)
-    inplace   writes A * 2 into A and into B (a kernel that mutates its input)
+ok        B = A * 2, vectorized by ``vec`` (the only valid mode; vec changes speed)
+slow      B = A * 2 computed ``repeat`` times over (valid, visibly slower)
+compile   a schedule error at elaboration (compile_error)
+wrong     B = A * 3 (mismatch)
+partial   writes only the first half of B (mismatch: NaN left in the output)
+spill     writes 8 elements past the end of B (out_of_bounds, caught by canaries)
+segfault  writes far outside B (the run worker dies with SIGSEGV)
+hang      loops forever (timeout; the worker is killed)
+inplace   writes A * 2 into A and into B (a kernel that mutates its input)
 """
 
 from __future__ import annotations

@@ -1,0 +1,168 @@
+"""A space with every kind of bad config: the run survives, reports each reason, picks the best."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+import tileauto
+from tileauto import TrialStatus
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+MIXED_SPACE = [
+    {"vec": 4},
+    {"mode": "compile"},
+    {"mode": "wrong"},
+    {"mode": "partial"},
+    {"mode": "spill"},
+    {"mode": "segfault"},
+    {"mode": "hang"},
+    {"vec": 16},
+    {"mode": "slow", "repeat": 64},
+]
+
+EXPECTED = {
+    1: TrialStatus.COMPILE_ERROR,
+    2: TrialStatus.MISMATCH,
+    3: TrialStatus.MISMATCH,
+    4: TrialStatus.OUT_OF_BOUNDS,
+    5: TrialStatus.CRASH,
+    6: TrialStatus.TIMEOUT,
+}
+
+
+def scripted_latency(func, args, *, warmup, rep, config, device):
+    """Valid configs get a latency known in advance: vec=16 wins, the slow mode loses."""
+    ms = {4: 3.0, 8: 2.0, 16: 1.0}[config["vec"]] * (5 if config["mode"] == "slow" else 1)
+    func(*args)
+    return [ms * 1e6] * rep
+
+
+@pytest.mark.timeout(240)
+def test_every_failure_is_reported_and_the_fastest_valid_config_wins():
+    from tune_kernels import scale_jit
+
+    start = time.monotonic()
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(4096), MIXED_SPACE)
+        .set_profile_args(warmup=1, rep=5, timeout=5, timer=scripted_latency)
+        .run(verbose=False)
+    )
+    elapsed = time.monotonic() - start
+    assert elapsed < 180, f"tuning took {elapsed:.0f} s"
+    assert len(result.trials) == len(MIXED_SPACE)
+    assert [t.index for t in result.trials] == list(range(len(MIXED_SPACE)))
+    for index, status in EXPECTED.items():
+        assert result.trials[index].status is status, result.trials[index]
+        assert result.trials[index].error
+    assert "deliberate compile failure" in result.trials[1].error
+    assert "left NaN" in result.trials[3].error
+    assert "B" in result.trials[4].error
+    assert "SIGSEGV" in result.trials[5].error
+    assert "timed out after 5 s" in result.trials[6].error
+    assert result.trials[0].ok and result.trials[7].ok and result.trials[8].ok
+    assert result.config == {"mode": "ok", "repeat": 1, "vec": 16}
+    assert result.latency == pytest.approx(1.0)
+    assert result.default_trial is not None and result.default_trial.ok
+    assert result.speedup == pytest.approx(2.0)
+    a = torch.randn(4096)
+    torch.testing.assert_close(result.kernel(a), a * 2)
+
+
+@pytest.mark.timeout(120)
+def test_no_config_passing_lists_every_reason():
+    from tune_kernels import scale_jit
+
+    space = [{"mode": "compile"}, {"mode": "wrong"}]
+    with pytest.raises(tileauto.NoValidConfigError) as info:
+        tileauto.AutoTuner.from_kernel(scale_jit(1024), space).set_profile_args(
+            warmup=1, rep=3, ref_prog=lambda a: a * 2
+        ).run(verbose=False)
+    message = str(info.value)
+    assert "none of the 2 configs passed" in message
+    assert "[0] mode=compile" in message and "compile_error" in message
+    assert "[1] mode=wrong" in message and "mismatch" in message
+    assert len(info.value.trials) == 2
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {here!r})
+    import tileauto
+    from tune_kernels import scale_jit
+    space = [{{"vec": 4}}, {{"mode": "segfault"}}, {{"mode": "hang"}}, {{"vec": 16}}]
+    print("tuning", flush=True)
+    tileauto.AutoTuner.from_kernel(scale_jit(4096), space).set_profile_args(
+        warmup=1, rep=3, timeout={timeout}).run(verbose=False)
+    print("done", flush=True)
+    """
+)
+
+
+def _marked(mark: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("TILEAUTO_TEST_MARK") == mark:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _run_child(timeout: float, interrupt_after: float | None) -> tuple[int, str, str]:
+    mark = uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "TILEAUTO_TEST_MARK": mark,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD.format(here=str(HERE), timeout=timeout)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    if interrupt_after is not None:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "tuning"
+        time.sleep(interrupt_after)
+        assert len(_marked(mark)) > 1, "the tuner should have started workers by now"
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=200)
+    deadline = time.monotonic() + 10
+    while _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _marked(mark)
+    assert not left, f"processes survived: {[(p.pid, p.cmdline()) for p in left]}"
+    return proc.returncode, out, err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_no_process_survives_a_run_with_crashes_and_hangs():
+    code, out, err = _run_child(timeout=3, interrupt_after=None)
+    assert code == 0, err[-2000:]
+    assert "done" in out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_no_process_survives_ctrl_c_during_tuning():
+    code, out, err = _run_child(timeout=60, interrupt_after=12)
+    assert code != 0
+    assert "KeyboardInterrupt" in err
