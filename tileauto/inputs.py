@@ -83,7 +83,7 @@ def generate(
         t = torch.ones(shape, dtype=dtype)
     elif dtype == torch.bool:
         t = torch.randint(0, 2, shape, generator=generator).bool()
-    elif supply is TensorSupplyType.Integer or (supply is TensorSupplyType.Auto and not is_float):
+    elif supply is TensorSupplyType.Integer or not is_float:  # real-valued draws truncate to 0
         low, high = (0, 4) if dtype == torch.uint8 else (-2, 3)
         t = torch.randint(low, high, shape, generator=generator).to(dtype)
     elif supply is TensorSupplyType.Uniform:

@@ -41,6 +41,8 @@ def freeze(value: Any) -> Any:
         return tuple(freeze(v) for v in value)
     if isinstance(value, dict):
         return tuple((k, freeze(v)) for k, v in value.items())
+    if isinstance(value, (bool, int, float)):
+        return (type(value).__name__, value)  # True, 1 and 1.0 compare equal but differ here
     return value
 
 

@@ -84,7 +84,7 @@ class ProfileArgs:
     max_mismatched_ratio: float = 0.01
     cache_input_tensors: bool = True
     inplace_args: tuple[int, ...] | None = None
-    flush_cache: bool = True
+    flush_cache: bool | None = None  # None: flush L2 on CUDA, not on the CPU
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -11,6 +11,11 @@ from pathlib import Path
 from tileauto.records import Trial
 
 
+def _ms(value: float) -> str:
+    """Milliseconds with four significant digits (sub-microsecond kernels stay readable)."""
+    return f"{value:.4g}"
+
+
 def _fmt_config(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items()) or "(defaults)"
 
@@ -30,8 +35,8 @@ def format_table(
         mark = "*" if t.index == best_index and t.ok else ""
         idx = "default" if t.index < 0 else str(t.index)
         if t.ok and t.latency is not None:
-            lat = f"{t.latency.median_ms:.4f}"
-            spread = f"{t.latency.p20_ms:.4f}-{t.latency.p80_ms:.4f}"
+            lat = _ms(t.latency.median_ms)
+            spread = f"{_ms(t.latency.p20_ms)}-{_ms(t.latency.p80_ms)}"
             n = str(t.latency.samples)
             speed = f"{base / t.latency.median_ms:.2f}x" if base else "-"
             status = "ok"

@@ -94,6 +94,7 @@ class _Session:
     reference: list[torch.Tensor] | None = None
     inplace: tuple[int, ...] | None = None
     timer: Timer | None = None
+    ref_error: str | None = None
     modules: dict[str, Any] = field(default_factory=dict)
 
 
@@ -135,6 +136,7 @@ def setup(spec: SessionSpec) -> SetupInfo:
                 ref_latency = (time.perf_counter() - start) * 1e3
             except Exception as exc:  # noqa: BLE001 - reported to the user, tuning goes on
                 ref_error = f"ref_prog raised {type(exc).__name__}: {exc}"
+            session.ref_error = ref_error
     _SESSION = session
     return SetupInfo(ref_latency, ref_error, tuple(spec.params[p].name for p in in_pos))
 
@@ -254,12 +256,17 @@ def _check(
             if verdict is not None and not verdict.ok:
                 return verdict
         else:
-            verdict = check_bool(session.expected)
-            if verdict is not None:
-                return verdict
             expected = session.expected
+            if session.ref_error is not None:
+                return Verdict(False, f"no reference: {session.ref_error}")
+            if isinstance(expected, bool):
+                return Verdict(
+                    False,
+                    "ref_prog(*inputs) returned a bool without seeing the outputs: to check with a "
+                    "bool, make ref_prog take the inputs followed by the results",
+                )
             if expected is None:
-                return Verdict(False, "ref_prog failed or returned None; see the setup error")
+                return Verdict(False, "ref_prog returned None: return the expected outputs")
     else:
         expected = session.reference
     if spec.manual_check_prog is not None:

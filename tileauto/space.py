@@ -49,6 +49,12 @@ def resolve_configs(
     if not items:
         raise ConfigSpaceError("the config space is empty: configs produced no config to tune")
     params = inspect.signature(factory).parameters
+    try:
+        passed = set(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
+    except TypeError as exc:
+        raise ConfigSpaceError(
+            f"the call does not fit {getattr(factory, '__qualname__', factory)}: {exc}"
+        ) from None
     name = getattr(factory, "__qualname__", repr(factory))
     for i, cfg in enumerate(items):
         if not isinstance(cfg, dict):
@@ -61,7 +67,7 @@ def resolve_configs(
                 f"configs[{i}] = {cfg!r} sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
                 f"a parameter of {name}{inspect.signature(factory)}"
             )
-        fixed = [k for k in cfg if k in kwargs]
+        fixed = [k for k in cfg if k in passed]
         if fixed:
             raise ConfigSpaceError(
                 f"configs[{i}] sets {fixed}, which the call already passes explicitly"

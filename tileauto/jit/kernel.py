@@ -12,7 +12,7 @@ import torch
 import tvm
 
 from tileauto.artifact import KernelArtifact, ParamSpec
-from tileauto.errors import KernelArgumentError
+from tileauto.errors import KernelArgumentError, TileautoError
 
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
@@ -48,10 +48,17 @@ class JITKernel:
 
     def __init__(self, artifact: KernelArtifact, module: Any = None) -> None:
         self.artifact = artifact
-        self._module = (
-            module if module is not None else tvm.runtime.load_module(str(artifact.lib_path))
-        )
-        self._func = self._module[artifact.func_name]
+        self._module = module
+        if module is None:
+            try:
+                self._module = tvm.runtime.load_module(str(artifact.lib_path))
+            except Exception as exc:
+                if artifact.device_type != "cuda" or tvm.runtime.enabled("cuda"):
+                    raise
+                # Compiled for CUDA on a machine without the CUDA runtime: sources stay readable.
+                self._func = _no_cuda_runtime(artifact.func_name, exc)
+        if self._module is not None:
+            self._func = self._module[artifact.func_name]
         self.params: tuple[ParamSpec, ...] = artifact.params
         outs = set(artifact.out_idx)
         self._in_pos = tuple(i for i in range(len(self.params)) if i not in outs)
@@ -229,6 +236,19 @@ class JITKernel:
             message = _check_tensor(self.params[pos], args[k], bindings, device)
             if message is not None:
                 raise KernelArgumentError(f"{self.func_name}: argument {k} ({message})") from cause
+
+
+def _no_cuda_runtime(name: str, exc: Exception) -> Any:
+    message = (
+        f"kernel {name} was compiled for CUDA but this process has no CUDA runtime "
+        f"(TVM: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); its sources are "
+        f"available through get_kernel_source(), running it needs a GPU"
+    )
+
+    def unavailable(*args: Any) -> Any:
+        raise TileautoError(message)
+
+    return unavailable
 
 
 def _check_tensor(

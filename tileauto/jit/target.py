@@ -101,6 +101,8 @@ def device_fingerprint(device_type: str) -> dict[str, Any]:
     if device_type == "cuda":
         import torch
 
+        if not torch.cuda.is_available():  # compiling for CUDA on a machine without a GPU
+            return {"kind": "cuda", "name": "no-gpu", "cuda": torch.version.cuda}
         props = torch.cuda.get_device_properties(0)
         return {
             "kind": "cuda",

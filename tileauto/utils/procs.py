@@ -109,20 +109,44 @@ def _set_pdeathsig() -> None:
         pass
 
 
-def _child_main(conn: Any, env: dict[str, str]) -> None:
+def _settings_env() -> dict[str, str]:
+    """The caller's TILEAUTO_* variables: sent with every job so workers see the same settings."""
+    return {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
+
+
+def _apply_settings_env(env: dict[str, str], base: dict[str, str]) -> None:
+    for key in [k for k in os.environ if k.startswith("TILEAUTO_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+    os.environ.update(base)  # the worker's own variables win
+
+
+def _redirect_output(path: str | None) -> None:
+    """Send the worker's stdout/stderr (TVM's crash traces, compiler chatter) to its log file."""
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _child_main(conn: Any, env: dict[str, str], output_path: str | None = None) -> None:
     os.setpgid(0, 0)
     _set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C goes to it
     os.environ.update(env)
+    _redirect_output(output_path)
     while True:
         try:
             payload = conn.recv_bytes()
         except (EOFError, OSError):
             return
         try:
-            path, fn, args = cloudpickle.loads(payload)
+            path, settings_env, fn, args = cloudpickle.loads(payload)
             if path != sys.path:
                 sys.path[:] = path
+            _apply_settings_env(settings_env, env)
             result: Any = ("ok", fn(*args))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back as data
             result = ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
@@ -153,8 +177,9 @@ class Worker:
         self.memory_limit_bytes = memory_limit_bytes or int(psutil.virtual_memory().available * 0.9)
         self._proc: Any = None
         self._conn: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # start() may run in a background thread
         self.restarts = 0
+        self.output_path: str | None = None
         _LIVE.add(self)
 
     @property
@@ -166,19 +191,23 @@ class Worker:
         return self._proc is not None and self._proc.is_alive()
 
     def start(self) -> Worker:
-        """Start the process if it is not running (a no-op otherwise)."""
-        if self.alive:
+        """Start the process if it is not running (a no-op otherwise). Thread-safe."""
+        with self._lock:
+            if self.alive:
+                return self
+            self._reap()
+            ctx = _context()
+            parent, child = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=_child_main,
+                args=(child, self.env, self._output_file()),
+                name=f"tileauto-{self.name}",
+                daemon=True,
+            )
+            _start_without_main(proc)
+            child.close()
+            self._proc, self._conn = proc, parent
             return self
-        self._reap()
-        ctx = _context()
-        parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(
-            target=_child_main, args=(child, self.env), name=f"tileauto-{self.name}", daemon=True
-        )
-        _start_without_main(proc)
-        child.close()
-        self._proc, self._conn = proc, parent
-        return self
 
     def call(self, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
         """Run ``fn(*args)`` in the worker and return its result.
@@ -191,7 +220,9 @@ class Worker:
         with self._lock:
             self.start()
             try:
-                self._conn.send_bytes(cloudpickle.dumps((list(sys.path), fn, args)))
+                self._conn.send_bytes(
+                    cloudpickle.dumps((list(sys.path), _settings_env(), fn, args))
+                )
             except (BrokenPipeError, OSError):
                 raise self._crashed() from None
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -274,20 +305,47 @@ class Worker:
             return False
         return rss > self.memory_limit_bytes
 
+    def _output_file(self) -> str | None:
+        """A private log file for this worker's output, under the settings' log directory."""
+        try:
+            from tileauto.settings import Settings
+
+            folder = Settings.from_env().logs_dir / "workers"
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.output_path = str(folder / f"{self.name}-{os.getpid()}.log")
+        except Exception:  # noqa: BLE001 - no log dir: the output goes to our stderr
+            self.output_path = None
+        return self.output_path
+
+    def output_tail(self, lines: int = 3) -> str:
+        """The last lines the worker printed (e.g. the signal report of a crash)."""
+        if not self.output_path:
+            return ""
+        try:
+            with open(self.output_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return " | ".join(kept[-lines:])
+
     def _crashed(self) -> WorkerCrashed:
         proc = self._proc
         proc.join(timeout=2.0)
         code = proc.exitcode
         self._reap()
         self.restarts += 1
+        where = f" (worker output: {self.output_path})" if self.output_path else ""
         if code is not None and code < 0:
             name = signal.Signals(-code).name
             oom = name == "SIGKILL"
             hint = " (killed by SIGKILL: likely out of memory)" if oom else ""
             return WorkerCrashed(
-                f"crashed with signal {name}{hint}", signal_name=name, out_of_memory=oom
+                f"crashed with signal {name}{hint}{where}", signal_name=name, out_of_memory=oom
             )
-        return WorkerCrashed(f"worker exited with code {code}")
+        return WorkerCrashed(f"worker exited with code {code}{where}")
 
 
 class RemoteJobError(WorkerError):

@@ -1,0 +1,71 @@
+"""Shared test set-up: an isolated cache per test and a clean ``TILEAUTO_*`` environment.
+
+Every test gets ``TILEAUTO_CACHE_DIR`` pointing at its own temporary folder, and every other
+``TILEAUTO_*`` variable from the caller's shell is removed, so a developer's settings never
+change a test's outcome. The same clean-up is done once for the whole session (with a session
+cache folder), so module-scoped fixtures and worker processes started by them (which keep the
+environment they started with) never see the caller's settings or the real cache either.
+Tests marked ``gpu`` are skipped where torch sees no CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+
+import pytest
+
+GPU_SKIP_REASON = "needs a CUDA GPU (torch.cuda.is_available() is False)"
+
+# Variables a test may rely on from the outside (e.g. a CI switch); everything else is cleared.
+_KEEP = {"TILEAUTO_ALLOW_MISSING_NATIVE"}
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    import torch
+
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken driver counts as no GPU
+        return False
+
+
+def _clear_tileauto_env(delete) -> None:
+    for name in list(os.environ):
+        if name.startswith("TILEAUTO_") and name not in _KEEP:
+            delete(name)
+
+
+_SESSION_CACHE: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _SESSION_CACHE
+    _clear_tileauto_env(lambda name: os.environ.pop(name, None))
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="tileauto-test-cache-")
+    os.environ["TILEAUTO_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_items and not cuda_available():
+        skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def tileauto_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """A private cache dir and no inherited ``TILEAUTO_*`` settings, for every test."""
+    _clear_tileauto_env(lambda name: monkeypatch.delenv(name, raising=False))
+    cache_dir = tmp_path_factory.mktemp("tileauto-cache")
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(cache_dir))
+    return cache_dir

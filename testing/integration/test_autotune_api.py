@@ -1,0 +1,236 @@
+"""The decorator and the builder on real LLVM kernels: inputs, checks, keys, settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tune_kernels import inplace_scale, scale, scale_jit
+
+import tileauto
+from tileauto import TensorSupplyType, TrialStatus
+from tileauto.language import next_power_of_2
+
+FAST = {"warmup": 1, "rep": 3, "verbose": False}
+
+
+def by_vec(func, args, *, warmup, rep, config, device):
+    """A scripted timer: the latency is a function of the config (vec=8 wins)."""
+    func(*args)
+    return [{4: 2.0, 8: 1.0, 16: 3.0}.get(config["vec"], 9.0) * 1e6] * rep
+
+
+def test_decorator_tunes_once_and_returns_the_cached_kernel():
+    tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}, {"vec": 16}], timer=by_vec, **FAST)(
+        tileauto.jit(out_idx=[-1])(scale)
+    )
+    kernel = tuned(2048)
+    assert kernel.config["vec"] == 8
+    assert tuned(2048) is kernel
+    assert tuned(n=2048) is kernel
+    result = tuned.get_tuner_result(2048)
+    assert result.config == {"vec": 8}
+    assert [t.index for t in result.trials] == [0, 1, 2]
+    assert all(t.ok and t.latency.samples == 3 for t in result.trials)
+    a = torch.randn(2048)
+    torch.testing.assert_close(kernel(a), a * 2)
+
+
+def test_configs_callable_and_errors_before_compiling():
+    impl = tileauto.jit(out_idx=[-1])(scale)
+    tuned = tileauto.autotune(
+        configs=lambda n: [{"vec": v} for v in (4, 8) if v <= n], timer=by_vec, **FAST
+    )(impl)
+    assert tuned(1024).config["vec"] == 8
+    with pytest.raises(tileauto.ConfigSpaceError, match="empty"):
+        tileauto.autotune(configs=[], **FAST)(impl)(512)
+    with pytest.raises(tileauto.ConfigSpaceError, match="'block'.*not a parameter of scale"):
+        tileauto.autotune(configs=[{"vec": 4}, {"block": 4}], **FAST)(impl)(512)
+    with pytest.raises(TypeError, match="stacked on @tileauto.jit"):
+        tileauto.autotune(configs=[{"vec": 4}])(scale)
+
+
+def test_key_bucketing_shares_one_tuning():
+    impl = tileauto.jit(out_idx=[-1])(scale)
+    tuned = tileauto.autotune(
+        configs=[{"vec": 4}, {"vec": 8}],
+        key=lambda n, **_: next_power_of_2(n),
+        timer=by_vec,
+        **FAST,
+    )(impl)
+    k1000 = tuned(1000)
+    k1020 = tuned(1020)
+    assert len(tuned.results) == 1
+    assert k1000 is not k1020 and k1020.config["vec"] == 8
+    a = torch.randn(1020)
+    torch.testing.assert_close(k1020(a), a * 2)
+    tuned(2000)
+    assert len(tuned.results) == 2
+
+
+def test_disable_autotune_uses_the_defaults(monkeypatch):
+    monkeypatch.setenv("TILEAUTO_DISABLE_AUTOTUNE", "1")
+    tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 16}], **FAST)(
+        tileauto.jit(out_idx=[-1])(scale)
+    )
+    kernel = tuned(512)
+    assert kernel.config["vec"] == 8
+    assert tuned.results == {}
+
+
+def test_builder_from_jit_kernel_and_from_plain_factory():
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(1024), [{"vec": 4}, {"vec": 8}])
+        .set_compile_args(out_idx=[-1], target="llvm")
+        .set_profile_args(warmup=1, rep=4, timer=by_vec)
+        .run(verbose=False)
+    )
+    assert result.config == {"vec": 8}
+    assert result.latency == pytest.approx(1.0)
+    assert result.kernel.config["vec"] == 8
+
+    def kernel(vec=8):
+        return scale(256, vec=vec)
+
+    result = (
+        tileauto.AutoTuner.from_kernel(kernel, [{"vec": 4}, {"vec": 16}])
+        .set_compile_args(out_idx=[-1])
+        .set_profile_args(warmup=1, rep=3, timer=by_vec)
+        .run(verbose=False)
+    )
+    assert result.config == {"vec": 4}
+    assert result.default_trial.ok and result.speedup == pytest.approx(0.5)
+
+
+def test_each_supply_type_is_seeded_and_reproducible(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEAUTO_AUTO_TUNING_DISABLE_CACHE", "1")
+    sums = {}
+    for supply in TensorSupplyType:
+        out = tmp_path / f"{supply.name}.txt"
+        for _ in range(2):  # the same seed gives the same data in a fresh run
+            tileauto.AutoTuner.from_kernel(scale_jit(64), [{"vec": 4}]).set_profile_args(
+                warmup=0, rep=2, supply_type=supply, manual_check_prog=_record(out)
+            ).run(verbose=False)
+        values = out.read_text().split()
+        assert len(values) == 2 and len(set(values)) == 1, (supply, values)
+        sums[supply] = float(values[0])
+    assert sums[TensorSupplyType.Zero] == 0.0
+    assert sums[TensorSupplyType.One] == 2.0 * 64
+    assert (
+        len(
+            {
+                sums[s]
+                for s in (TensorSupplyType.Auto, TensorSupplyType.Uniform, TensorSupplyType.Integer)
+            }
+        )
+        == 3
+    )
+
+
+def _record(path):
+    """A check that runs in the run worker, so it reports through a file."""
+
+    def check(results, reference):
+        torch.testing.assert_close(results[0], reference[0])
+        with open(path, "a") as f:
+            f.write(f"{float(results[0].sum())!r}\n")
+
+    return check
+
+
+def test_supply_prog_and_captured_inputs_are_used_and_left_untouched(tmp_path):
+    a = torch.arange(32, dtype=torch.float32)
+    original = a.clone()
+    out = tmp_path / "seen.pt"
+
+    def check(results, reference):
+        torch.save(results[0].clone(), out)
+
+    with tileauto.set_autotune_inputs(a):
+        tileauto.AutoTuner.from_kernel(scale_jit(32), [{"vec": 4}]).set_profile_args(
+            warmup=0, rep=2, manual_check_prog=check
+        ).run(verbose=False)
+    torch.testing.assert_close(torch.load(out), original * 2)
+    assert torch.equal(a, original)
+
+    def supply(params):
+        assert [p.name for p in params] == ["A", "B"]
+        return [torch.full((32,), 3.0)]
+
+    tileauto.AutoTuner.from_kernel(scale_jit(32), [{"vec": 8}]).set_profile_args(
+        warmup=0, rep=2, supply_prog=supply, manual_check_prog=check
+    ).run(verbose=False)
+    torch.testing.assert_close(torch.load(out), torch.full((32,), 6.0))
+
+
+def test_symbolic_shapes_without_inputs_ask_for_inputs():
+    from tvm import te
+
+    def dyn(vec=4):
+        n = te.var("n")
+        A = te.placeholder((n,), "float32", name="A")
+        return te.create_prim_func([A, te.compute((n,), lambda i: A[i] + 1, name="B")])
+
+    with pytest.raises(tileauto.InputSupplyError, match="set_autotune_inputs"):
+        tileauto.AutoTuner.from_kernel(dyn, [{"vec": 4}]).set_compile_args(out_idx=[-1]).run(**FAST)
+    with tileauto.set_autotune_inputs(torch.randn(10)):
+        result = (
+            tileauto.AutoTuner.from_kernel(dyn, [{"vec": 4}])
+            .set_compile_args(out_idx=[-1])
+            .run(**FAST)
+        )
+    assert result.trials[0].ok
+
+
+def test_check_paths():
+    space = [{"vec": 4}, {"mode": "wrong"}]
+
+    def run(**profile):
+        return (
+            tileauto.AutoTuner.from_kernel(scale_jit(256), space)
+            .set_profile_args(warmup=0, rep=2, **profile)
+            .run(verbose=False)
+        )
+
+    # ref_prog returning tensors
+    r = run(ref_prog=lambda a: a * 2)
+    assert [t.status for t in r.trials] == [TrialStatus.OK, TrialStatus.MISMATCH]
+    assert "worst abs error" in r.trials[1].error
+    # ref_prog taking inputs and outputs, returning a bool
+    r = run(ref_prog=lambda a, b: bool(torch.allclose(b, a * 2)))
+    assert [t.status for t in r.trials] == [TrialStatus.OK, TrialStatus.MISMATCH]
+    assert "returned False" in r.trials[1].error
+
+    # ref_prog raising
+    def raising(a, b):
+        torch.testing.assert_close(b, a * 2)
+        return True
+
+    r = run(ref_prog=raising)
+    assert r.trials[1].status is TrialStatus.MISMATCH and "ref_prog raised" in r.trials[1].error
+    # manual_check_prog against the default config's outputs
+    r = run(manual_check_prog=lambda results, ref: torch.testing.assert_close(results[0], ref[0]))
+    assert (
+        r.trials[1].status is TrialStatus.MISMATCH
+        and "manual_check_prog raised" in r.trials[1].error
+    )
+    # no reference at all: the default config's outputs are the reference
+    r = run()
+    assert [t.status for t in r.trials] == [TrialStatus.OK, TrialStatus.MISMATCH]
+    # skip_check lets the wrong kernel through
+    r = run(skip_check=True)
+    assert all(t.ok for t in r.trials)
+
+
+def test_inplace_kernel_gets_its_own_copies_and_user_tensors_stay_untouched():
+    a = torch.randn(512)
+    b = torch.zeros(512)
+    a0, b0 = a.clone(), b.clone()
+    with tileauto.set_autotune_inputs(a, b):
+        result = (
+            tileauto.AutoTuner.from_kernel(inplace_scale, [{"vec": 4}, {"vec": 8}, {"vec": 16}])
+            .set_profile_args(warmup=2, rep=3)
+            .run(verbose=False)
+        )
+    assert all(t.ok for t in result.trials), [t.reason for t in result.trials]
+    assert any("writes into input 'A'" in n for n in result.trials[0].notes)
+    assert torch.equal(a, a0) and torch.equal(b, b0)

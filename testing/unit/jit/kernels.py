@@ -1,0 +1,122 @@
+"""Kernel factories for the jit tests: small real TVM CPU kernels (TE + s_tir.Schedule, TVMScript).
+
+They live in a module of their own (not in the test file) so that compile workers can import
+them by name, and the TVMScript ones are in a real file because the parser reads the source.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, te
+
+import tileauto.language as T
+
+
+def vector_add(n: int, block: int = 16, dtype: str = "float32") -> tvm.tirx.PrimFunc:
+    """``C = A + B`` on ``n`` elements; the loop is split by ``block`` and vectorized."""
+    a = te.placeholder((n,), dtype, name="A")
+    b = te.placeholder((n,), dtype, name="B")
+    c = te.compute((n,), lambda i: a[i] + b[i], name="C")
+    sch = s_tir.Schedule(te.create_prim_func([a, b, c]))
+    (i,) = sch.get_loops(sch.get_sblock("C"))
+    _, inner = sch.split(i, [None, block])  # a block < 1 is a ScheduleError: a failing config
+    sch.vectorize(inner)
+    return sch.mod["main"]
+
+
+def scale_shift(n: int, m: int, scale: float = 2.0, shift: float = 1.0) -> tvm.tirx.PrimFunc:
+    """Two outputs from one input: ``B = A * scale``, ``C = A + shift`` on an (n, m) tensor."""
+    a = te.placeholder((n, m), "float32", name="A")
+    b = te.compute((n, m), lambda i, j: a[i, j] * tvm.tirx.const(scale, "float32"), name="B")
+    c = te.compute((n, m), lambda i, j: a[i, j] + tvm.tirx.const(shift, "float32"), name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def dyn_double(cols: int = 4) -> tvm.tirx.PrimFunc:
+    """``B = 2 * A`` with A, B of symbolic shape (n, cols), n a ``te.var``."""
+    n = te.var("n")
+    a = te.placeholder((n, cols), "float32", name="A")
+    b = te.compute((n, cols), lambda i, j: a[i, j] * tvm.tirx.const(2.0, "float32"), name="B")
+    return te.create_prim_func([a, b])
+
+
+def dyn_add() -> tvm.tirx.PrimFunc:
+    """``C = A + B`` with all three of symbolic shape (n,): two inputs bind the same ``n``."""
+    n = te.var("n")
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.placeholder((n,), "float32", name="B")
+    c = te.compute((n,), lambda i: a[i] + b[i], name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def cast_int(n: int) -> tvm.tirx.PrimFunc:
+    """``B = int32(A) * 3`` for float32 A: an output dtype different from the input's."""
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.compute((n,), lambda i: a[i].astype("int32") * 3, name="B")
+    return te.create_prim_func([a, b])
+
+
+def not_a_kernel(n: int) -> int:
+    """A broken factory: it returns a number, not a PrimFunc."""
+    return n
+
+
+def always_fails(n: int, block: int = 4) -> tvm.tirx.PrimFunc:
+    raise RuntimeError(f"factory refuses n={n}")
+
+
+# -- TVMScript ----------------------------------------------------------------------------------
+
+N = T.int32()
+
+
+@T.prim_func
+def _add_one_dyn(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
+    for i in range(N):
+        B[i] = A[i] + T.float32(1)
+
+
+def script_add_one() -> tvm.tirx.PrimFunc:
+    """TVMScript, symbolic length: ``B = A + 1``."""
+    return _add_one_dyn
+
+
+@T.prim_func(s_tir=True)
+def _matvec_16(
+    A: T.Buffer((16, 16), "float32"), x: T.Buffer((16,), "float32"), y: T.Buffer((16,), "float32")
+):
+    T.func_attr({"tirx.noalias": True})
+    for i, k in T.grid(16, 16):
+        with T.sblock("y"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                y[vi] = T.float32(0)
+            y[vi] = y[vi] + A[vi, vk] * x[vk]
+
+
+def script_matvec() -> tvm.IRModule:
+    """TVMScript with blocks, returned inside an IRModule: ``y = A @ x`` for 16 x 16."""
+    return tvm.IRModule({"matvec": _matvec_16})
+
+
+@T.prim_func
+def _vadd_cuda(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 32)
+    tx = T.launch_thread("threadIdx.x", 128)
+    B[bx * 128 + tx] = A[bx * 128 + tx] * T.float32(2)
+
+
+def cuda_double() -> tvm.tirx.PrimFunc:
+    """A thread-bound kernel (blockIdx/threadIdx): compiles to CUDA C without a GPU."""
+    return _vadd_cuda
+
+
+@T.prim_func
+def _double_no_threads(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for i in range(64):
+        B[i] = A[i] * T.float32(2)
+
+
+def unbound_double() -> tvm.tirx.PrimFunc:
+    """No thread bindings: for CUDA, TVM would silently build a host function."""
+    return _double_no_threads

@@ -1,0 +1,686 @@
+"""Tests of tileauto.jit: @jit, JITKernel, targets, CompileArgs and par_compile, on real CPU kernels.
+
+The factories are in ``kernels.py`` next to this file (compile workers import them by name).
+Kernels that several tests only call are compiled once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import kernels
+import pytest
+import torch
+import tvm
+from tvm.target import Target, codegen
+
+import tileauto
+from tileauto import CompileError, CompileFailure, JITImpl, JITKernel, KernelArgumentError
+from tileauto.builder import BuildStatus
+from tileauto.jit import target as target_mod
+from tileauto.jit.compiler import compile_to_dir
+from tileauto.jit.target import device_type_of, resolve_target, target_json
+from tileauto.options import CompileArgs
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+CUDA_SM90 = {"kind": "cuda", "arch": "sm_90"}
+CUDA_RUNTIME = tvm.runtime.enabled("cuda")
+
+
+@pytest.fixture(scope="module")
+def add64() -> JITKernel:
+    """``C = A + B`` on 64 float32, compiled once for the module."""
+    return tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)(64)
+
+
+@pytest.fixture(scope="module")
+def dyn_add() -> JITKernel:
+    return tileauto.jit(out_idx=[-1], target="llvm")(kernels.dyn_add)()
+
+
+@pytest.fixture
+def no_disk_cache(monkeypatch):
+    """Count real compiles: a disk kernel cache would turn a second compile into a load."""
+    monkeypatch.setenv("TILEAUTO_DISABLE_CACHE", "1")
+
+
+# -- elaborate, compile, call ----------------------------------------------------------------------
+
+
+def test_jit_returns_a_jit_impl():
+    impl = tileauto.jit(kernels.vector_add)
+    assert isinstance(impl, JITImpl)
+    assert impl.__name__ == "vector_add" and impl.__doc__ == kernels.vector_add.__doc__
+    assert impl.compile_args == CompileArgs()
+    with_args = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    assert with_args.compile_args.out_idx == (-1,)
+    assert "vector_add" in repr(with_args)
+
+
+def test_jit_rejects_a_non_callable():
+    with pytest.raises(TypeError, match="kernel factory"):
+        tileauto.jit(out_idx=[-1])(42)
+
+
+def test_compile_returns_a_jit_kernel_that_computes(add64):
+    assert isinstance(add64, JITKernel)
+    a, b = torch.randn(64), torch.randn(64)
+    c = add64(a, b)
+    assert isinstance(c, torch.Tensor)
+    assert c.shape == (64,) and c.dtype == torch.float32
+    torch.testing.assert_close(c, a + b)
+    assert add64.num_inputs == 2
+    assert [p.name for p in add64.params] == ["A", "B", "C"]
+    assert "out_idx=[2]" in repr(add64)
+
+
+def test_outputs_are_fresh_tensors_each_call(add64):
+    a, b = torch.ones(64), torch.ones(64)
+    first, second = add64(a, b), add64(a, b)
+    assert first.data_ptr() != second.data_ptr()
+    assert torch.equal(first, second)
+
+
+def test_inputs_are_not_modified(add64):
+    a, b = torch.randn(64), torch.randn(64)
+    a0, b0 = a.clone(), b.clone()
+    add64(a, b)
+    assert torch.equal(a, a0) and torch.equal(b, b0)
+
+
+def test_same_arguments_return_the_same_kernel(no_disk_cache):
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    k1 = impl(64)
+    assert impl.compile_count == 1
+    assert impl(64) is k1
+    assert impl(n=64) is k1
+    assert impl(64, block=16) is k1  # the default, spelled out
+    assert impl(64, 16, "float32") is k1
+    assert impl.compile_count == 1
+    k2 = impl(64, block=8)
+    assert k2 is not k1 and impl.compile_count == 2
+    assert k2.config == {"block": 8, "dtype": "float32"}
+
+
+def test_bad_call_of_the_factory_is_a_type_error_naming_it():
+    impl = tileauto.jit(out_idx=[-1])(kernels.vector_add)
+    with pytest.raises(TypeError, match=r"vector_add\(n: .*unexpected keyword argument .blok."):
+        impl(64, blok=3)
+    with pytest.raises(TypeError, match="vector_add"):
+        impl()
+
+
+def test_config_and_target(add64):
+    assert add64.config == {"block": 16, "dtype": "float32"}
+    add64.config["block"] = 0  # a copy: the kernel's config cannot be changed from outside
+    assert add64.config["block"] == 16
+    assert isinstance(add64.target, Target)
+    assert add64.target.kind.name == "llvm"
+    assert add64.target.attrs["mcpu"] == codegen.llvm_get_system_cpu()
+    assert add64.func_name == "main"
+
+
+def test_int_and_float64_dtypes():
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    ki = impl(32, block=8, dtype="int32")
+    a = torch.arange(32, dtype=torch.int32)
+    assert torch.equal(ki(a, a), 2 * a)
+    kd = impl(32, block=8, dtype="float64")
+    x = torch.randn(32, dtype=torch.float64)
+    assert kd(x, x).dtype == torch.float64
+    torch.testing.assert_close(kd(x, x), 2 * x)
+
+
+def test_output_dtype_differs_from_input():
+    k = tileauto.jit(out_idx=-1, target="llvm")(kernels.cast_int)(8)
+    out = k(torch.full((8,), 2.5))
+    assert out.dtype == torch.int32
+    assert torch.equal(out, torch.full((8,), 6, dtype=torch.int32))
+
+
+# -- out_idx ---------------------------------------------------------------------------------------
+
+
+def test_out_idx_none_means_destination_passing():
+    k = tileauto.jit(target="llvm")(kernels.vector_add)(64)
+    a, b, c = torch.randn(64), torch.randn(64), torch.zeros(64)
+    assert k(a, b, c) is None
+    torch.testing.assert_close(c, a + b)
+    assert k.num_inputs == 3
+
+
+@pytest.mark.parametrize("out_idx", [-1, 2, [-1], [2], (2,)])
+def test_out_idx_single_output(out_idx):
+    k = tileauto.jit(out_idx=out_idx, target="llvm")(kernels.vector_add)(16, block=8)
+    a, b = torch.randn(16), torch.randn(16)
+    out = k(a, b)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, a + b)
+
+
+@pytest.mark.parametrize("out_idx", [[1, 2], [-2, -1], [2, 1]])
+def test_out_idx_several_outputs_give_a_tuple(out_idx):
+    k = tileauto.jit(out_idx=out_idx, target="llvm")(kernels.scale_shift)(3, 5)
+    a = torch.randn(3, 5)
+    out = k(a)
+    assert isinstance(out, tuple) and len(out) == 2
+    b, c = out  # in parameter order, whatever the order of out_idx
+    torch.testing.assert_close(b, a * 2)
+    torch.testing.assert_close(c, a + 1)
+
+
+def test_out_idx_first_parameter_as_output():
+    k = tileauto.jit(out_idx=[0], target="llvm")(kernels.dyn_double)()
+    # A (param 0) is allocated; its symbolic n is bound by B, the only input.
+    b = torch.randn(5, 4)
+    a = k(b)
+    assert a.shape == (5, 4)
+
+
+@pytest.mark.parametrize("out_idx", [3, -4, [0, 5]])
+def test_out_idx_out_of_range_is_a_compile_error(out_idx):
+    impl = tileauto.jit(out_idx=out_idx, target="llvm")(kernels.vector_add)
+    with pytest.raises(CompileError, match="out of range"):
+        impl(8, block=8)
+
+
+def test_out_idx_naming_a_parameter_twice():
+    impl = tileauto.jit(out_idx=[2, -1], target="llvm")(kernels.vector_add)
+    with pytest.raises(CompileError, match="twice"):
+        impl(8, block=8)
+
+
+def test_output_with_a_dimension_no_input_binds():
+    impl = tileauto.jit(out_idx=[0, 1], target="llvm")(kernels.dyn_double)
+    with pytest.raises(KernelArgumentError, match="no input binds"):
+        impl()
+
+
+# -- symbolic shapes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 5, 33])
+def test_symbolic_shape_is_bound_from_the_input(n):
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.dyn_double)()
+    assert k.params[0].shape == ("n", 4)
+    a = torch.randn(n, 4)
+    b = k(a)
+    assert b.shape == (n, 4)
+    torch.testing.assert_close(b, 2 * a)
+
+
+def test_symbolic_shape_two_inputs(dyn_add):
+    for n in (3, 100):
+        a, b = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(dyn_add(a, b), a + b)
+
+
+def test_tvmscript_kernel_with_symbolic_shape():
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.script_add_one)()
+    for n in (1, 17):
+        a = torch.randn(n)
+        torch.testing.assert_close(k(a), a + 1)
+
+
+def test_tvmscript_kernel_in_an_ir_module():
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.script_matvec)()
+    m, x = torch.randn(16, 16), torch.randn(16)
+    torch.testing.assert_close(k(m, x), m @ x, rtol=1e-4, atol=1e-4)
+    assert k.func_name == "_matvec_16"
+
+
+# -- argument errors -------------------------------------------------------------------------------
+
+
+def _bad_calls():
+    ok = torch.randn(64)
+    return {
+        "too few": ((ok,), ["takes 2 input tensor(s)", "(A, B)", "got 1"]),
+        "too many": ((ok, ok, ok), ["takes 2 input tensor(s)", "got 3", "['C']"]),
+        "shape": (
+            (torch.randn(65), ok),
+            ["'A'", "wrong shape", "expected a [64] float32", "got [65] float32"],
+        ),
+        "rank": (
+            (ok, torch.randn(8, 8)),
+            ["'B'", "number of dimensions", "expected a [64]", "got [8, 8]"],
+        ),
+        "dtype": (
+            (ok.double(), ok),
+            ["'A'", "wrong dtype", "expected a [64] float32", "got [64] float64"],
+        ),
+        "int dtype": ((ok, torch.ones(64, dtype=torch.int32)), ["'B'", "float32", "int32"]),
+        "non-contiguous": ((torch.randn(128)[::2], ok), ["'A'", "not contiguous", "strides [2]"]),
+        "non-tensor": ((ok, [0.0] * 64), ["'B'", "expected a [64] float32 tensor", "got list"]),
+        "device": (
+            (ok, torch.empty(64, device="meta")),
+            ["'B'", "wrong device", "on cpu", "on meta"],
+        ),
+    }
+
+
+BAD_CALLS = _bad_calls()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_argument_errors_name_the_parameter(add64, case):
+    args, fragments = BAD_CALLS[case]
+    with pytest.raises(KernelArgumentError) as info:
+        add64(*args)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert isinstance(info.value, ValueError)  # also catchable as a ValueError
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_prepare_checks_arguments_too(add64, case):
+    args, _ = BAD_CALLS[case]
+    with pytest.raises(KernelArgumentError):
+        add64.prepare(*args)
+
+
+def test_inconsistent_symbolic_dims_between_inputs(dyn_add):
+    with pytest.raises(KernelArgumentError) as info:
+        dyn_add(torch.randn(7), torch.randn(8))
+    message = str(info.value)
+    assert "'B'" in message and "n=8" in message and "n=7" in message
+
+
+def test_inconsistent_symbolic_dims_in_prepare(dyn_add):
+    with pytest.raises(KernelArgumentError, match="'B'"):
+        dyn_add.prepare(torch.randn(7), torch.randn(8))
+
+
+def test_an_argument_error_leaves_the_kernel_usable(add64):
+    with pytest.raises(KernelArgumentError):
+        add64(torch.randn(3), torch.randn(3))
+    a = torch.randn(64)
+    torch.testing.assert_close(add64(a, a), 2 * a)
+
+
+# -- prepare ---------------------------------------------------------------------------------------
+
+
+def test_prepare_gives_the_same_results(add64):
+    a, b = torch.randn(64), torch.randn(64)
+    call = add64.prepare(a, b)
+    out = call()
+    torch.testing.assert_close(out, add64(a, b))
+    assert call() is out  # the same output tensor, overwritten in place
+    a.copy_(torch.ones(64))
+    b.copy_(torch.ones(64))
+    torch.testing.assert_close(call(), torch.full((64,), 2.0))
+
+
+def test_prepare_with_symbolic_shapes_and_several_outputs(dyn_add):
+    a, b = torch.randn(9), torch.randn(9)
+    torch.testing.assert_close(dyn_add.prepare(a, b)(), a + b)
+    k = tileauto.jit(out_idx=[1, 2], target="llvm")(kernels.scale_shift)(2, 3)
+    x = torch.randn(2, 3)
+    b2, c2 = k.prepare(x)()
+    torch.testing.assert_close(b2, 2 * x)
+    torch.testing.assert_close(c2, x + 1)
+
+
+def test_prepare_count_error(add64):
+    with pytest.raises(KernelArgumentError, match="got 1"):
+        add64.prepare(torch.randn(64))
+
+
+# -- sources, export, reload -----------------------------------------------------------------------
+
+
+def test_sources_are_available(add64):
+    kernel_source = add64.get_kernel_source()
+    host_source = add64.get_host_source()
+    script = add64.get_script()
+    assert kernel_source.strip() and host_source.strip() and script.strip()
+    assert "define" in kernel_source  # LLVM IR on a CPU target
+    assert "def main" in script and "T.Buffer" in script
+    assert callable(add64.get_function())
+
+
+def test_raw_function_is_destination_passing(add64):
+    a, b, c = torch.randn(64), torch.randn(64), torch.empty(64)
+    add64.get_function()(a, b, c)
+    torch.testing.assert_close(c, a + b)
+
+
+def test_export_and_load_in_this_process(add64, tmp_path):
+    path = add64.export_library(tmp_path / "sub" / "add.so")
+    assert path == tmp_path / "sub" / "add.so" and path.is_file()
+    meta = json.loads(Path(f"{path}.json").read_text())
+    assert meta["func_name"] == "main" and "directory" not in meta
+    loaded = JITKernel.load_library(path)
+    a, b = torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(loaded(a, b), a + b)
+    assert loaded.config == add64.config
+    assert str(loaded.target) == str(add64.target)
+
+
+def test_load_library_without_its_description(add64, tmp_path):
+    path = add64.export_library(tmp_path / "add.so")
+    Path(f"{path}.json").unlink()
+    with pytest.raises(FileNotFoundError, match="export_library"):
+        JITKernel.load_library(path)
+
+
+def test_export_and_load_in_a_fresh_process(dyn_add, tmp_path):
+    path = dyn_add.export_library(tmp_path / "dyn_add.so")
+    script = textwrap.dedent(
+        f"""
+        import torch
+        from tileauto import JITKernel
+
+        k = JITKernel.load_library({str(path)!r})
+        a, b = torch.arange(5.0), torch.ones(5)
+        out = k(a, b)
+        assert out.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0], out
+        try:
+            k(torch.ones(2), torch.ones(3))
+        except Exception as exc:
+            print(type(exc).__name__)
+        print("OK", k.func_name, k.target.kind.name)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["KernelArgumentError", "OK", "main", "llvm"]
+
+
+# -- targets ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(target_mod, "cuda_usable", lambda: False)
+
+
+@pytest.mark.parametrize("target", ["auto", None, " auto "])
+def test_auto_on_a_cpu_machine_is_the_host_cpu(no_gpu, target):
+    t = resolve_target(target)
+    assert t.kind.name == "llvm"
+    assert t.attrs["mcpu"] == codegen.llvm_get_system_cpu()
+    assert "mtriple" in t.attrs
+
+
+@pytest.mark.parametrize("target", ["llvm", "cpu"])
+def test_llvm_means_the_host_cpu_with_its_features(target):
+    t = resolve_target(target)
+    assert t.kind.name == "llvm"
+    assert t.attrs["mcpu"] == codegen.llvm_get_system_cpu()
+
+
+def test_dict_and_json_targets():
+    generic = resolve_target({"kind": "llvm"})
+    assert generic.kind.name == "llvm" and "mcpu" not in generic.attrs
+    t = resolve_target({"kind": "llvm", "mcpu": "generic"})
+    assert t.attrs["mcpu"] == "generic"
+    assert str(resolve_target(json.dumps({"kind": "llvm", "mcpu": "generic"}))) == str(t)
+
+
+def test_target_object_is_used_as_is():
+    t = Target({"kind": "llvm", "mcpu": "generic"})
+    assert resolve_target(t) is t
+
+
+@pytest.mark.parametrize(
+    "bad", ["not-a-target", "llvm -mcpu=skylake", {"kind": "nope"}, '{"kind": "llvm"']
+)
+def test_bad_target_is_a_value_error_naming_it(bad):
+    with pytest.raises(ValueError) as info:
+        resolve_target(bad)
+    assert f"target={bad!r}" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [42, 1.5, ["llvm"]])
+def test_target_of_the_wrong_type(bad):
+    with pytest.raises(ValueError, match=f"got {type(bad).__name__}"):
+        resolve_target(bad)
+
+
+def test_bad_target_in_jit_fails_at_compile():
+    impl = tileauto.jit(out_idx=[-1], target="not-a-target")(kernels.vector_add)
+    with pytest.raises(ValueError, match="target='not-a-target'"):
+        impl(8, block=8)
+
+
+def test_default_target_variable_is_honoured(monkeypatch, no_gpu):
+    monkeypatch.setenv("TILEAUTO_DEFAULT_TARGET", json.dumps({"kind": "llvm", "mcpu": "generic"}))
+    assert resolve_target("auto").attrs["mcpu"] == "generic"
+    assert resolve_target(None).attrs["mcpu"] == "generic"
+    assert resolve_target("llvm").attrs["mcpu"] == codegen.llvm_get_system_cpu()  # explicit wins
+    k = tileauto.jit(out_idx=[-1])(kernels.vector_add)(8, block=8)
+    assert k.target.attrs["mcpu"] == "generic"
+    a = torch.randn(8)
+    torch.testing.assert_close(k(a, a), 2 * a)
+
+
+def test_default_target_llvm(monkeypatch):
+    monkeypatch.setenv("TILEAUTO_DEFAULT_TARGET", "llvm")
+    assert resolve_target("auto").attrs["mcpu"] == codegen.llvm_get_system_cpu()
+
+
+def test_bad_default_target_names_it(monkeypatch):
+    monkeypatch.setenv("TILEAUTO_DEFAULT_TARGET", "warp-drive")
+    with pytest.raises(ValueError, match="target='warp-drive'"):
+        resolve_target("auto")
+
+
+def test_cuda_targets_get_a_host():
+    t = resolve_target(CUDA_SM90)
+    assert t.kind.name == "cuda" and t.attrs["arch"] == "sm_90"
+    assert t.host is not None and t.host.kind.name == "llvm"
+    assert device_type_of(t) == "cuda"
+    generic_host = resolve_target(CUDA_SM90, target_host={"kind": "llvm"})
+    assert "mcpu" not in generic_host.host.attrs
+    assert resolve_target("cuda").kind.name == "cuda"
+
+
+def test_target_json_round_trips():
+    t = resolve_target("llvm")
+    text = target_json(t)
+    assert json.loads(text)["kind"] == "llvm"
+    assert target_json(Target(text)) == text
+    assert device_type_of(t) == "cpu"
+
+
+# -- CompileArgs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "out_idx, expected", [(None, None), (-1, (-1,)), ([0, 2], (0, 2)), ((1,), (1,)), ([], ())]
+)
+def test_compile_args_normalize_out_idx(out_idx, expected):
+    assert CompileArgs(out_idx=out_idx).out_idx == expected
+
+
+@pytest.mark.parametrize("out_idx", ["-1", True, 1.0, [1.0], [True], [0, "1"], {"a": 1}])
+def test_compile_args_reject_bad_out_idx(out_idx):
+    with pytest.raises(TypeError, match="out_idx"):
+        CompileArgs(out_idx=out_idx)
+    with pytest.raises(TypeError, match="out_idx"):
+        tileauto.jit(out_idx=out_idx)
+
+
+@pytest.mark.parametrize("backend", ["cython", "ctypes", "", "TVM_FFI"])
+def test_compile_args_reject_bad_execution_backend(backend):
+    with pytest.raises(ValueError, match="execution_backend"):
+        CompileArgs(execution_backend=backend)
+    with pytest.raises(ValueError, match="execution_backend"):
+        tileauto.jit(execution_backend=backend)
+
+
+def test_compile_args_accept_known_backends():
+    assert CompileArgs(execution_backend="tvm_ffi").execution_backend == "tvm_ffi"
+
+
+def test_compile_args_reject_bad_pass_configs():
+    with pytest.raises(TypeError, match="pass_configs"):
+        CompileArgs(pass_configs=[("tirx.disable_vectorize", True)])
+
+
+def test_pass_configs_reach_the_compiler():
+    impl = tileauto.jit(out_idx=[-1], target="llvm", pass_configs={"tirx.disable_vectorize": True})(
+        kernels.vector_add
+    )
+    k = impl(64)
+    a = torch.randn(64)
+    torch.testing.assert_close(k(a, a), 2 * a)
+    with pytest.raises(CompileError):
+        tileauto.jit(out_idx=[-1], target="llvm", pass_configs={"no.such.option": 1})(
+            kernels.vector_add
+        )(64)
+
+
+def test_with_compile_args_copies():
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    other = impl.with_compile_args(out_idx=None)
+    assert other is not impl and other.compile_args.out_idx is None
+    assert impl.compile_args.out_idx == (-1,)
+
+
+# -- factories that fail ---------------------------------------------------------------------------
+
+
+def test_factory_returning_something_else_is_a_compile_error():
+    with pytest.raises(CompileError, match="must return a tvm PrimFunc or IRModule, got int"):
+        tileauto.jit(kernels.not_a_kernel)(3)
+
+
+def test_factory_raising_is_a_compile_error():
+    with pytest.raises(CompileError, match="RuntimeError: factory refuses n=3"):
+        tileauto.jit(kernels.always_fails)(3)
+
+
+def test_schedule_error_is_a_compile_error():
+    with pytest.raises(CompileError, match="ScheduleError"):
+        tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)(64, block=0)
+
+
+def test_failed_compile_is_not_cached(no_disk_cache):
+    impl = tileauto.jit(kernels.not_a_kernel)
+    for _ in range(2):
+        with pytest.raises(CompileError):
+            impl(3)
+    assert impl.compile_count == 2
+
+
+# -- par_compile -----------------------------------------------------------------------------------
+
+PAR_CONFIGS = [{"block": 8}, {"block": 0}, {"block": 32}]
+
+
+def _check_par_results(results):
+    assert len(results) == 3
+    ok0, bad, ok2 = results
+    assert isinstance(ok0, JITKernel) and isinstance(ok2, JITKernel)
+    assert ok0.config["block"] == 8 and ok2.config["block"] == 32
+    assert isinstance(bad, CompileFailure)
+    assert not bad and ok0 and ok2
+    assert [k for k in results if k] == [ok0, ok2]
+    assert bad.index == 1 and bad.config == {"block": 0, "n": 64}
+    assert bad.status is BuildStatus.ERROR
+    assert "split" in bad.error
+    assert "'block': 0" in str(bad) and "compile_error" in str(bad)
+    a, b = torch.randn(64), torch.randn(64)
+    for k in (ok0, ok2):
+        torch.testing.assert_close(k(a, b), a + b)
+
+
+def test_par_compile_with_process_isolation():
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    results = impl.par_compile([dict(c, n=64) for c in PAR_CONFIGS], num_workers=2)
+    _check_par_results(results)
+
+
+def test_par_compile_with_thread_isolation(monkeypatch):
+    monkeypatch.setenv("TILEAUTO_COMPILE_ISOLATION", "thread")
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    results = impl.par_compile([dict(c, n=64) for c in PAR_CONFIGS], num_workers=2)
+    _check_par_results(results)
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_par_compile_positional_configs_and_factory_errors(monkeypatch, isolation):
+    monkeypatch.setenv("TILEAUTO_COMPILE_ISOLATION", isolation)
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    ok, fails = impl.par_compile([(16, 8), (16, 8, "float32", "extra")], num_workers=1)
+    assert isinstance(ok, JITKernel) and ok.params[0].shape == (16,)
+    assert isinstance(fails, CompileFailure) and fails.config == (16, 8, "float32", "extra")
+    assert "argument" in fails.error  # TypeError: too many positional arguments
+
+
+def test_par_compile_of_a_non_kernel_factory():
+    impl = tileauto.jit(kernels.not_a_kernel)
+    (failure,) = impl.par_compile([{"n": 3}], num_workers=1)
+    assert isinstance(failure, CompileFailure)
+    assert "must return a tvm PrimFunc or IRModule" in failure.error
+
+
+def test_par_compile_rejects_bad_config_entries():
+    impl = tileauto.jit(kernels.vector_add)
+    with pytest.raises(TypeError, match=r"configs\[0\]"):
+        impl.par_compile([8])
+
+
+def test_par_compile_empty():
+    assert tileauto.jit(kernels.vector_add).par_compile([]) == []
+
+
+def test_par_compile_honours_default_target_set_after_workers_started(monkeypatch, no_gpu):
+    impl = tileauto.jit(out_idx=[-1])(kernels.vector_add)
+    impl.par_compile([{"n": 8, "block": 8}], num_workers=1)  # the worker pool is running now
+    monkeypatch.setenv("TILEAUTO_DEFAULT_TARGET", json.dumps({"kind": "llvm", "mcpu": "generic"}))
+    (k,) = impl.par_compile([{"n": 8, "block": 4}], num_workers=1)
+    assert k.target.attrs["mcpu"] == "generic"
+
+
+# -- CUDA (no GPU needed to compile) ---------------------------------------------------------------
+
+
+def test_cuda_compile_produces_cuda_source(tmp_path):
+    artifact = compile_to_dir(
+        kernels.cuda_double, (), {}, CompileArgs(out_idx=[-1], target=CUDA_SM90), tmp_path / "k"
+    )
+    assert artifact.device_type == "cuda"
+    assert json.loads(artifact.target)["arch"] == "sm_90"
+    source = (artifact.directory / artifact.KERNEL_SOURCE).read_text()
+    assert "__global__" in source and "threadIdx.x" in source
+    assert (artifact.directory / artifact.HOST_SOURCE).read_text().strip()
+    assert artifact.lib_path.is_file()
+
+
+def test_jit_cuda_compile_without_gpu_gives_cuda_source():
+    k = tileauto.jit(out_idx=[-1], target=CUDA_SM90)(kernels.cuda_double)()
+    assert "__global__" in k.get_kernel_source()
+    assert k.target.kind.name == "cuda"
+
+
+def test_cuda_kernel_without_thread_bindings_is_a_compile_error():
+    impl = tileauto.jit(out_idx=[-1], target=CUDA_SM90)(kernels.unbound_double)
+    with pytest.raises(CompileError, match="blockIdx/threadIdx"):
+        impl()
+
+
+@pytest.mark.gpu
+def test_cuda_kernel_runs_on_the_gpu():
+    k = tileauto.jit(out_idx=[-1], target="cuda")(kernels.cuda_double)()
+    a = torch.randn(4096, device="cuda")
+    torch.testing.assert_close(k(a), 2 * a)
+    with pytest.raises(KernelArgumentError, match="wrong device"):
+        k(a.cpu())

@@ -1,0 +1,339 @@
+"""Tests of tileauto.settings: every TILEAUTO_* variable, compile_workers(), paths and the docs page."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileauto.errors import SettingsError, TileautoError
+from tileauto.settings import Settings, available_cpus, markdown_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ALL_VARS = {
+    "TILEAUTO_CACHE_DIR",
+    "TILEAUTO_TMP_DIR",
+    "TILEAUTO_LOG_DIR",
+    "TILEAUTO_DISABLE_CACHE",
+    "TILEAUTO_AUTO_TUNING_DISABLE_CACHE",
+    "TILEAUTO_AUTO_TUNING_CPU_UTILITIES",
+    "TILEAUTO_AUTO_TUNING_CPU_COUNTS",
+    "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT",
+    "TILEAUTO_DISABLE_AUTOTUNE",
+    "TILEAUTO_DEFAULT_TARGET",
+    "TILEAUTO_COMPILE_ISOLATION",
+    "TILEAUTO_COMPILE_TIMEOUT",
+    "TILEAUTO_NUM_THREADS",
+}
+
+BOOL_FIELDS = {
+    "TILEAUTO_DISABLE_CACHE": "disable_cache",
+    "TILEAUTO_AUTO_TUNING_DISABLE_CACHE": "autotune_disable_cache",
+    "TILEAUTO_DISABLE_AUTOTUNE": "disable_autotune",
+}
+INT_FIELDS = {
+    "TILEAUTO_AUTO_TUNING_CPU_COUNTS": "cpu_counts",
+    "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "max_cpu_count",
+    "TILEAUTO_NUM_THREADS": "num_threads",
+}
+PATH_FIELDS = {
+    "TILEAUTO_CACHE_DIR": "cache_dir",
+    "TILEAUTO_TMP_DIR": "tmp_dir",
+    "TILEAUTO_LOG_DIR": "log_dir",
+}
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env(env)
+
+
+def test_every_variable_is_a_field_and_vice_versa():
+    names = {f.metadata["env"] for f in dataclasses.fields(Settings)}
+    assert names == ALL_VARS
+    for f in dataclasses.fields(Settings):
+        assert f.metadata["doc"].strip(), f"{f.metadata['env']} has no documentation"
+
+
+def test_package_reads_no_undeclared_variable():
+    """Every TILEAUTO_* name in the package source is a declared setting (one place reads them)."""
+    mentioned = set()
+    for path in (ROOT / "tileauto").rglob("*.py"):
+        mentioned |= set(re.findall(r"TILEAUTO_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
+    prefixes = {"TILEAUTO_AUTO_TUNING"}  # prose mentions a family of variables
+    assert mentioned - ALL_VARS - prefixes == set()
+
+
+def test_defaults_without_environment():
+    s = settings()
+    assert s.cache_dir == Path.home() / ".tileauto" / "cache"
+    assert s.tmp_dir is None and s.log_dir is None
+    assert s.staging_dir == s.cache_dir / "tmp"
+    assert s.logs_dir == s.cache_dir / "logs"
+    assert s.disable_cache is False and s.autotune_disable_cache is False
+    assert s.disable_autotune is False
+    assert s.cpu_utilities == 0.9
+    assert s.cpu_counts == -1 and s.max_cpu_count == -1 and s.num_threads == -1
+    assert s.default_target == "auto"
+    assert s.compile_isolation == "process"
+    assert s.compile_timeout_s == 300.0
+    assert s.tuning_cache_enabled and s.kernel_cache_enabled
+
+
+def test_from_env_reads_os_environ_by_default(monkeypatch, tmp_path):
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("TILEAUTO_AUTO_TUNING_CPU_COUNTS", "3")
+    s = Settings.from_env()
+    assert s.cache_dir == tmp_path / "c"
+    assert s.cpu_counts == 3
+
+
+def test_conftest_isolates_the_cache_dir(tileauto_env):
+    assert os.environ["TILEAUTO_CACHE_DIR"] == str(tileauto_env)
+    assert Settings.from_env().cache_dir == tileauto_env
+    leaked = [k for k in os.environ if k.startswith("TILEAUTO_") and k != "TILEAUTO_CACHE_DIR"]
+    assert leaked in ([], ["TILEAUTO_ALLOW_MISSING_NATIVE"])
+
+
+def test_settings_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings().cpu_counts = 4  # type: ignore[misc]
+
+
+# -- paths ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("var", sorted(PATH_FIELDS))
+def test_path_variables(var, tmp_path):
+    s = settings(**{var: str(tmp_path / "x")})
+    assert getattr(s, PATH_FIELDS[var]) == tmp_path / "x"
+
+
+def test_paths_expand_user():
+    s = settings(TILEAUTO_CACHE_DIR="~/somewhere")
+    assert s.cache_dir == Path.home() / "somewhere"
+
+
+def test_staging_and_logs_follow_cache_dir_unless_set(tmp_path):
+    s = settings(TILEAUTO_CACHE_DIR=str(tmp_path))
+    assert s.staging_dir == tmp_path / "tmp"
+    assert s.logs_dir == tmp_path / "logs"
+    s = settings(
+        TILEAUTO_CACHE_DIR=str(tmp_path),
+        TILEAUTO_TMP_DIR=str(tmp_path / "stage"),
+        TILEAUTO_LOG_DIR=str(tmp_path / "log"),
+    )
+    assert s.staging_dir == tmp_path / "stage"
+    assert s.logs_dir == tmp_path / "log"
+
+
+@pytest.mark.parametrize("var", sorted(PATH_FIELDS))
+@pytest.mark.parametrize("raw", ["", "   "])
+def test_empty_path_is_an_error(var, raw):
+    with pytest.raises(SettingsError, match=var):
+        settings(**{var: raw})
+
+
+# -- booleans -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("var", sorted(BOOL_FIELDS))
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("1", True),
+        ("true", True),
+        ("True", True),
+        (" YES ", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("no", False),
+        ("OFF", False),
+        ("", False),
+    ],
+)
+def test_bool_variables(var, raw, expected):
+    assert getattr(settings(**{var: raw}), BOOL_FIELDS[var]) is expected
+
+
+@pytest.mark.parametrize("var", sorted(BOOL_FIELDS))
+@pytest.mark.parametrize("raw", ["2", "maybe", "-1", "enabled"])
+def test_bad_bool_names_the_variable(var, raw):
+    with pytest.raises(SettingsError, match=var) as info:
+        settings(**{var: raw})
+    assert repr(raw) in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TileautoError)
+
+
+def test_cache_switches():
+    s = settings(TILEAUTO_DISABLE_CACHE="1")
+    assert not s.tuning_cache_enabled and not s.kernel_cache_enabled
+    s = settings(TILEAUTO_AUTO_TUNING_DISABLE_CACHE="1")
+    assert not s.tuning_cache_enabled and s.kernel_cache_enabled
+
+
+# -- integers -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("var", sorted(INT_FIELDS))
+@pytest.mark.parametrize("raw, expected", [("1", 1), ("4", 4), (" 16 ", 16), ("-1", -1)])
+def test_int_variables(var, raw, expected):
+    assert getattr(settings(**{var: raw}), INT_FIELDS[var]) == expected
+
+
+@pytest.mark.parametrize("var", sorted(INT_FIELDS))
+@pytest.mark.parametrize("raw", ["abc", "2.5", "", "0", "-2", "1e3"])
+def test_bad_int_names_the_variable(var, raw):
+    with pytest.raises(SettingsError, match=var) as info:
+        settings(**{var: raw})
+    assert repr(raw) in str(info.value)
+
+
+# -- the CPU fraction -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, expected", [("0.5", 0.5), ("1", 1.0), (" 0.25 ", 0.25), ("1e-1", 0.1)]
+)
+def test_cpu_utilities(raw, expected):
+    assert settings(TILEAUTO_AUTO_TUNING_CPU_UTILITIES=raw).cpu_utilities == expected
+
+
+@pytest.mark.parametrize("raw", ["abc", "1.7", "0", "-0.5", "nan", "inf", ""])
+def test_bad_cpu_utilities_names_the_variable(raw):
+    with pytest.raises(SettingsError, match="TILEAUTO_AUTO_TUNING_CPU_UTILITIES") as info:
+        settings(TILEAUTO_AUTO_TUNING_CPU_UTILITIES=raw)
+    assert repr(raw) in str(info.value)
+    assert "(0, 1]" in str(info.value)
+
+
+# -- the other variables --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [("", "auto"), ("auto", "auto"), (" llvm ", "llvm"), ('{"kind": "llvm"}', '{"kind": "llvm"}')],
+)
+def test_default_target(raw, expected):
+    assert settings(TILEAUTO_DEFAULT_TARGET=raw).default_target == expected
+
+
+@pytest.mark.parametrize("raw, expected", [("thread", "thread"), (" PROCESS ", "process")])
+def test_compile_isolation(raw, expected):
+    assert settings(TILEAUTO_COMPILE_ISOLATION=raw).compile_isolation == expected
+
+
+@pytest.mark.parametrize("raw", ["fork", "", "threads"])
+def test_bad_compile_isolation(raw):
+    with pytest.raises(SettingsError, match="TILEAUTO_COMPILE_ISOLATION") as info:
+        settings(TILEAUTO_COMPILE_ISOLATION=raw)
+    assert "process" in str(info.value) and "thread" in str(info.value)
+
+
+@pytest.mark.parametrize("raw, expected", [("10", 10.0), ("0.5", 0.5), (" 2 ", 2.0)])
+def test_compile_timeout(raw, expected):
+    assert settings(TILEAUTO_COMPILE_TIMEOUT=raw).compile_timeout_s == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "abc", "inf", "nan", ""])
+def test_bad_compile_timeout(raw):
+    with pytest.raises(SettingsError, match="TILEAUTO_COMPILE_TIMEOUT"):
+        settings(TILEAUTO_COMPILE_TIMEOUT=raw)
+
+
+def test_unrelated_variables_are_ignored():
+    s = settings(TILEAUTO_UNKNOWN="x", HOME="/nowhere", PATH="")
+    assert s == settings()
+
+
+# -- compile_workers() and run_threads() ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, cpus, expected",
+    [
+        ({}, 2, 2),  # round(0.9 * 2) = 2
+        ({}, 10, 9),
+        ({}, 1, 1),
+        ({}, 64, 58),
+        ({"TILEAUTO_AUTO_TUNING_CPU_UTILITIES": "0.5"}, 8, 4),
+        ({"TILEAUTO_AUTO_TUNING_CPU_UTILITIES": "0.1"}, 2, 1),  # never below one worker
+        ({"TILEAUTO_AUTO_TUNING_CPU_UTILITIES": "1"}, 16, 16),
+        ({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "3"}, 64, 3),  # an exact count wins
+        ({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "8"}, 2, 8),  # even above the CPU count
+        ({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "-1"}, 10, 9),
+        ({"TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "4"}, 64, 4),
+        ({"TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "4"}, 2, 2),
+        ({"TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "-1"}, 64, 58),
+        (
+            {"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "6", "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "2"},
+            64,
+            2,
+        ),
+        (
+            {
+                "TILEAUTO_AUTO_TUNING_CPU_UTILITIES": "0.5",
+                "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "3",
+            },
+            16,
+            3,
+        ),
+    ],
+)
+def test_compile_workers(env, cpus, expected):
+    assert settings(**env).compile_workers(cpus) == expected
+
+
+def test_compile_workers_defaults_to_available_cpus():
+    s = settings(TILEAUTO_AUTO_TUNING_CPU_UTILITIES="1")
+    assert s.compile_workers() == available_cpus() >= 1
+
+
+def test_available_cpus_respects_affinity():
+    assert available_cpus() == len(os.sched_getaffinity(0))
+
+
+def test_run_threads():
+    assert settings(TILEAUTO_NUM_THREADS="3").run_threads() == 3
+    assert settings().run_threads() == available_cpus()
+
+
+def test_describe_names_every_variable():
+    described = settings(TILEAUTO_AUTO_TUNING_CPU_COUNTS="5").describe()
+    assert set(described) == ALL_VARS
+    assert described["TILEAUTO_AUTO_TUNING_CPU_COUNTS"] == "5"
+
+
+# -- the docs page --------------------------------------------------------------------------------
+
+
+def test_markdown_table_lists_every_variable():
+    table = markdown_table()
+    for name in ALL_VARS:
+        assert f"| `{name}` |" in table
+    assert "`~/.tileauto/cache`" in table
+    assert str(Path.home()) not in table  # no machine-specific default in the docs
+
+
+def test_docs_env_vars_md_is_generated_output():
+    """docs/env_vars.md must equal ``python -m tileauto.settings``; regenerate it if this fails."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tileauto.settings"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    docs = (ROOT / "docs" / "env_vars.md").read_text()
+    assert proc.stdout == docs, (
+        "docs/env_vars.md is stale: run `python -m tileauto.settings > docs/env_vars.md`"
+    )
+    assert markdown_table() == docs

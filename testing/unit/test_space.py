@@ -1,0 +1,127 @@
+"""Tests of tileauto.space: resolving and checking the tuning space before anything compiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from tileauto.errors import ConfigSpaceError
+from tileauto.space import config_id, full_config, resolve_configs, tunable_parameters
+
+
+def matmul(M, N, K, block_M=64, block_N=64, threads=128, dtype="float32"):
+    raise AssertionError("resolve_configs must not call the factory")
+
+
+def test_tunable_parameters_are_those_with_defaults():
+    assert tunable_parameters(matmul) == {
+        "block_M": 64,
+        "block_N": 64,
+        "threads": 128,
+        "dtype": "float32",
+    }
+
+
+def test_list_of_dicts_is_copied():
+    space = [{"block_M": 32}, {"block_M": 64, "threads": 256}]
+    got = resolve_configs(space, matmul, (128, 128, 128), {})
+    assert got == space
+    got[0]["block_M"] = 1
+    assert space[0]["block_M"] == 32
+
+
+def test_any_iterable_of_dicts():
+    got = resolve_configs(({"threads": t} for t in (64, 128)), matmul, (1, 2, 3), {})
+    assert got == [{"threads": 64}, {"threads": 128}]
+
+
+def test_empty_dict_is_the_default_config():
+    assert resolve_configs([{}], matmul, (1, 2, 3), {}) == [{}]
+
+
+@pytest.mark.parametrize("empty", [[], (), iter([])])
+def test_empty_space(empty):
+    with pytest.raises(ConfigSpaceError, match="empty"):
+        resolve_configs(empty, matmul, (1, 2, 3), {})
+
+
+def test_callable_returning_nothing_is_empty():
+    with pytest.raises(ConfigSpaceError, match="empty"):
+        resolve_configs(lambda *a, **k: [], matmul, (1, 2, 3), {})
+
+
+def test_unknown_key_names_the_key_and_the_signature():
+    with pytest.raises(ConfigSpaceError) as info:
+        resolve_configs([{"block_M": 32}, {"blockM": 32}], matmul, (1, 2, 3), {})
+    msg = str(info.value)
+    assert "configs[1]" in msg and "['blockM']" in msg and "is not a parameter" in msg
+    assert "matmul(M, N, K, block_M=64, block_N=64, threads=128, dtype='float32')" in msg
+
+
+def test_several_unknown_keys():
+    with pytest.raises(ConfigSpaceError, match=r"\['x', 'y'\], which are not"):
+        resolve_configs([{"x": 1, "y": 2, "threads": 4}], matmul, (1, 2, 3), {})
+
+
+@pytest.mark.parametrize("entry", [("block_M", 32), 32, "block_M", None, [("block_M", 32)]])
+def test_non_dict_entry(entry):
+    with pytest.raises(ConfigSpaceError, match=r"configs\[1\] must be a dict"):
+        resolve_configs([{"threads": 64}, entry], matmul, (1, 2, 3), {})
+
+
+@pytest.mark.parametrize("configs", [None, {"block_M": 32}, "block_M", 5])
+def test_configs_that_are_not_a_list(configs):
+    with pytest.raises(ConfigSpaceError, match="must be a list of dicts"):
+        resolve_configs(configs, matmul, (1, 2, 3), {})
+
+
+def test_callable_configs_get_the_call_arguments():
+    seen = []
+
+    def space(M, N, K, dtype="float32"):
+        seen.append((M, N, K, dtype))
+        return [{"block_M": b} for b in (16, 32) if b <= M]
+
+    got = resolve_configs(space, matmul, (16, 8, 4), {"dtype": "float16"})
+    assert seen == [(16, 8, 4, "float16")]
+    assert got == [{"block_M": 16}]
+
+
+def test_callable_configs_may_return_a_generator():
+    got = resolve_configs(lambda *a: ({"threads": t} for t in (32, 64)), matmul, (1, 2, 3), {})
+    assert got == [{"threads": 32}, {"threads": 64}]
+
+
+def test_callable_configs_with_the_wrong_signature():
+    with pytest.raises(ConfigSpaceError, match="same arguments as the factory"):
+        resolve_configs(lambda: [{"threads": 32}], matmul, (1, 2, 3), {})
+
+
+def test_callable_configs_are_checked_too():
+    with pytest.raises(ConfigSpaceError, match="'nope'"):
+        resolve_configs(lambda *a: [{"nope": 1}], matmul, (1, 2, 3), {})
+
+
+def test_config_may_not_override_an_explicit_keyword():
+    with pytest.raises(ConfigSpaceError, match=r"\['threads'\].*already passes explicitly"):
+        resolve_configs([{"threads": 64}], matmul, (1, 2, 3), {"threads": 32})
+
+
+def test_config_may_not_override_an_explicit_positional_argument():
+    with pytest.raises(ConfigSpaceError, match="block_M"):
+        resolve_configs([{"block_M": 32}], matmul, (1, 2, 3, 16), {})
+
+
+def test_config_id_is_stable_and_order_free():
+    assert config_id({"b": 1, "a": 2}) == config_id({"a": 2, "b": 1}) == '{"a": 2, "b": 1}'
+    assert config_id({"a": 1}) != config_id({"a": 2})
+    assert config_id({"t": (1, 2)}) == '{"t": [1, 2]}'
+    assert "object" in config_id({"o": object()})  # not JSON: falls back to repr
+
+
+def test_full_config_fills_defaults():
+    defaults = tunable_parameters(matmul)
+    assert full_config({"threads": 32}, defaults, ["threads", "block_M"]) == {
+        "block_M": 64,
+        "threads": 32,
+    }
+    assert list(full_config({}, defaults, ["threads", "block_M"])) == ["block_M", "threads"]

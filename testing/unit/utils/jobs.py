@@ -1,0 +1,68 @@
+"""Jobs for the Worker tests. Module-level so that they pickle by reference into the worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+def add(a, b):
+    return a + b
+
+
+def pid():
+    return os.getpid()
+
+
+def environment(name):
+    return os.environ.get(name)
+
+
+def process_group():
+    return os.getpgid(0)
+
+
+def rss_bytes():
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def raise_value_error(message):
+    raise ValueError(message)
+
+
+def sleep(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def spawn_grandchild_and_sleep(pid_file, seconds):
+    """Start ``sleep 60`` (a grandchild of the test process), record its pid, then hang."""
+    child = subprocess.Popen(["sleep", "60"])
+    Path(pid_file).write_text(str(child.pid))
+    time.sleep(seconds)
+    return child.pid
+
+
+def segfault():
+    os.kill(os.getpid(), signal.SIGSEGV)
+    time.sleep(10)  # the signal is delivered before this returns
+
+
+def exit_with(code):
+    os._exit(code)
+
+
+def allocate_and_hold(n_bytes, hold_s):
+    """Allocate ``n_bytes`` and touch every page (resident, not just reserved), then hold it."""
+    block = bytearray(b"\x01") * n_bytes
+    time.sleep(hold_s)
+    return len(block)
+
+
+def unpicklable_result():
+    return lambda: None
