@@ -1,0 +1,259 @@
+"""Tiled fp32 GEMM for the CPU: ``C = A @ B`` with A (M, K) and B (K, N), both row-major.
+
+The factory builds the kernel with TE and schedules it with ``tvm.s_tir.Schedule``:
+
+* **B is packed** into panels ``Bp[N / block_N, K, block_N]`` (zero-padded), so the inner loop
+  reads B contiguously instead of with a stride of N floats;
+* **cache blocking**: the output is split into ``block_M x block_N`` tiles, one parallel task
+  each, and the reduction into ``block_K`` slices, so a slice of A and of Bp stays in cache;
+* **register blocking**: inside a tile, ``micro_M x micro_N`` sub-tiles of C live in a local
+  buffer that LLVM keeps in vector registers while ``k`` runs; the ``micro_N`` columns are
+  ``micro_N / vec`` vectors of ``vec`` lanes, and the ``k`` loop is unrolled ``unroll`` times.
+
+Sizes that the tiles do not divide are supported: the computation runs on zero-padded
+extents (A rows are clamped, B is padded while packing) and only the valid part of C is
+written back. Run ``python examples/gemm_cpu.py --size 512`` to check it against
+``torch.matmul`` and to see how much the configs differ (as a script it sets
+``TVM_NUM_THREADS`` to the number of cores unless it is set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import tvm
+from tvm import s_tir, te
+
+try:
+    import tileauto
+except ImportError:  # a source checkout that is not installed: use the repo next to us
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import tileauto
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _host_has_avx512() -> bool:
+    """Whether LLVM's view of this CPU has AVX-512 (32 zmm registers of 16 fp32 lanes)."""
+    try:
+        with tvm.target.Target.from_device("cpu"):
+            return bool(tvm.target.codegen.llvm_cpu_has_features(["avx512f"]))
+    except Exception:  # not x86, or an LLVM without the query: assume 16 vector registers
+        return False
+
+
+# The default config depends on the register file: 8x32 fp32 (16 zmm accumulators) with
+# AVX-512, else the classic 6x16 (12 ymm accumulators) that fits AVX2's 16 registers.
+_AVX512 = _host_has_avx512()
+_DEF_MICRO = (8, 32, 16) if _AVX512 else (6, 16, 8)  # micro_M, micro_N, vec
+_DEF_BLOCK = (64, 128) if _AVX512 else (48, 128)  # block_M, block_N
+
+
+def gemm(
+    M: int,
+    N: int,
+    K: int,
+    block_M: int = _DEF_BLOCK[0],
+    block_N: int = _DEF_BLOCK[1],
+    block_K: int = 256,
+    micro_M: int = _DEF_MICRO[0],
+    micro_N: int = _DEF_MICRO[1],
+    vec: int = _DEF_MICRO[2],
+    unroll: int = 4,
+    parallel: bool = True,
+    dtype: str = "float32",
+) -> tvm.tirx.PrimFunc:
+    """Return the PrimFunc ``main(A, B, C)`` computing ``C = A @ B``.
+
+    Args:
+        M, N, K: problem sizes (any positive ints).
+        block_M, block_N: output tile of one parallel task (multiples of micro_M / micro_N).
+        block_K: reduction slice kept in cache (a multiple of ``unroll``; clamped to K).
+        micro_M, micro_N: register tile (micro_N a multiple of vec). Keep
+            ``micro_M * micro_N / lanes`` accumulators under the register count: 16 ymm (AVX2)
+            or 32 zmm (AVX-512), e.g. 6x16 or 4x24 with AVX2 and 8x32 with AVX-512.
+        vec: vector width (lanes) of the innermost ``j`` loop.
+        unroll: unroll factor of the innermost ``k`` loop.
+        parallel: run the output tiles (and the packing of B) on the TVM thread pool.
+        dtype: element type of A, B and C.
+    """
+    sizes = {"M": M, "N": N, "K": K, "block_M": block_M, "block_N": block_N,
+             "block_K": block_K, "micro_M": micro_M, "micro_N": micro_N, "vec": vec,
+             "unroll": unroll}  # fmt: skip
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if block_M % micro_M or block_N % micro_N or micro_N % vec or block_K % unroll:
+        raise ValueError(
+            f"tiles must nest: block_M={block_M} % micro_M={micro_M}, block_N={block_N} % "
+            f"micro_N={micro_N}, micro_N % vec={vec} and block_K={block_K} % unroll={unroll} "
+            f"must all be 0"
+        )
+    # A reduction slice longer than K only adds zeros: clamp it.
+    block_K = min(block_K, _ceildiv(K, unroll) * unroll)
+    Mp, Np, Kp = (_ceildiv(M, block_M) * block_M, _ceildiv(N, block_N) * block_N,
+                  _ceildiv(K, block_K) * block_K)  # fmt: skip
+
+    A = te.placeholder((M, K), dtype, name="A")
+    B = te.placeholder((K, N), dtype, name="B")
+
+    def b_value(k, j):
+        conds = ([k < K] if Kp != K else []) + ([j < N] if Np != N else [])
+        if not conds:
+            return B[k, j]
+        inside = conds[0] if len(conds) == 1 else te.all(*conds)
+        # The clamped index keeps the (never used) load in bounds.
+        return te.if_then_else(
+            inside, B[te.min(k, K - 1), te.min(j, N - 1)], tvm.tirx.const(0, dtype)
+        )
+
+    Bp = te.compute(
+        (Np // block_N, Kp, block_N), lambda x, k, y: b_value(k, x * block_N + y), name="Bp"
+    )
+    # Padded rows of A are clamped to the last row: they only feed rows of C that are dropped.
+    # Padded k reads a valid A element but multiplies it by a zero of Bp.
+    a_row = (lambda i: te.min(i, M - 1)) if Mp != M else (lambda i: i)
+    a_col = (lambda k: te.min(k, K - 1)) if Kp != K else (lambda k: k)
+    k = te.reduce_axis((0, Kp), name="k")
+    Cp = te.compute(
+        (Mp, Np),
+        lambda i, j: te.sum(A[a_row(i), a_col(k)] * Bp[j // block_N, k, j % block_N], axis=k),
+        name="Cp",
+    )
+    C = te.compute((M, N), lambda i, j: Cp[i, j], name="C")
+
+    sch = s_tir.Schedule(te.create_prim_func([A, B, C]))
+    # The accumulators: one block_M x block_N tile per task, in "local" (stack) memory.
+    acc = sch.get_sblock("Cp")
+    sch.set_scope(acc, 0, "local")
+    i, j, kk = sch.get_loops(acc)
+    io, im, ir = sch.split(i, [None, block_M // micro_M, micro_M])
+    jo, jn, jr, jv = sch.split(j, [None, block_N // micro_N, micro_N // vec, vec])
+    ko, ki, ku = sch.split(kk, [None, block_K // unroll, unroll])
+    sch.reorder(io, jo, ko, im, jn, ki, ku, ir, jr, jv)
+    sch.vectorize(jv)  # before decompose_reduction, or vectorize raises ScheduleError
+    sch.unroll(jr)
+    sch.unroll(ir)
+    sch.unroll(ku)
+    # Write the finished tile back to C once per task (predicated at the ragged edges).
+    writeback = sch.get_sblock("C")
+    sch.reverse_compute_at(writeback, jo)
+    if Np == N and block_N % vec == 0:
+        _, wv = sch.split(sch.get_loops(writeback)[-1], [None, vec])
+        sch.vectorize(wv)
+    tiles = sch.fuse(io, jo)
+    if parallel:
+        sch.parallel(tiles)
+    sch.decompose_reduction(acc, ko)
+
+    pack = sch.get_sblock("Bp")
+    px, _, py = sch.get_loops(pack)
+    if block_N % vec == 0:
+        _, pv = sch.split(py, [None, vec])
+        sch.vectorize(pv)
+    if parallel:
+        sch.parallel(px)
+    return sch.mod["main"]
+
+
+matmul = tileauto.jit(out_idx=[-1], target="llvm")(gemm)
+
+
+def configs(M: int, N: int, K: int) -> list[dict]:
+    """About 16 candidate configs: register tiles for AVX2 and AVX-512, a few cache tilings.
+
+    Every entry nests (block % micro, micro_N % vec, block_K % unroll) and none is much larger
+    than the problem, so each one compiles for any M, N, K.
+    """
+    micro = [  # (micro_M, micro_N, vec): accumulators = micro_M * micro_N / lanes
+        (8, 32, 16),  # AVX-512: 16 zmm
+        (4, 64, 16),  # AVX-512: 16 zmm
+        (6, 32, 16),  # AVX-512: 12 zmm
+        (12, 16, 16),  # AVX-512: 12 zmm
+        (6, 16, 8),  # AVX2: 12 ymm
+        (4, 24, 8),  # AVX2: 12 ymm
+        (8, 8, 8),  # AVX2: 8 ymm
+        (4, 16, 8),  # small tile: load-bound
+    ]
+    tilings = [(8, 4, 256), (4, 2, 512)]  # (block_M / micro_M, block_N / micro_N, block_K)
+    out = []
+    for mm, mn, vec in micro:
+        for fm, fn, bk in tilings:
+            # Shrink the cache tile for small problems so it is not mostly padding.
+            fm = max(1, min(fm, _ceildiv(M, mm)))
+            fn = max(1, min(fn, _ceildiv(N, mn)))
+            cfg = {
+                "block_M": mm * fm,
+                "block_N": mn * fn,
+                "block_K": bk,
+                "micro_M": mm,
+                "micro_N": mn,
+                "vec": vec,
+                "unroll": 4,
+            }
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+get_configs = configs
+
+
+def _bench(fn, *args, warmup: int = 3, reps: int = 20) -> float:
+    """Median wall time of ``fn(*args)`` in milliseconds (perf_counter loop)."""
+    for _ in range(warmup):
+        fn(*args)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2] * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=512, help="M = N = K (default 512)")
+    parser.add_argument("--mnk", type=int, nargs=3, metavar=("M", "N", "K"), help="sizes")
+    parser.add_argument("--all", action="store_true", help="time every config of configs()")
+    args = parser.parse_args(argv)
+    M, N, K = args.mnk or (args.size,) * 3
+    torch.manual_seed(0)
+    a = torch.randn(M, K)
+    b = torch.randn(K, N)
+    ref = torch.matmul(a, b)
+    flops = 2.0 * M * N * K
+    t_torch = _bench(torch.matmul, a, b)  # before any TVM thread pool spins
+
+    kernel = matmul(M, N, K)  # default config
+    c = kernel(a, b)
+    # fp32 sums of K products in another order: the error grows like sqrt(K).
+    torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-4 * max(K, 1) ** 0.5)
+    print(f"gemm {M}x{N}x{K}: default config matches torch.matmul "
+          f"(max abs err {(c - ref).abs().max().item():.2e}); "
+          f"TVM threads {tvm.runtime.num_threads()}")  # fmt: skip
+    print(f"{'torch.matmul':>58}: {t_torch:8.3f} ms {flops / t_torch / 1e6:7.1f} GFLOP/s")
+    candidates = configs(M, N, K)
+    shown = [{}] + (candidates if args.all else candidates[:: max(1, len(candidates) // 5)])
+    for cfg in shown:
+        kern = matmul(M, N, K, **cfg)
+        torch.testing.assert_close(kern(a, b), ref, rtol=1e-3, atol=1e-4 * max(K, 1) ** 0.5)
+        ms = _bench(kern, a, b)
+        label = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
+        label = label.replace("block_", "b").replace("micro_", "u").replace("unroll", "unr")
+        print(f"{label:>58}: {ms:8.3f} ms {flops / ms / 1e6:7.1f} GFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    # TVM's pool uses half the x86 cores unless told (it assumes hyper-threads): use them all.
+    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    sys.exit(main())
