@@ -45,14 +45,31 @@ class Runner:
         env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
         self.worker = Worker(f"run-{spec.device}", env=env)
         self._needs_setup = True
+        self._setup_lock = threading.Lock()
         self.setup_info: SetupInfo | None = None
         self.replacements = 0
 
     def start(self) -> threading.Thread:
-        """Start the worker process in the background (overlaps with compiling)."""
-        thread = threading.Thread(target=self.worker.start, daemon=True)
+        """Start the worker and prepare inputs and reference in the background (while compiling).
+
+        A failure here is not lost: the first :meth:`run` sets up again and raises it.
+        """
+
+        def prepare() -> None:
+            try:
+                self.ensure_setup()
+            except Exception:  # noqa: BLE001 - raised again by the first run
+                pass
+
+        thread = threading.Thread(target=prepare, daemon=True, name="tileauto-run-setup")
         thread.start()
         return thread
+
+    def ensure_setup(self) -> None:
+        """Set the worker up unless it already is (thread-safe)."""
+        with self._setup_lock:
+            if self._needs_setup:
+                self.setup()
 
     def setup(self) -> SetupInfo:
         """Send the session (inputs, reference) to the worker. Errors propagate to the caller."""
@@ -74,8 +91,7 @@ class Runner:
         time_it: bool = True,
     ) -> RunResult:
         """Validate and time one compiled config; failures come back as statuses."""
-        if self._needs_setup:
-            self.setup()
+        self.ensure_setup()
         request = RunRequest(
             artifact=artifact, config=config, is_reference=is_reference, time_it=time_it
         )

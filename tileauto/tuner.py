@@ -72,6 +72,8 @@ class TuningOutcome:
     tuning_s: float
     log_path: Path | None
     staging: Path
+    compile_wall_s: float = 0.0  # from the start until the last compile finished
+    workers: int = 1
 
 
 class Tuner:
@@ -85,6 +87,8 @@ class Tuner:
         self.full = [full_config(c, self.defaults, keys) for c in p.configs]
         self.default_full = full_config({}, self.defaults, keys)
         self.device = "cpu"
+        self.workers = 1
+        self.compile_wall_s = 0.0
 
     def run(self) -> TuningOutcome:
         p = self.problem
@@ -96,10 +100,11 @@ class Tuner:
         order = [default_id] + [i for i in dict.fromkeys(ids) if i != default_id]
         by_id = {config_id(c): c for c in [self.default_full, *self.full]}
         measured: dict[str, Trial] = {}
+        self.workers = max(1, min(p.settings.compile_workers(), len(order)))
         builder = Builder(
             p.factory,
             p.compile_args,
-            workers=max(1, min(p.settings.compile_workers(), len(order))),
+            workers=self.workers,
             isolation=p.settings.compile_isolation,
             timeout_s=p.settings.compile_timeout_s,
             staging_dir=staging,
@@ -142,6 +147,7 @@ class Tuner:
                     self._run_pending(runner, pending, measured, default_id, bar, order)
             if not done_building:
                 thread.join()
+            self.compile_wall_s = time.perf_counter() - start
             # CPU: every compile has finished; nothing else loads the cores while timing.
             if runner is not None:
                 self._run_pending(runner, pending, measured, default_id, bar, order)
@@ -319,6 +325,8 @@ class Tuner:
             tuning_s=elapsed,
             log_path=log_path,
             staging=staging,
+            compile_wall_s=self.compile_wall_s,
+            workers=self.workers,
         )
 
 
