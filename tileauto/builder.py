@@ -126,6 +126,14 @@ class Builder:
         self.isolation = isolation
         self.timeout_s = timeout_s
         self.staging_dir = Path(staging_dir)
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop the batch: no new job starts, and running compiles are killed."""
+        self._cancelled.set()
+        if self.isolation == "process":
+            for worker in compile_workers(self.workers):
+                worker.kill()
 
     def warm_up(self) -> None:
         """Start the worker processes now (in the background) so the first batch does not wait."""
@@ -155,7 +163,7 @@ class Builder:
                 on_result(result)
 
         def drive(run_one: Callable[[BuildRequest, str], KernelArtifact]) -> None:
-            while True:
+            while not self._cancelled.is_set():
                 try:
                     i = jobs.get_nowait()
                 except queue.Empty:

@@ -156,6 +156,9 @@ class Tuner:
                 )
             for cid, result in pending.items():
                 measured[cid] = self._trial(result, None)
+        except BaseException:
+            builder.cancel()  # an error or Ctrl-C: stop compiling too, not only running
+            raise
         finally:
             bar.close()
             if runner is not None:
