@@ -39,11 +39,14 @@ class Runner:
         threads: CPU threads for the worker (TVM_NUM_THREADS, torch threads).
     """
 
-    def __init__(self, spec: SessionSpec, *, timeout_s: float, threads: int) -> None:
+    def __init__(
+        self, spec: SessionSpec, *, timeout_s: float, threads: int, memory_limit_mb: int = -1
+    ) -> None:
         self.spec = spec
         self.timeout_s = timeout_s
         env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-        self.worker = Worker(f"run-{spec.device}", env=env)
+        limit = memory_limit_mb * 2**20 if memory_limit_mb > 0 else None
+        self.worker = Worker(f"run-{spec.device}", env=env, memory_limit_bytes=limit)
         self._needs_setup = True
         self._setup_lock = threading.Lock()
         self.setup_info: SetupInfo | None = None

@@ -154,6 +154,13 @@ class Settings:
         _parse_positive_float,
         "Seconds a single config may spend compiling before its worker is killed.",
     )
+    run_memory_limit_mb: int = _var(
+        "TILEAUTO_RUN_MEMORY_LIMIT_MB",
+        -1,
+        lambda n, r: _parse_int(n, r, 1),
+        "Resident memory (MiB) a run worker may use before its config is failed as out of memory; "
+        "`-1` allows 90% of the memory available when it starts.",
+    )
     num_threads: int = _var(
         "TILEAUTO_NUM_THREADS",
         -1,

@@ -201,7 +201,12 @@ class Tuner:
             timer=p.timer,
             threads=p.settings.run_threads(),
         )
-        runner = Runner(spec, timeout_s=pa.timeout, threads=p.settings.run_threads())
+        runner = Runner(
+            spec,
+            timeout_s=pa.timeout,
+            threads=p.settings.run_threads(),
+            memory_limit_mb=p.settings.run_memory_limit_mb,
+        )
         runner.start()
         return runner
 

@@ -166,3 +166,22 @@ def test_no_process_survives_ctrl_c_during_tuning():
     code, out, err = _run_child(timeout=60, interrupt_after=12)
     assert code != 0
     assert "KeyboardInterrupt" in err
+
+
+@pytest.mark.timeout(180)
+def test_a_config_exhausting_memory_is_reported_and_the_worker_replaced(monkeypatch):
+    from tune_kernels import scale_jit
+
+    monkeypatch.setenv("TILEAUTO_RUN_MEMORY_LIMIT_MB", "1500")
+    space = [{"vec": 4}, {"mode": "hog"}, {"vec": 16}]
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(4096), space)
+        .set_profile_args(warmup=1, rep=3, timeout=60)
+        .run(verbose=False)
+    )
+    assert [t.status for t in result.trials] == [
+        TrialStatus.OK,
+        TrialStatus.OUT_OF_MEMORY,
+        TrialStatus.OK,
+    ]
+    assert "exceeded 1.5 GiB" in result.trials[1].error

@@ -8,6 +8,7 @@ partial   writes only the first half of B (mismatch: NaN left in the output)
 spill     writes 8 elements past the end of B (out_of_bounds, caught by canaries)
 segfault  writes far outside B (the run worker dies with SIGSEGV)
 hang      loops forever (timeout; the worker is killed)
+hog       touches 3 GiB of scratch memory (out_of_memory under a smaller limit)
 inplace   writes A * 2 into A and into B (a kernel that mutates its input)
 """
 
@@ -65,6 +66,17 @@ def _script(n: int, mode: str):
                 B[i] = A[i] * T.float32(2)
             while B[0] == B[0] or B[0] != B[0]:
                 B[1] = B[1] + T.float32(1)
+
+    elif mode == "hog":
+        big = 3 * 2**28  # 3 GiB of float32 scratch, every page touched
+
+        @T.prim_func
+        def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+            tmp = T.alloc_buffer((big,), "float32")
+            for i in range(big):
+                tmp[i] = A[i % n]
+            for i in range(n):
+                B[i] = tmp[i] * T.float32(2)
 
     elif mode == "inplace":
 
