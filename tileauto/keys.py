@@ -46,6 +46,27 @@ def freeze(value: Any) -> Any:
     return value
 
 
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def fast_key(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
+    """A cheap identity for calls made only of plain scalars (no signature binding), else None.
+
+    Used as a first-level cache in front of :func:`call_key`: the same literal call maps to the
+    same kernel without binding the signature again (about 1 us instead of tens).
+    """
+    for value in args:
+        if type(value) not in _PLAIN:
+            return None
+    for value in kwargs.values():
+        if type(value) not in _PLAIN:
+            return None
+    return (
+        tuple((type(v).__name__, v) for v in args),
+        tuple(sorted((k, type(v).__name__, v) for k, v in kwargs.items())),
+    )
+
+
 def bind_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Bind a call to ``fn``'s signature with defaults applied, by parameter name.
 
