@@ -42,14 +42,32 @@ def tune(
     With the tuning cache on, a valid entry is returned at once; otherwise the key's lock is
     held while tuning so concurrent processes tune one key once (the others wait, then load).
     """
+    from tileauto.cache.disk import writable_staging
     from tileauto.cache.tuning import TuningStore
+    from tileauto.jit.target import device_fingerprint, device_type_of, resolve_target, target_json
 
     settings = Settings.from_env()
     space = resolve_configs(configs, factory, args, kwargs)
     captured = captured_inputs()
+    target = resolve_target(compile_args.target, compile_args.target_host)
     store = TuningStore.open(
-        settings, factory, args, kwargs, space, compile_args, profile_args, captured, timer
+        settings,
+        factory,
+        args,
+        kwargs,
+        space,
+        compile_args,
+        profile_args,
+        captured,
+        timer,
+        target=target_json(target),
+        device=device_fingerprint(device_type_of(target)),
     )
+    if store is not None:
+        hit = AutotuneResult.from_cache(store, verbose=verbose)
+        if hit is not None:
+            return hit
+    settings = writable_staging(settings)  # a read-only cache dir still tunes (with a warning)
     if store is None:
         return _tune_now(
             factory,
@@ -65,11 +83,9 @@ def tune(
             jit_impl,
             None,
         )
-    hit = store.load(verbose=verbose)
-    if hit is not None:
-        return hit
-    with store.locked():
-        hit = store.load(verbose=verbose)
+    with store.locked(verbose=verbose):
+        # another process may have tuned it while this one waited for the lock
+        hit = AutotuneResult.from_cache(store, verbose=verbose)
         if hit is not None:
             return hit
         return _tune_now(

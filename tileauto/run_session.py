@@ -204,7 +204,12 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
         session.reference = [r.detach().clone() for r in results]
         session.inplace = inplace
         reference, reference_inplace = [r.cpu() for r in results], inplace
-        verdict = Verdict(True)
+        # the default config is its own reference; a manual check still sees its results
+        verdict = (
+            _check(session, ins, results, names, mutated)
+            if spec.manual_check_prog is not None
+            else Verdict(True)
+        )
     else:
         verdict = _check(session, ins, results, names, mutated)
     if not verdict.ok:

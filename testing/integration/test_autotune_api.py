@@ -111,7 +111,7 @@ def test_each_supply_type_is_seeded_and_reproducible(tmp_path, monkeypatch):
                 warmup=0, rep=2, supply_type=supply, manual_check_prog=_record(out)
             ).run(verbose=False)
         values = out.read_text().split()
-        assert len(values) == 2 and len(set(values)) == 1, (supply, values)
+        assert len(values) == 4 and len(set(values)) == 1, (supply, values)
         sums[supply] = float(values[0])
     assert sums[TensorSupplyType.Zero] == 0.0
     assert sums[TensorSupplyType.One] == 2.0 * 64
@@ -221,13 +221,17 @@ def test_check_paths():
     assert all(t.ok for t in r.trials)
 
 
+def inplace_512(vec=8):
+    return inplace_scale(512, vec)
+
+
 def test_inplace_kernel_gets_its_own_copies_and_user_tensors_stay_untouched():
     a = torch.randn(512)
     b = torch.zeros(512)
     a0, b0 = a.clone(), b.clone()
     with tileauto.set_autotune_inputs(a, b):
         result = (
-            tileauto.AutoTuner.from_kernel(inplace_scale, [{"vec": 4}, {"vec": 8}, {"vec": 16}])
+            tileauto.AutoTuner.from_kernel(inplace_512, [{"vec": 4}, {"vec": 8}, {"vec": 16}])
             .set_profile_args(warmup=2, rep=3)
             .run(verbose=False)
         )

@@ -3,4 +3,13 @@
 Entries are written to a staging folder, fsynced and renamed into place under a per-key file
 lock, with a manifest of sha256 hashes that is checked on every load. A corrupt, partial,
 foreign or unsafe entry is a miss (one warning), never a crash and never a wrong kernel.
+
+    key.py       what goes into a key (normalized source, closures, arguments, versions)
+    disk.py      private folders, sealing, atomic publish, locks, verification
+    entry.py     the files of one entry, written and read
+    tuning.py    TuningStore: tuned results and per-config measurements
+    kernels.py   KernelStore: plain @jit compiles
+    catalog.py   the whole cache for the command line: list, verify, clear, export, import
+
+The format is described in ``docs/cache_format.md``. Nothing here imports torch or TVM.
 """

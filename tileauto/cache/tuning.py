@@ -1,28 +1,49 @@
-"""The tuning cache: one entry per (problem, space), measurements kept per config.
+"""The tuning cache: one entry per (problem, config space), measurements kept per config.
 
-    autotuner/<key>/             the full answer for one problem and one config space
-    measurements/<problem>/<config>.json   one trial per config, reused when the space changes
+    autotuner/<key>/                         the answer for one problem and one config space
+    measurements/<problem>/<config>.json     one trial per config, whatever space it came from
 
-so adding one config to a space measures only that config.
+``<problem>`` hashes everything that changes a measurement (versions, the factory's
+fingerprint, the bound arguments, compile and profile options, input layouts, target, device);
+``<key>`` adds the list of configs. Adding a config to the space is a new key whose other
+configs are already measured, so only the new one is measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
+import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tileauto._logging import get_logger
 from tileauto.cache import disk
-from tileauto.cache.entry import read_result, write_result
-from tileauto.cache.key import digest, function_fingerprint, tensor_content_hash, versions
-from tileauto.errors import CacheError
-from tileauto.keys import bind_arguments, describe_value
+from tileauto.cache.entry import (
+    KIND_TUNED,
+    REQUIRED_TUNED,
+    StoredResult,
+    fill_result,
+    read_result,
+)
+from tileauto.cache.key import (
+    describe_arguments,
+    describe_key_value,
+    digest,
+    function_fingerprint,
+    versions,
+)
+from tileauto.keys import bind_arguments
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import Trial, TrialStatus
 from tileauto.settings import Settings
 from tileauto.space import config_id, full_config, tunable_parameters
+
+log = get_logger("cache")
 
 # Failures that depend on the moment (load, memory) are measured again; the rest are reused.
 _TRANSIENT = {
@@ -31,6 +52,7 @@ _TRANSIENT = {
     TrialStatus.NOT_RUN,
     TrialStatus.COMPILE_TIMEOUT,
 }
+MEASUREMENTS = "measurements"
 
 
 def _callable_key(fn: Any) -> Any:
@@ -38,7 +60,11 @@ def _callable_key(fn: Any) -> Any:
 
 
 def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, Any]:
-    """The parts of the profile arguments that change which config wins or passes."""
+    """The parts of the profile arguments that change which config passes or wins.
+
+    Programs count by their source (and what they close over), so a ``ref_prog`` or a
+    ``supply_prog`` keeps the cache on; ``timeout`` and ``cache_input_tensors`` do not count.
+    """
     return {
         "warmup": profile.warmup,
         "rep": profile.rep,
@@ -50,40 +76,55 @@ def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, An
         "rtol": profile.rtol,
         "atol": profile.atol,
         "max_mismatched_ratio": profile.max_mismatched_ratio,
-        "inplace_args": profile.inplace_args,
+        "inplace_args": list(profile.inplace_args) if profile.inplace_args else None,
         "flush_cache": profile.flush_cache,
         "seed": profile.seed,
-        "timer": _callable_key(timer),
+        "extra": describe_key_value(profile.extra),
+        "timer": None if timer is None else describe_key_value(timer),
     }
 
 
+def _explicit_arguments(
+    factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The call's arguments by parameter name, defaults not applied."""
+    import inspect
+
+    return dict(inspect.signature(factory).bind(*args, **kwargs).arguments)
+
+
 def _plain(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, str, type(None))) or (
-        isinstance(value, (list, tuple)) and all(_plain(v) for v in value)
-    )
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, (bool, int, float, str, type(None)))
 
 
 class TuningStore:
-    """The cache entry of one tuning problem (None-safe: a disabled cache is ``None``)."""
+    """The cache entry of one tuning problem. :meth:`open` returns None when the cache is off."""
 
     def __init__(
         self,
-        root: Path,
+        settings: Settings,
         key: str,
         problem_key: str,
         meta: dict[str, Any],
         full_ids: dict[str, dict[str, Any]],
-        problem_call: dict | None,
+        problem_call: dict[str, Any] | None,
+        base_config: dict[str, Any] | None = None,
     ) -> None:
-        self.root = root
+        self.settings = settings
+        self.root = settings.cache_dir
         self.key = key
         self.problem_key = problem_key
         self.meta = meta
         self.full_ids = full_ids
         self.problem_call = problem_call
-        self.entry_dir = root / "autotuner" / key
-        self.measure_dir = root / "measurements" / problem_key
-        self._hold: Any = None
+        self.base_config = dict(base_config or {})
+        self.entry_dir = self.root / KIND_TUNED / key
+        self.measure_dir = self.root / MEASUREMENTS / problem_key
+        self._warned: set[str] = set()
 
     @classmethod
     def open(
@@ -97,128 +138,173 @@ class TuningStore:
         profile: ProfileArgs,
         captured: Any,
         timer: Any = None,
+        *,
+        target: str,
+        device: dict[str, Any],
     ) -> TuningStore | None:
-        """The store for this problem, or None when the tuning cache is off."""
+        """The store for this problem, or None when the tuning cache is off.
+
+        Args:
+            target: the resolved target as JSON text (``jit.target.target_json``).
+            device: the device fingerprint (``jit.target.device_fingerprint``).
+        """
         if not settings.tuning_cache_enabled:
             return None
-        from tileauto.jit.target import (
-            device_fingerprint,
-            device_type_of,
-            resolve_target,
-            target_json,
-        )
-
-        target = resolve_target(compile_args.target, compile_args.target_host)
+        tuned = {k for cfg in space for k in cfg}
         bound = bind_arguments(factory, args, kwargs)
         problem = {
             "versions": versions(),
             "factory": function_fingerprint(factory),
             "name": getattr(factory, "__qualname__", "kernel"),
-            "args": {
-                k: describe_value(v)
-                for k, v in bound.items()
-                if k not in {c for cfg in space for c in cfg}
-            },
+            # The arguments the call gives; the others are the factory's defaults (fingerprinted).
+            "args": describe_arguments(_explicit_arguments(factory, args, kwargs)),
             "compile": compile_args.fingerprint(),
-            "target": target_json(target),
-            "device": device_fingerprint(device_type_of(target)),
+            "target": target,
+            "device": device,
+            # On a CPU the run worker's thread count decides which tiling wins.
+            "run_threads": settings.run_threads() if device.get("kind") == "cpu" else None,
             "profile": profile_fingerprint(profile, timer),
-            "inputs": [describe_value(t) for t in captured] if captured else None,
-            "inputs_sha256": tensor_content_hash(captured),
+            # Captured inputs count by layout, not values: fresh random inputs still hit.
+            "inputs": describe_arguments(dict(enumerate(captured))) if captured else None,
         }
         problem_key = digest(problem)
         defaults = tunable_parameters(factory)
-        keys = {k for c in space for k in c}
-        full = [full_config(c, defaults, keys) for c in space]
+        full = [full_config(c, defaults, tuned) for c in space]
         full_ids = {config_id(c): c for c in full}
+        # A measurement is named by every tunable argument's value, not only the space's keys,
+        # so that it is found again when a config with a new key joins the space.
+        base = {k: describe_key_value(bound[k], content=False) for k in defaults if k in bound}
         key = digest({"problem": problem_key, "space": [config_id(c) for c in full]})
         meta = {
+            **versions(),
+            "kind": KIND_TUNED,
             "key": key,
             "problem_key": problem_key,
             "kernel": problem["name"],
-            "device": problem["device"],
+            "target": target,
+            "device": device,
         }
-        call = (
-            {"args": list(args), "kwargs": kwargs}
-            if _plain(list(args)) and _plain(list(kwargs.values()))
-            else None
-        )
-        return cls(settings.cache_dir, key, problem_key, meta, full_ids, call)
+        call = {"args": list(args), "kwargs": dict(kwargs)}
+        return cls(settings, key, problem_key, meta, full_ids, call if _plain(call) else None, base)
 
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold this key's lock: concurrent tuners of one key tune it once."""
+    # -- reading --------------------------------------------------------------------------------
+    def load(self) -> StoredResult | None:
+        """The stored result, or None on a miss. A bad entry is a miss with one warning."""
+        if not self.entry_dir.exists():
+            return None
+        expect = {"key": self.key, "kind": KIND_TUNED, **versions()}
+        problem = disk.verify(self.entry_dir, expect, required=REQUIRED_TUNED)
+        if problem is None:
+            try:
+                return read_result(self.entry_dir, disk.read_manifest(self.entry_dir))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                problem = f"unreadable records ({type(exc).__name__}: {exc})"
+        self.report(f"entry autotuner/{self.key} is unusable: {problem}; tuning again")
+        return None
+
+    def report(self, message: str) -> None:
+        """Warn once per store about a problem (a load is retried under the lock)."""
+        if message not in self._warned:
+            self._warned.add(message)
+            disk.warn(message)
+
+    def known_trials(self) -> dict[str, Trial]:
+        """Trials measured before for the configs of this space, by config id."""
+        out: dict[str, Trial] = {}
+        if not self.measure_dir.is_dir():
+            return out
+        unsafe = disk.unsafe_reason(self.measure_dir)
+        if unsafe is not None:
+            self.report(f"ignoring measurements/{self.problem_key}: {unsafe}")
+            return out
+        bad = 0
+        for cid, config in self.full_ids.items():
+            identity = self.measurement_id(config)
+            path = self.measure_dir / f"{digest(identity)}.json"
+            if not path.exists():
+                continue
+            try:
+                data = json.loads(path.read_text())
+                trial = Trial.from_json(data["trial"])
+                same = data["config"] == identity
+            except (OSError, ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            if same and trial.status not in _TRANSIENT:
+                out[cid] = replace(trial, config=dict(config))  # named as this space names it
+        if bad:
+            self.report(
+                f"{bad} measurement file(s) in measurements/{self.problem_key} are corrupt; "
+                "those configs are measured again"
+            )
+        return out
+
+    # -- writing --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self, verbose: bool = False) -> Iterator[None]:
+        """Hold this key's lock: concurrent tuners of one key tune it once, the rest load."""
+
+        def waiting() -> None:
+            log.info("waiting for another process tuning %s", self.key)
+            if verbose:
+                print(
+                    f"tileauto: another process is tuning {self.key}; waiting for it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
         try:
-            lock_cm = disk.key_lock(self.root, self.key)
-            lock_cm.__enter__()
-        except OSError as exc:  # read-only cache: tune without the lock
-            disk.warn(f"cannot lock {self.key} ({exc}); tuning without the cache lock")
+            lock = disk.key_lock(self.root / ".locks", f"{KIND_TUNED}-{self.key}", waiting)
+            lock.__enter__()
+        except OSError as exc:  # read-only cache: tune without the lock (the save will warn)
+            log.info("cannot lock %s (%s); tuning without the lock", self.key, exc)
             yield
             return
         try:
             yield
         finally:
-            lock_cm.__exit__(None, None, None)
+            lock.__exit__(None, None, None)
 
-    def load(self, verbose: bool = False) -> Any:
-        """The cached AutotuneResult, or None on a miss (a bad entry is a warned miss)."""
-        if not self.entry_dir.exists():
-            return None
-        problem = disk.verify(
-            self.entry_dir, expect={"key": self.key, **{k: v for k, v in versions().items()}}
-        )
-        if problem is not None:
-            disk.warn(f"entry {self.key} is unusable ({problem}); tuning again")
-            return None
-        try:
-            result = read_result(self.entry_dir, verified=True)
-        except (CacheError, OSError, ValueError, KeyError) as exc:
-            disk.warn(f"entry {self.key} could not be loaded ({exc}); tuning again")
-            return None
-        result.key = self.key
-        if verbose:
-            print(
-                f"tileauto: using cached tuning {self.key} ({result.config}, {result.latency:.4f} ms)",
-                flush=True,
-            )
-        return result
-
-    def known_trials(self) -> dict[str, Trial]:
-        """Trials measured before for configs of this space (by config id)."""
-        out: dict[str, Trial] = {}
-        if not self.measure_dir.is_dir() or disk.unsafe_reason(self.measure_dir):
-            return out
-        for cid, config in self.full_ids.items():
-            path = self.measure_dir / f"{digest(cid)}.json"
-            try:
-                data = json.loads(path.read_text())
-                trial = Trial.from_json(data)
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if trial.config == config and trial.status not in _TRANSIENT:
-                out[cid] = trial
-        return out
-
-    def save(self, result: Any) -> None:
-        """Store the result and each config's trial; a failure to write is a warning only."""
+    def save(self, result: Any) -> bool:
+        """Store the result and each config's trial. A failed write is a warning, not an error."""
         if self.problem_call is not None:
             result.extra["problem"] = self.problem_call
         try:
             disk.make_private_dir(self.measure_dir)
-            for trial in [
-                *result.trials,
-                *([result.default_trial] if result.default_trial else []),
-            ]:
+            trials = [*result.trials, *([result.default_trial] if result.default_trial else [])]
+            for trial in trials:
                 self._write_trial(trial)
-            write_result(result, self.entry_dir, extra_manifest=self.meta)
-            result.key = self.key
+            disk.write_entry(
+                self.entry_dir,
+                lambda out: fill_result(result, out),
+                self.meta,
+                self.settings.staging_dir,
+            )
+            disk.sweep(self.entry_dir.parent)
         except OSError as exc:
             disk.warn(
-                f"could not write entry {self.key} ({exc}); the tuned kernel is returned but not cached"
+                f"could not write autotuner/{self.key} ({exc}); the tuned kernel is returned "
+                "but not cached"
             )
+            return False
+        result.key = self.key
+        return True
+
+    def measurement_id(self, config: dict[str, Any]) -> str:
+        """The identity of a config's measurement: the value of every tunable argument."""
+        return config_id({**self.base_config, **config})
 
     def _write_trial(self, trial: Trial) -> None:
-        cid = config_id(trial.config)
-        tmp = self.measure_dir / f".{digest(cid)}.tmp"
-        tmp.write_text(json.dumps(trial.to_json(), default=repr))
-        tmp.replace(self.measure_dir / f"{digest(cid)}.json")
+        identity = self.measurement_id(trial.config)
+        name = digest(identity)
+        tmp = self.measure_dir / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                record = {"format": 1, "config": identity, "trial": trial.to_json()}
+                json.dump(record, f, default=repr)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.measure_dir / f"{name}.json")
+        finally:
+            Path(tmp).unlink(missing_ok=True)

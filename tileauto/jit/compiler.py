@@ -19,6 +19,9 @@ from tileauto.errors import CompileError
 from tileauto.jit.target import device_type_of, resolve_target, target_json
 from tileauto.options import CompileArgs
 
+# Calls of compile_to_dir in this process (tests use it to prove a cache hit compiled nothing).
+COMPILE_COUNT = 0
+
 
 def elaborate(
     factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
@@ -93,6 +96,8 @@ def compile_to_dir(
     Raises:
         CompileError: elaboration, compilation or export failed (message has TVM's first lines).
     """
+    global COMPILE_COUNT
+    COMPILE_COUNT += 1
     start = time.perf_counter()
     target = resolve_target(compile_args.target, compile_args.target_host)
     try:

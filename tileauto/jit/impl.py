@@ -19,7 +19,7 @@ from tileauto.builder import Builder, BuildRequest, BuildStatus
 from tileauto.errors import CompileError
 from tileauto.jit.compiler import compile_to_dir
 from tileauto.jit.kernel import JITKernel
-from tileauto.keys import bind_arguments, call_key
+from tileauto.keys import bind_arguments, call_key, fast_key
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings
 
@@ -74,11 +74,17 @@ class JITImpl:
         self.factory = factory
         self.compile_args = compile_args
         self._kernels: dict[tuple, JITKernel] = {}
+        self._fast: dict[tuple, JITKernel] = {}  # literal calls of plain scalars
         self._lock = threading.Lock()
         self.compile_count = 0
         functools.update_wrapper(self, factory)
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
+        fast = fast_key(args, kwargs)
+        if fast is not None:
+            kernel = self._fast.get(fast)
+            if kernel is not None:
+                return kernel
         key = call_key(self.factory, args, kwargs)
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -87,26 +93,58 @@ class JITImpl:
                 if kernel is None:
                     kernel = self._compile(args, kwargs)
                     self._kernels[key] = kernel
+        if fast is not None:
+            self._fast[fast] = kernel
         return kernel
 
     def _compile(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
+        from tileauto.cache import disk
+        from tileauto.cache.kernels import KernelStore
+        from tileauto.jit.target import (
+            device_fingerprint,
+            device_type_of,
+            resolve_target,
+            target_json,
+        )
+
         settings = Settings.from_env()
         bound = bind_arguments(self.factory, args, kwargs)
-        out_dir = process_scratch_dir(settings) / f"jit-{uuid.uuid4().hex[:12]}"
-        self.compile_count += 1
-        artifact = compile_to_dir(
-            self.factory,
-            args,
-            kwargs,
-            self.compile_args,
-            out_dir,
-            config=_tunables(self.factory, bound),
-        )
-        if self.compile_args.verbose:
-            log.warning(
-                "compiled %s in %.3f s", self.__name__, artifact.compile_s + artifact.export_s
+
+        def build() -> Any:
+            out_dir = process_scratch_dir(settings) / f"jit-{uuid.uuid4().hex[:12]}"
+            self.compile_count += 1
+            artifact = compile_to_dir(
+                self.factory,
+                args,
+                kwargs,
+                self.compile_args,
+                out_dir,
+                config=_tunables(self.factory, bound),
             )
-        kernel = JITKernel(artifact)
+            if self.compile_args.verbose:
+                log.warning(
+                    "compiled %s in %.3f s", self.__name__, artifact.compile_s + artifact.export_s
+                )
+            return artifact
+
+        store = None
+        if settings.kernel_cache_enabled:
+            target = resolve_target(self.compile_args.target, self.compile_args.target_host)
+            try:
+                store = KernelStore.open(
+                    settings,
+                    self.factory,
+                    bound,
+                    self.compile_args,
+                    target=target_json(target),
+                    device=device_fingerprint(device_type_of(target)),
+                )
+            except Exception as exc:  # noqa: BLE001 - no key: compile without the disk cache
+                disk.warn(f"cannot key {self.__name__} ({exc}); compiling without the disk cache")
+        if store is None:
+            kernel = JITKernel(build())
+        else:
+            kernel, _ = store.get_or_build(build, JITKernel)
         kernel.origin = (self, args, dict(kwargs))
         return kernel
 

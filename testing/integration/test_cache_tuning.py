@@ -1,0 +1,200 @@
+"""The tuning cache on real LLVM kernels, in this process: hits, misses, damage, bad disks."""
+
+from __future__ import annotations
+
+import errno
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from cache_kernels import (
+    SCALE_ADD_CONFIGS,
+    jit_matmul,
+    ref_scale_add,
+    supply_scale_add,
+    tune_scale_add,
+)
+
+import tileauto
+from tileauto import autotuner
+from tileauto.cache import disk
+from tileauto.jit import compiler
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def compiles() -> int:
+    """Compiles run in this process so far (``compile_to_dir`` calls)."""
+    return compiler.COMPILE_COUNT
+
+
+def forbid_tuning(monkeypatch) -> None:
+    """Make any tuning run fail from now on: what follows must be answered by the cache."""
+
+    class NoTuner:
+        def __init__(self, *a, **k):
+            raise AssertionError("the tuner ran: the cache should have answered")
+
+    monkeypatch.setattr(autotuner, "Tuner", NoTuner)
+
+
+def entries(cache: Path, kind: str = "autotuner") -> list[Path]:
+    base = cache / kind
+    return sorted(p for p in base.iterdir() if not p.name.startswith(".")) if base.is_dir() else []
+
+
+def check(result) -> None:
+    a = torch.rand(1024)
+    torch.testing.assert_close(result.kernel(a), ref_scale_add(a))
+
+
+def test_second_run_loads_without_compiling_or_tuning(tileauto_env, monkeypatch):
+    first = tune_scale_add()
+    assert not first.cache_hit and first.key is not None
+    assert [p.name for p in entries(tileauto_env)] == [first.key]
+    before = compiles()
+    forbid_tuning(monkeypatch)
+    second = tune_scale_add()
+    assert second.cache_hit and second.key == first.key and second.config == first.config
+    assert second.latency == first.latency and second.trials == first.trials
+    assert compiles() == before
+    assert second.kernel.artifact.directory == tileauto_env / "autotuner" / first.key / "kernel"
+    check(second)
+
+
+def test_cache_stays_on_with_ref_prog_and_supply_prog(monkeypatch):
+    first = tune_scale_add(ref_prog=ref_scale_add, supply_prog=supply_scale_add)
+    assert not first.cache_hit
+    forbid_tuning(monkeypatch)
+    assert tune_scale_add(ref_prog=ref_scale_add, supply_prog=supply_scale_add).cache_hit
+    monkeypatch.undo()
+    other = tune_scale_add(ref_prog=lambda a: a * 2.0 + 1, supply_prog=supply_scale_add)
+    assert not other.cache_hit and other.key != first.key  # another reference: another key
+
+
+def test_cache_stays_on_with_set_autotune_inputs(monkeypatch):
+    with tileauto.set_autotune_inputs(torch.rand(1024)):
+        first = tune_scale_add()
+    assert not first.cache_hit
+    forbid_tuning(monkeypatch)
+    with tileauto.set_autotune_inputs(torch.rand(1024)):  # new values, same layout: a hit
+        second = tune_scale_add()
+    assert second.cache_hit and second.key == first.key
+    check(second)
+
+
+def test_adding_a_config_measures_only_that_config(tileauto_env):
+    first = tune_scale_add(configs=SCALE_ADD_CONFIGS[:2])
+    second = tune_scale_add(configs=SCALE_ADD_CONFIGS)
+    assert not second.cache_hit and second.key != first.key
+
+    # the old configs' trials are the stored records (to the last digit), not new measurements
+    def measured(t):
+        return (t.latency, t.run_s, t.compile_s)
+
+    assert [measured(t) for t in second.trials[:2]] == [measured(t) for t in first.trials]
+    assert [t.config for t in second.trials[:2]] == [
+        {"block": 8, "unroll": False},
+        {"block": 16, "unroll": False},
+    ]
+    assert measured(second.default_trial) == measured(first.default_trial)
+    assert second.trials[2].config == {"block": 32, "unroll": True} and second.trials[2].ok
+    assert measured(second.trials[2]) not in [measured(t) for t in first.trials]
+    check(second)
+
+
+def test_a_damaged_entry_is_one_warning_then_tuned_again_and_repaired(tileauto_env):
+    first = tune_scale_add()
+    lib = tileauto_env / "autotuner" / first.key / "kernel" / "kernel.so"
+    lib.write_bytes(lib.read_bytes()[: lib.stat().st_size // 2])  # truncated
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        second = tune_scale_add()
+    cache_warnings = [w for w in caught if "tileauto cache" in str(w.message)]
+    assert len(cache_warnings) == 1, [str(w.message) for w in caught]
+    assert "kernel/kernel.so does not match its sha256" in str(cache_warnings[0].message)
+    assert not second.cache_hit and second.key == first.key
+    check(second)
+    assert disk.verify(tileauto_env / "autotuner" / first.key) is None
+    assert tune_scale_add().cache_hit
+
+
+def test_an_unowned_or_world_writable_entry_is_refused(tileauto_env):
+    first = tune_scale_add()
+    entry = tileauto_env / "autotuner" / first.key
+    (entry / "best_config.json").chmod(0o666)
+    with pytest.warns(RuntimeWarning, match="refused: .*writable by group or others"):
+        second = tune_scale_add()
+    assert not second.cache_hit
+    if os.getuid() == 0:
+        os.chown(entry / "latency.json", 4242, 4242)
+        with pytest.warns(RuntimeWarning, match="refused: .*owned by uid 4242"):
+            assert not tune_scale_add().cache_hit
+
+
+def test_auto_tuning_disable_cache_keeps_the_kernel_cache(tileauto_env, monkeypatch):
+    monkeypatch.setenv("TILEAUTO_AUTO_TUNING_DISABLE_CACHE", "1")
+    result = tune_scale_add()
+    assert not result.cache_hit and result.key is None
+    assert not tune_scale_add().cache_hit
+    assert entries(tileauto_env) == [] and not (tileauto_env / "measurements").exists()
+    jit_matmul(16, 16, 16, bm=4, bn=4)
+    assert len(entries(tileauto_env, "kernels")) == 1
+
+
+def test_disable_cache_turns_every_cache_off(tileauto_env, monkeypatch):
+    monkeypatch.setenv("TILEAUTO_DISABLE_CACHE", "1")
+    assert not tune_scale_add().cache_hit
+    before = compiles()
+    jit_matmul.__class__(jit_matmul.factory, jit_matmul.compile_args)(16, 16, 16, bm=4, bn=4)
+    jit_matmul.__class__(jit_matmul.factory, jit_matmul.compile_args)(16, 16, 16, bm=4, bn=4)
+    assert before + 2 == compiles()
+    assert entries(tileauto_env) == [] and entries(tileauto_env, "kernels") == []
+
+
+def test_a_read_only_cache_still_returns_the_tuned_kernel(tileauto_env, monkeypatch):
+    """Every write under the cache dir fails as on a read-only file system: one warning."""
+    real = disk.make_private_dir
+
+    def read_only(path):
+        if Path(path).resolve().is_relative_to(tileauto_env.resolve()):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real(path)
+
+    monkeypatch.setattr(disk, "make_private_dir", read_only)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = tune_scale_add()
+    messages = [str(w.message) for w in caught if "tileauto cache" in str(w.message)]
+    assert len(messages) == 1 and "Read-only file system" in messages[0], messages
+    assert "the tuned kernel is returned but not cached" in messages[0]
+    check(result)
+    assert entries(tileauto_env) == []
+
+
+@pytest.mark.skipif(os.getuid() == 0, reason="root writes into read-only folders")
+def test_a_really_read_only_cache_dir_still_returns_the_tuned_kernel(tmp_path, monkeypatch):
+    cache = tmp_path / "ro"
+    cache.mkdir()
+    cache.chmod(0o500)
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(cache))
+    try:
+        with pytest.warns(RuntimeWarning, match="not cached"):
+            result = tune_scale_add()
+        check(result)
+    finally:
+        cache.chmod(0o700)
+
+
+def test_a_full_disk_still_returns_the_tuned_kernel(tileauto_env, monkeypatch):
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(disk, "publish", full)
+    with pytest.warns(RuntimeWarning, match="No space left on device.*returned but not cached"):
+        result = tune_scale_add()
+    check(result)
+    assert entries(tileauto_env) == []
+    assert not list((tileauto_env / "tmp").glob("stage-*"))  # staging cleaned up

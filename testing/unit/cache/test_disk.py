@@ -1,0 +1,305 @@
+"""tileauto.cache.disk: private folders, sealed entries, atomic publish, locks, verification."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tileauto.cache import disk
+from tileauto.settings import Settings
+
+REQUIRED = ("kernel/kernel.so",)
+
+
+def fill_files(out: Path, text: str = "new", n: int = 4) -> None:
+    (out / "kernel").mkdir()
+    (out / "kernel" / "kernel.so").write_bytes(b"\x7fELF" + text.encode() * 1000)
+    for i in range(n):
+        (out / f"record{i}.json").write_text(json.dumps({"i": i, "text": text}))
+
+
+def make_entry(tmp_path: Path, name: str = "entry", text: str = "new", **meta) -> Path:
+    final = tmp_path / "cache" / "autotuner" / name
+    disk.write_entry(
+        final, lambda out: fill_files(out, text), {"format": "1", **meta}, tmp_path / "stage"
+    )
+    return final
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# -- folders and sealing ------------------------------------------------------------------------
+def test_make_private_dir_creates_every_missing_parent_0700(tmp_path):
+    target = tmp_path / "a" / "b" / "c"
+    old = os.umask(0o002)
+    try:
+        disk.make_private_dir(target)
+    finally:
+        os.umask(old)
+    for p in (tmp_path / "a", tmp_path / "a" / "b", target):
+        assert mode(p) == 0o700
+
+
+def test_make_private_dir_on_a_file_raises(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OSError):
+        disk.make_private_dir(tmp_path / "f")
+
+
+def test_sealed_entry_verifies_and_is_private_whatever_the_umask(tmp_path):
+    old = os.umask(0o000)
+    try:
+        entry = make_entry(tmp_path, key="k")
+    finally:
+        os.umask(old)
+    assert disk.verify(entry, {"key": "k"}, required=REQUIRED) is None
+    manifest = disk.read_manifest(entry)
+    assert set(manifest["files"]) == {"kernel/kernel.so", *(f"record{i}.json" for i in range(4))}
+    assert manifest["format"] == "1" and manifest["created"] > 0
+    for p in [entry, *entry.rglob("*")]:
+        assert mode(p) & 0o077 == 0, p
+    assert not list((tmp_path / "stage").iterdir())  # staging cleaned up
+
+
+def test_shared_seal_is_readable_but_not_writable_by_others(tmp_path):
+    final = tmp_path / "shipped"
+    disk.write_entry(final, fill_files, {"format": "1"}, tmp_path / "stage", shared=True)
+    assert mode(final) == 0o755 and mode(final / "kernel" / "kernel.so") == 0o644
+    assert disk.verify(final) is None
+
+
+# -- verification: each kind of damage is named, never raised ---------------------------------
+def _truncate(e: Path) -> None:
+    so = e / "kernel" / "kernel.so"
+    so.write_bytes(so.read_bytes()[:100])
+
+
+def _flip(e: Path) -> None:
+    p = e / "record1.json"
+    data = bytearray(p.read_bytes())
+    data[3] ^= 0x01
+    p.write_bytes(bytes(data))
+
+
+def _manifest(e: Path, text: str) -> None:
+    (e / disk.MANIFEST).write_text(text)
+
+
+def _edit_manifest(e: Path, **changes) -> None:
+    data = disk.read_manifest(e)
+    data.update(changes)
+    _manifest(e, json.dumps(data))
+
+
+DAMAGE = {
+    "truncated library": (_truncate, "kernel/kernel.so does not match its sha256"),
+    "flipped byte": (_flip, "record1.json does not match its sha256"),
+    "missing file": (lambda e: (e / "record2.json").unlink(), "record2.json is missing"),
+    "no manifest (partial entry)": (
+        lambda e: (e / disk.MANIFEST).unlink(),
+        "no readable manifest",
+    ),
+    "truncated manifest": (
+        lambda e: _manifest(e, (e / disk.MANIFEST).read_text()[:40]),
+        "no readable manifest",
+    ),
+    "manifest not an object": (lambda e: _manifest(e, "[1, 2]"), "no readable manifest"),
+    "empty file list": (lambda e: _edit_manifest(e, files={}), "lists no files"),
+    "required file not listed": (
+        lambda e: _edit_manifest(e, files={"record0.json": "0" * 64}),
+        "kernel/kernel.so is not in the manifest",
+    ),
+    "path outside the entry": (
+        lambda e: _edit_manifest(e, files={"kernel/kernel.so": "0", "../x": "0"}),
+        "outside the entry",
+    ),
+    "unknown format": (lambda e: _edit_manifest(e, format="99"), "unknown format '99'"),
+    "stale key": (lambda e: _edit_manifest(e, key="other"), "stale: its key is 'other'"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_verify_names_each_kind_of_damage(tmp_path, damage):
+    entry = make_entry(tmp_path, key="k")
+    hurt, message = DAMAGE[damage]
+    hurt(entry)
+    problem = disk.verify(entry, {"key": "k"}, required=REQUIRED)
+    assert problem is not None and message in problem
+
+
+def test_verify_missing_entry(tmp_path):
+    assert disk.verify(tmp_path / "nope") == "missing"
+
+
+# -- safety -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["entry folder", "file", "sub-folder"])
+@pytest.mark.parametrize("bits", [0o002, 0o020], ids=["world-writable", "group-writable"])
+def test_entry_writable_by_others_is_refused(tmp_path, where, bits):
+    entry = make_entry(tmp_path)
+    path = {"entry folder": entry, "file": entry / "record0.json", "sub-folder": entry / "kernel"}[
+        where
+    ]
+    path.chmod(mode(path) | bits)
+    problem = disk.verify(entry)
+    assert (
+        problem is not None
+        and problem.startswith("refused")
+        and "writable by group or others" in problem
+    )
+
+
+def test_entry_owned_by_someone_else_is_refused(tmp_path):
+    entry = make_entry(tmp_path)
+    if os.getuid() == 0:  # root can give a file away, so the real case is tested
+        os.chown(entry / "record0.json", 12345, 12345)
+        problem = disk.verify(entry)
+        assert disk.verify(entry, trusted_uids={0, 12345}) is None
+    else:  # others cannot: check the rule by trusting another uid only
+        problem = disk.verify(entry, trusted_uids={os.getuid() + 1})
+    assert problem is not None and problem.startswith("refused") and "owned by uid" in problem
+
+
+def test_symlink_inside_an_entry_is_refused(tmp_path):
+    entry = make_entry(tmp_path)
+    (entry / "link").symlink_to(entry / "record0.json")
+    assert "symbolic link" in disk.verify(entry)
+
+
+# -- publishing ---------------------------------------------------------------------------------
+def test_publish_replaces_an_old_entry_atomically(tmp_path):
+    entry = make_entry(tmp_path, text="old")
+    make_entry(tmp_path, text="new")
+    assert disk.verify(entry) is None
+    assert "new" in (entry / "record0.json").read_text()
+    leftovers = [p.name for p in entry.parent.iterdir() if p.name != "entry"]
+    assert leftovers == []
+
+
+def test_publish_without_atomic_exchange_still_replaces(tmp_path, monkeypatch):
+    entry = make_entry(tmp_path, text="old")
+    monkeypatch.setattr(disk, "_exchange", lambda a, b: False)
+    make_entry(tmp_path, text="new")
+    assert disk.verify(entry) is None and "new" in (entry / "record0.json").read_text()
+
+
+def test_publish_across_file_systems_copies_then_renames(tmp_path, monkeypatch):
+    real_rename = os.rename
+    calls = []
+
+    def rename(src, dst):
+        calls.append((str(src), str(dst)))
+        if "stage" in str(Path(src).parent.name) and len(calls) == 1:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(disk.os, "rename", rename)
+    entry = make_entry(tmp_path)
+    assert disk.verify(entry) is None
+    assert not [p for p in entry.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_remove_tree_and_sweep(tmp_path):
+    entry = make_entry(tmp_path)
+    disk.remove_tree(entry)
+    assert not entry.exists() and not list(entry.parent.iterdir())
+    disk.remove_tree(entry)  # already gone: no error
+    stale = entry.parent / ".stage-abc"
+    stale.mkdir()
+    fresh = entry.parent / ".stage-def"
+    fresh.mkdir()
+    old = time.time() - 2 * disk.STALE_S
+    os.utime(stale, (old, old))
+    keep = entry.parent / "0123"
+    keep.mkdir()
+    os.utime(keep, (old, old))
+    assert disk.sweep(entry.parent) == 1
+    assert sorted(p.name for p in entry.parent.iterdir()) == [".stage-def", "0123"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("replace", [False, True], ids=["new entry", "replacing an entry"])
+def test_a_writer_killed_at_any_moment_leaves_old_or_complete_new(tmp_path, replace):
+    """SIGKILL a forked writer at random moments: the entry is always old, absent or whole."""
+    rng = random.Random(1234)
+    final = tmp_path / "cache" / "autotuner" / "entry"
+    seen = set()
+    for attempt in range(14):
+        disk.remove_tree(final)
+        if replace:
+            make_entry(tmp_path, text="old")
+        pid = os.fork()
+        if pid == 0:  # the writer: slow fsyncs so that the kill lands inside the write
+            try:
+                real = disk._fsync_file
+
+                def slow(path: str) -> None:
+                    time.sleep(0.01)
+                    real(path)
+
+                disk._fsync_file = slow
+                make_entry(tmp_path, text="new")
+            finally:
+                os._exit(0)
+        time.sleep(rng.uniform(0.0, 0.12))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        if final.exists():
+            assert disk.verify(final) is None, f"attempt {attempt}: a partial entry"
+            text = json.loads((final / "record0.json").read_text())["text"]
+            seen.add(text)
+        else:
+            assert not replace, "the old entry vanished"
+            seen.add(None)
+    # the writers were killed before and after the switch at least once
+    assert len(seen) == 2, seen
+    disk.sweep(final.parent, max_age_s=0)
+    disk.sweep(tmp_path / "stage", max_age_s=0)
+    assert sorted(p.name for p in final.parent.iterdir()) in ([], ["entry"])
+
+
+# -- locks and staging --------------------------------------------------------------------------
+def test_key_lock_excludes_and_reports_waiting(tmp_path):
+    order = []
+    waited = threading.Event()
+    inside = threading.Event()
+    release = threading.Event()
+
+    def holder():
+        with disk.key_lock(tmp_path / "locks", "k"):
+            inside.set()
+            release.wait(10)
+            order.append("holder")
+
+    t = threading.Thread(target=holder)
+    t.start()
+    inside.wait(10)
+    threading.Timer(0.2, release.set).start()
+    with disk.key_lock(tmp_path / "locks", "k", on_wait=waited.set):
+        order.append("waiter")
+    t.join()
+    assert waited.is_set() and order == ["holder", "waiter"]
+    assert mode(tmp_path / "locks") == 0o700
+
+
+def test_writable_staging_falls_back_to_the_system_temp_dir(tmp_path, monkeypatch):
+    settings = Settings(cache_dir=tmp_path / "cache")
+    assert disk.writable_staging(settings) is settings
+
+    def refuse(path):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(disk, "make_private_dir", refuse)
+    moved = disk.writable_staging(settings)
+    assert moved.staging_dir != settings.staging_dir and moved.staging_dir.is_dir()
+    assert moved.cache_dir == settings.cache_dir

@@ -1,0 +1,287 @@
+"""The cache as a whole: list, find, verify, clear, export and import entries (for the CLI).
+
+Reads manifests and JSON only; never imports torch or TVM and never loads a kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tileauto.cache import disk
+from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, KINDS, required_files
+from tileauto.cache.key import versions
+from tileauto.cache.tuning import MEASUREMENTS
+from tileauto.errors import CacheError
+
+_KEY = re.compile(r"^[0-9a-f]{32}$")
+STAGING_DIRS = ("tmp",)
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """One entry folder, as far as its manifest tells (None fields: unreadable manifest)."""
+
+    kind: str
+    key: str
+    path: Path
+    manifest: dict[str, Any] | None
+    size_bytes: int
+    created: float
+
+    @property
+    def kernel(self) -> str:
+        return str((self.manifest or {}).get("kernel") or "?")
+
+    @property
+    def target(self) -> str:
+        """A short target name: ``llvm znver3``, ``cuda sm_90a``."""
+        raw = (self.manifest or {}).get("target")
+        try:
+            data = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        except (ValueError, TypeError):
+            return str(raw or "?")
+        detail = data.get("arch") or data.get("mcpu") or ""
+        return f"{data.get('kind', '?')} {detail}".strip()
+
+    @property
+    def latency_ms(self) -> float | None:
+        """The best latency of a tuned entry (None for plain kernels or unreadable records)."""
+        if self.kind != KIND_TUNED:
+            return None
+        try:
+            return float(json.loads((self.path / "latency.json").read_text())["latency_ms"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @property
+    def readable(self) -> bool:
+        return self.manifest is not None
+
+
+def _info(kind: str, path: Path) -> EntryInfo:
+    try:
+        manifest: dict[str, Any] | None = disk.read_manifest(path)
+    except (OSError, ValueError):
+        manifest = None
+    created = (manifest or {}).get("created")
+    if not isinstance(created, (int, float)):
+        try:
+            created = path.stat().st_mtime
+        except OSError:
+            created = 0.0
+    return EntryInfo(kind, path.name, path, manifest, disk.dir_size(path), float(created))
+
+
+def list_entries(root: Path, kinds: tuple[str, ...] = KINDS) -> list[EntryInfo]:
+    """Every entry under ``root`` (staging leftovers excluded), oldest first."""
+    out = []
+    for kind in kinds:
+        base = Path(root) / kind
+        if not base.is_dir():
+            continue
+        for path in base.iterdir():
+            if path.is_dir() and not path.name.startswith(".") and not path.is_symlink():
+                out.append(_info(kind, path))
+    return sorted(out, key=lambda e: (e.created, e.kind, e.key))
+
+
+def find_entry(root: Path, key: str) -> EntryInfo:
+    """The entry whose key is ``key`` or starts with it.
+
+    Raises:
+        CacheError: no entry matches, or a prefix matches several.
+    """
+    key = key.strip().lower()
+    if not key:
+        raise CacheError("the key is empty; `tileauto cache list` shows the keys")
+    matches = [e for e in list_entries(root) if e.key.startswith(key)]
+    if not matches:
+        raise CacheError(
+            f"no cache entry has the key {key!r} in {root}; `tileauto cache list` shows the keys"
+        )
+    exact = [e for e in matches if e.key == key]
+    if len(exact) == 1:
+        return exact[0]
+    if len(matches) > 1:
+        names = ", ".join(f"{e.kind}/{e.key}" for e in matches[:5])
+        raise CacheError(
+            f"the key prefix {key!r} matches {len(matches)} entries ({names}); give more of it"
+        )
+    return matches[0]
+
+
+def verify_entry(info: EntryInfo) -> str | None:
+    """What is wrong with an entry (hashes, ownership, permissions, versions), or None."""
+    problem = disk.verify(
+        info.path, {"kind": info.kind, "key": info.key}, required=required_files(info.kind)
+    )
+    if problem is not None:
+        return problem
+    manifest = info.manifest or {}
+    mine = versions()
+    stale = [
+        f"{k} {manifest.get(k)} (this install: {mine[k]})"
+        for k in ("tileauto", "tvm")
+        if manifest.get(k) != mine[k]
+    ]
+    return f"stale: written by {', '.join(stale)}; it will not be used" if stale else None
+
+
+def clear(
+    root: Path, older_than_s: float | None = None, kinds: tuple[str, ...] = KINDS
+) -> tuple[int, int]:
+    """Delete entries (all, or those older than ``older_than_s``) and stale staging folders.
+
+    Each entry is renamed away before it is deleted, so a process reading it sees it whole or
+    not at all. Per-config measurements follow the tuned entries. Returns (entries, bytes).
+    """
+    now = time.time()
+    count = size = 0
+    for info in list_entries(root, kinds):
+        if older_than_s is not None and now - info.created < older_than_s:
+            continue
+        disk.remove_tree(info.path)
+        count += 1
+        size += info.size_bytes
+    if KIND_TUNED in kinds:
+        for problem_dir in _children(Path(root) / MEASUREMENTS):
+            if older_than_s is None or now - _newest_mtime(problem_dir) >= older_than_s:
+                size += disk.dir_size(problem_dir)
+                disk.remove_tree(problem_dir)
+    for kind in KINDS:
+        disk.sweep(Path(root) / kind)
+    for name in STAGING_DIRS:
+        disk.sweep(Path(root) / name)
+    return count, size
+
+
+def _children(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def _newest_mtime(path: Path) -> float:
+    times = [p.stat().st_mtime for p in path.rglob("*") if p.is_file()]
+    return max(times, default=path.stat().st_mtime)
+
+
+def export_entry(info: EntryInfo, dest: Path) -> Path:
+    """Copy a verified entry to the folder ``dest`` (new or empty), readable by others.
+
+    The copy is a complete entry: ``cache import`` puts it in another cache, and
+    ``AutotuneResult.load_from_disk`` loads a tuned one directly.
+
+    Raises:
+        CacheError: the entry does not verify, or ``dest`` is a non-empty folder or a file.
+    """
+    problem = verify_entry(info)
+    if problem is not None and not problem.startswith("stale"):
+        raise CacheError(f"{info.kind}/{info.key} does not verify ({problem}); not exported")
+    dest = Path(dest).expanduser().absolute()
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise CacheError(f"{dest} exists and is not an empty folder; give a new folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    manifest = dict(info.manifest or {})
+    manifest.pop("files", None)
+    staging = dest.parent / f".{dest.name}.stage-{time.time_ns()}"
+    staging.mkdir(mode=0o700)
+    try:
+        disk.write_entry(
+            dest, lambda out: _copy_files(info.path, out), manifest, staging, shared=True
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def import_entries(src: Path, root: Path, staging_root: Path) -> list[tuple[str, str, str | None]]:
+    """Copy the entry at ``src`` (or every entry folder inside ``src``) into the cache.
+
+    Hashes are checked first; the files become this user's. Returns (kind, key, note) per
+    entry imported, where note says why it will not be used (other versions), if so.
+
+    Raises:
+        CacheError: ``src`` holds no entry, or an entry is corrupt or has no key.
+    """
+    src = Path(src).expanduser().absolute()
+    if (src / disk.MANIFEST).is_file():
+        sources = [src]
+    else:
+        sources = sorted(p for p in _children(src) if (p / disk.MANIFEST).is_file())
+    if not sources:
+        raise CacheError(
+            f"{src} holds no tileauto entry (no manifest.json in it or in its sub-folders)"
+        )
+    out = []
+    for path in sources:
+        out.append(_import_one(path, Path(root), staging_root))
+    return out
+
+
+def _import_one(path: Path, root: Path, staging_root: Path) -> tuple[str, str, str | None]:
+    try:
+        manifest = disk.read_manifest(path)
+    except (OSError, ValueError) as exc:
+        raise CacheError(f"{path}: unreadable manifest ({exc})") from None
+    kind = manifest.get("kind", KIND_TUNED)
+    key = manifest.get("key")
+    if kind not in KINDS:
+        raise CacheError(f"{path}: unknown entry kind {kind!r}")
+    if not isinstance(key, str) or not _KEY.match(key):
+        raise CacheError(
+            f"{path} has no cache key (it was saved with the tuning cache off); load it with "
+            "AutotuneResult.load_from_disk instead"
+        )
+    # The source may belong to someone else (a colleague's export): integrity only.
+    owner = {path.stat().st_uid} | {p.lstat().st_uid for p in path.rglob("*")}
+    problem = disk.verify(path, required=required_files(kind), trusted_uids=owner)
+    if problem is not None:
+        raise CacheError(f"{path}: {problem}; not imported")
+    meta = {k: v for k, v in manifest.items() if k != "files"}
+    final = root / kind / key
+    disk.write_entry(final, lambda out: _copy_files(path, out), meta, staging_root)
+    mine = versions()
+    stale = [k for k in ("tileauto", "tvm") if manifest.get(k) != mine[k]]
+    note = (
+        "written by "
+        + ", ".join(f"{k} {manifest.get(k)}" for k in stale)
+        + "; this install has "
+        + ", ".join(f"{k} {mine[k]}" for k in stale)
+        + ", so it will not be used"
+        if stale
+        else None
+    )
+    return kind, key, note
+
+
+def _copy_files(src: Path, out: Path) -> None:
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if rel.as_posix() == disk.MANIFEST:
+            continue
+        if path.is_dir():
+            (out / rel).mkdir(exist_ok=True)
+        elif path.is_file() and not path.is_symlink():
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out / rel)
+
+
+__all__ = [
+    "KIND_KERNEL",
+    "KIND_TUNED",
+    "EntryInfo",
+    "clear",
+    "export_entry",
+    "find_entry",
+    "import_entries",
+    "list_entries",
+    "verify_entry",
+]

@@ -1,0 +1,153 @@
+"""The kernel cache: plain ``@jit`` compiles under ``kernels/<key>/``.
+
+The key is the factory's fingerprint, the bound arguments (tensors by shape, dtype, strides
+and device), the compile arguments, the target, the device and the versions. A second process
+calling a ``@jit`` factory with the same arguments loads the shared library instead of
+compiling; concurrent processes compiling one key compile it once (the others wait, then load).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from tileauto._logging import get_logger
+from tileauto.artifact import KernelArtifact
+from tileauto.cache import disk
+from tileauto.cache.entry import KIND_KERNEL, REQUIRED, read_artifact, write_kernel_dir
+from tileauto.cache.key import describe_arguments, digest, function_fingerprint, versions
+from tileauto.options import CompileArgs
+from tileauto.settings import Settings
+
+log = get_logger("cache")
+
+K = TypeVar("K")
+
+
+class KernelStore:
+    """The cache entry of one ``@jit`` call. :meth:`open` returns None when the cache is off."""
+
+    def __init__(self, settings: Settings, key: str, meta: dict[str, Any]) -> None:
+        self.settings = settings
+        self.root = settings.cache_dir
+        self.key = key
+        self.meta = meta
+        self.entry_dir = self.root / KIND_KERNEL / key
+        self._warned: set[str] = set()
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings,
+        factory: Callable[..., Any],
+        bound: dict[str, Any],
+        compile_args: CompileArgs,
+        *,
+        target: str,
+        device: dict[str, Any],
+    ) -> KernelStore | None:
+        """The store for ``factory`` called with ``bound`` (its arguments, defaults applied)."""
+        if not settings.kernel_cache_enabled:
+            return None
+        name = getattr(factory, "__qualname__", "kernel")
+        key = digest(
+            {
+                "versions": versions(),
+                "factory": function_fingerprint(factory),
+                "name": name,
+                "args": describe_arguments(bound),
+                "compile": compile_args.fingerprint(),
+                "target": target,
+                "device": device,
+            }
+        )
+        meta = {
+            **versions(),
+            "kind": KIND_KERNEL,
+            "key": key,
+            "kernel": name,
+            "target": target,
+            "device": device,
+        }
+        return cls(settings, key, meta)
+
+    def load(self) -> KernelArtifact | None:
+        """The stored kernel, or None on a miss. A bad entry is a miss with one warning."""
+        if not self.entry_dir.exists():
+            return None
+        expect = {"key": self.key, "kind": KIND_KERNEL, **versions()}
+        problem = disk.verify(self.entry_dir, expect, required=REQUIRED)
+        if problem is None:
+            try:
+                return read_artifact(self.entry_dir)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                problem = f"unreadable kernel.json ({type(exc).__name__}: {exc})"
+        self.report(f"entry kernels/{self.key} is unusable: {problem}; compiling again")
+        return None
+
+    def report(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            disk.warn(message)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold this key's lock (skipped, with a warning, where it cannot be created)."""
+        try:
+            lock = disk.key_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}")
+            lock.__enter__()
+        except OSError as exc:  # read-only cache: compile without the lock (the save will warn)
+            log.info("cannot lock kernels/%s (%s); compiling without the lock", self.key, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
+
+    def save(self, artifact: KernelArtifact) -> bool:
+        """Store a compiled kernel. A failed write is a warning, not an error."""
+        try:
+            disk.write_entry(
+                self.entry_dir,
+                lambda out: write_kernel_dir(artifact, out),
+                self.meta,
+                self.settings.staging_dir,
+            )
+            disk.sweep(self.entry_dir.parent)
+        except OSError as exc:
+            disk.warn(f"could not write kernels/{self.key} ({exc}); the kernel is not cached")
+            return False
+        return True
+
+    def get_or_build(
+        self, build: Callable[[], KernelArtifact], load: Callable[[KernelArtifact], K]
+    ) -> tuple[K, bool]:
+        """Load the stored kernel, or build, load and store it. Returns (kernel, built).
+
+        ``load`` turns an artifact into a kernel; when it fails on a stored artifact (the
+        library does not load here) that is a warned miss and the kernel is built again.
+        """
+        hit = self._load_with(load)
+        if hit is not None:
+            return hit, False
+        with self.locked():
+            hit = self._load_with(load)  # another process may have built it meanwhile
+            if hit is not None:
+                return hit, False
+            artifact = build()
+            kernel = load(artifact)
+            self.save(artifact)
+            return kernel, True
+
+    def _load_with(self, load: Callable[[KernelArtifact], K]) -> K | None:
+        artifact = self.load()
+        if artifact is None:
+            return None
+        try:
+            return load(artifact)
+        except Exception as exc:  # noqa: BLE001 - a library that does not load is a miss
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.report(f"kernels/{self.key} does not load ({first}); compiling again")
+            return None
