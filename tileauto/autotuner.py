@@ -15,7 +15,7 @@ from tileauto.errors import ConfigSpaceError
 from tileauto.inputs import captured_inputs
 from tileauto.jit.impl import JITImpl, process_scratch_dir
 from tileauto.jit.kernel import JITKernel
-from tileauto.keys import bind_arguments, call_key, describe_value, freeze
+from tileauto.keys import bind_arguments, call_key, describe_value, fast_key, freeze
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result import AutotuneResult
 from tileauto.settings import Settings
@@ -36,6 +36,7 @@ def tune(
     timer: Any = None,
     verbose: bool = True,
     jit_impl: JITImpl | None = None,
+    bucket: Any = None,
 ) -> AutotuneResult:
     """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
 
@@ -62,6 +63,7 @@ def tune(
         timer,
         target=target_json(target),
         device=device_fingerprint(device_type_of(target)),
+        bucket=bucket,
     )
     if store is not None:
         hit = AutotuneResult.from_cache(store, verbose=verbose)
@@ -188,6 +190,7 @@ class AutoTuneImpl:
         self.verbose = verbose
         self.results: dict[Any, AutotuneResult] = {}
         self._kernels: dict[tuple, JITKernel] = {}
+        self._fast: dict[tuple, JITKernel] = {}  # literal calls of plain scalars
         self._lock = threading.Lock()
         functools.update_wrapper(self, jit_impl.factory)
 
@@ -197,15 +200,21 @@ class AutoTuneImpl:
         return freeze(describe_value(self.key(*args, **kwargs)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
+        fast = fast_key(args, kwargs)
+        if fast is not None:
+            kernel = self._fast.get(fast)
+            if kernel is not None:
+                return kernel
         exact = call_key(self.jit_impl.factory, args, kwargs)
         kernel = self._kernels.get(exact)
-        if kernel is not None:
-            return kernel
-        with self._lock:
-            kernel = self._kernels.get(exact)
-            if kernel is None:
-                kernel = self._kernel_for(args, kwargs)
-                self._kernels[exact] = kernel
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(exact)
+                if kernel is None:
+                    kernel = self._kernel_for(args, kwargs)
+                    self._kernels[exact] = kernel
+        if fast is not None:
+            self._fast[fast] = kernel
         return kernel
 
     def _kernel_for(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
@@ -225,9 +234,12 @@ class AutoTuneImpl:
                 timer=self.timer,
                 verbose=self.verbose,
                 jit_impl=self.jit_impl,
+                bucket=None if self.key is None else tkey,
             )
             self.results[tkey] = result
-            return result.kernel
+            if self.key is None or not result.cache_hit:
+                return result.kernel
+            # a bucket's cached entry may hold another shape: compile its config for this call
         # another call in the same tuning bucket: reuse the config, compile for these arguments
         return self.jit_impl(*args, **{**kwargs, **result.config})
 

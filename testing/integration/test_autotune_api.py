@@ -238,3 +238,39 @@ def test_inplace_kernel_gets_its_own_copies_and_user_tensors_stay_untouched():
     assert all(t.ok for t in result.trials), [t.reason for t in result.trials]
     assert any("writes into input 'A'" in n for n in result.trials[0].notes)
     assert torch.equal(a, a0) and torch.equal(b, b0)
+
+
+def test_key_bucket_is_shared_through_the_disk_cache_across_processes(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    script = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import tileauto\n"
+        "from tileauto.language import next_power_of_2\n"
+        "from tune_kernels import scale\n"
+        "impl = tileauto.jit(out_idx=[-1])(scale)\n"
+        "tuned = tileauto.autotune(configs=[{'vec': 4}, {'vec': 16}], warmup=1, rep=3, verbose=False,\n"
+        "    key=lambda n, **_: next_power_of_2(n))(impl)\n"
+        "kernel = tuned(int(sys.argv[1]))\n"
+        "r = tuned.get_tuner_result(int(sys.argv[1]))\n"
+        "print(r.cache_hit, kernel.params[0].shape[0], r.config['vec'])\n"
+    ) % str(here)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{here.parents[1]}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    first = subprocess.run(
+        [sys.executable, "-c", script, "1000"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = subprocess.run(
+        [sys.executable, "-c", script, "1020"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    hit, n, vec = second.stdout.split()
+    assert first.stdout.split()[0] == "False"
+    assert hit == "True" and n == "1020" and vec == first.stdout.split()[2]

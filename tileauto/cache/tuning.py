@@ -141,12 +141,15 @@ class TuningStore:
         *,
         target: str,
         device: dict[str, Any],
+        bucket: Any = None,
     ) -> TuningStore | None:
         """The store for this problem, or None when the tuning cache is off.
 
         Args:
             target: the resolved target as JSON text (``jit.target.target_json``).
             device: the device fingerprint (``jit.target.device_fingerprint``).
+            bucket: the ``key=`` value of ``@autotune``: it replaces the call's arguments in
+                the key, so every call of a bucket shares one entry across processes.
         """
         if not settings.tuning_cache_enabled:
             return None
@@ -157,7 +160,9 @@ class TuningStore:
             "factory": function_fingerprint(factory),
             "name": getattr(factory, "__qualname__", "kernel"),
             # The arguments the call gives; the others are the factory's defaults (fingerprinted).
-            "args": describe_arguments(_explicit_arguments(factory, args, kwargs)),
+            "args": describe_arguments(_explicit_arguments(factory, args, kwargs))
+            if bucket is None
+            else {"bucket": describe_key_value(bucket, content=False)},
             "compile": compile_args.fingerprint(),
             "target": target,
             "device": device,

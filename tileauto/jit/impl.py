@@ -16,6 +16,7 @@ from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.builder import Builder, BuildRequest, BuildStatus
+from tileauto.cache.disk import make_private_dir
 from tileauto.errors import CompileError
 from tileauto.jit.compiler import compile_to_dir
 from tileauto.jit.kernel import JITKernel
@@ -53,7 +54,7 @@ def process_scratch_dir(settings: Settings) -> Path:
         if _PROCESS_DIR is None or not _PROCESS_DIR.exists():
             base = settings.staging_dir
             try:
-                base.mkdir(parents=True, exist_ok=True, mode=0o700)
+                make_private_dir(base)
                 _PROCESS_DIR = Path(tempfile.mkdtemp(prefix=f"proc-{os.getpid()}-", dir=base))
             except OSError:  # read-only cache dir: fall back to the system temp dir
                 _PROCESS_DIR = Path(tempfile.mkdtemp(prefix="tileauto-"))
