@@ -355,4 +355,4 @@ def _progress(total: int, verbose: bool, name: str) -> Any:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=f"autotune {name}", unit="step", leave=False)
+    return tqdm(total=total, desc=f"autotune {name}", unit="step", leave=False, disable=None)
