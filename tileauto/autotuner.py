@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shutil
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +14,7 @@ from tileauto.errors import ConfigSpaceError
 from tileauto.inputs import captured_inputs
 from tileauto.jit.impl import JITImpl, process_scratch_dir
 from tileauto.jit.kernel import JITKernel
-from tileauto.keys import bind_arguments, call_key, describe_value, fast_key, freeze
+from tileauto.keys import CallCache, bind_arguments, call_key, describe_value, freeze
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result import AutotuneResult
 from tileauto.settings import Settings
@@ -70,40 +69,26 @@ def tune(
         if hit is not None:
             return hit
     settings = writable_staging(settings)  # a read-only cache dir still tunes (with a warning)
+    run = functools.partial(
+        _tune_now,
+        factory,
+        args,
+        kwargs,
+        space,
+        compile_args,
+        profile_args,
+        settings,
+        captured,
+        timer,
+        verbose,
+        jit_impl,
+    )
     if store is None:
-        return _tune_now(
-            factory,
-            args,
-            kwargs,
-            space,
-            compile_args,
-            profile_args,
-            settings,
-            captured,
-            timer,
-            verbose,
-            jit_impl,
-            None,
-        )
+        return run(None)
     with store.locked(verbose=verbose):
         # another process may have tuned it while this one waited for the lock
         hit = AutotuneResult.from_cache(store, verbose=verbose)
-        if hit is not None:
-            return hit
-        return _tune_now(
-            factory,
-            args,
-            kwargs,
-            space,
-            compile_args,
-            profile_args,
-            settings,
-            captured,
-            timer,
-            verbose,
-            jit_impl,
-            store,
-        )
+        return hit if hit is not None else run(store)
 
 
 def _tune_now(
@@ -189,9 +174,7 @@ class AutoTuneImpl:
         self.timer = timer
         self.verbose = verbose
         self.results: dict[Any, AutotuneResult] = {}
-        self._kernels: dict[tuple, JITKernel] = {}
-        self._fast: dict[tuple, JITKernel] = {}  # literal calls of plain scalars
-        self._lock = threading.Lock()
+        self._kernels = CallCache(jit_impl.factory)
         functools.update_wrapper(self, jit_impl.factory)
 
     def _tuning_key(self, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -200,22 +183,7 @@ class AutoTuneImpl:
         return freeze(describe_value(self.key(*args, **kwargs)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
-        fast = fast_key(args, kwargs)
-        if fast is not None:
-            kernel = self._fast.get(fast)
-            if kernel is not None:
-                return kernel
-        exact = call_key(self.jit_impl.factory, args, kwargs)
-        kernel = self._kernels.get(exact)
-        if kernel is None:
-            with self._lock:
-                kernel = self._kernels.get(exact)
-                if kernel is None:
-                    kernel = self._kernel_for(args, kwargs)
-                    self._kernels[exact] = kernel
-        if fast is not None:
-            self._fast[fast] = kernel
-        return kernel
+        return self._kernels.get(args, kwargs, self._kernel_for)
 
     def _kernel_for(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
         if Settings.from_env().disable_autotune:

@@ -95,3 +95,39 @@ def default_config(fn: Callable[..., Any]) -> dict[str, Any]:
         for name, p in inspect.signature(fn).parameters.items()
         if p.default is not inspect.Parameter.empty
     }
+
+
+class CallCache:
+    """Values made once per distinct call of a factory: a literal fast path, then the bound key.
+
+    ``get(args, kwargs, make)`` returns the value for this call, calling ``make(args, kwargs)``
+    (under a lock, once per key) when it is new. Used by ``@jit`` and ``@autotune``.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        import threading
+
+        self.fn = fn
+        self.by_key: dict[tuple, Any] = {}
+        self._fast: dict[tuple, Any] = {}  # literal calls of plain scalars
+        self._lock = threading.Lock()
+
+    def get(
+        self, args: tuple, kwargs: dict[str, Any], make: Callable[[tuple, dict[str, Any]], Any]
+    ) -> Any:
+        fast = fast_key(args, kwargs)
+        if fast is not None:
+            value = self._fast.get(fast)
+            if value is not None:
+                return value
+        key = call_key(self.fn, args, kwargs)
+        value = self.by_key.get(key)
+        if value is None:
+            with self._lock:
+                value = self.by_key.get(key)
+                if value is None:
+                    value = make(args, kwargs)
+                    self.by_key[key] = value
+        if fast is not None:
+            self._fast[fast] = value
+        return value

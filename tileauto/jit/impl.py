@@ -20,7 +20,7 @@ from tileauto.cache.disk import make_private_dir
 from tileauto.errors import CompileError
 from tileauto.jit.compiler import compile_to_dir
 from tileauto.jit.kernel import JITKernel
-from tileauto.keys import bind_arguments, call_key, fast_key
+from tileauto.keys import CallCache, bind_arguments
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings
 
@@ -74,29 +74,12 @@ class JITImpl:
             raise TypeError(f"@jit expects a kernel factory function, got {type(factory).__name__}")
         self.factory = factory
         self.compile_args = compile_args
-        self._kernels: dict[tuple, JITKernel] = {}
-        self._fast: dict[tuple, JITKernel] = {}  # literal calls of plain scalars
-        self._lock = threading.Lock()
+        self._kernels = CallCache(factory)
         self.compile_count = 0
         functools.update_wrapper(self, factory)
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
-        fast = fast_key(args, kwargs)
-        if fast is not None:
-            kernel = self._fast.get(fast)
-            if kernel is not None:
-                return kernel
-        key = call_key(self.factory, args, kwargs)
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            with self._lock:
-                kernel = self._kernels.get(key)
-                if kernel is None:
-                    kernel = self._compile(args, kwargs)
-                    self._kernels[key] = kernel
-        if fast is not None:
-            self._fast[fast] = kernel
-        return kernel
+        return self._kernels.get(args, kwargs, self._compile)
 
     def _compile(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
         from tileauto.cache import disk
