@@ -325,6 +325,24 @@ def key_lock(
         lock.release()
 
 
+@contextlib.contextmanager
+def best_effort_lock(
+    lock_dir: Path, name: str, on_wait: Callable[[], None] | None = None
+) -> Iterator[None]:
+    """:func:`key_lock`, or no lock where it cannot be created (a read-only cache still works)."""
+    try:
+        lock = key_lock(lock_dir, name, on_wait)
+        lock.__enter__()
+    except OSError as exc:  # the save that follows will warn about the cache itself
+        log.info("cannot lock %s (%s); going on without the lock", name, exc)
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
+
+
 def writable_staging(settings: Any) -> Any:
     """``settings``, with staging moved to the system temp dir if its own is not writable.
 

@@ -94,17 +94,8 @@ class KernelStore:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold this key's lock (skipped, with a warning, where it cannot be created)."""
-        try:
-            lock = disk.key_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}")
-            lock.__enter__()
-        except OSError as exc:  # read-only cache: compile without the lock (the save will warn)
-            log.info("cannot lock kernels/%s (%s); compiling without the lock", self.key, exc)
+        with disk.best_effort_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}"):
             yield
-            return
-        try:
-            yield
-        finally:
-            lock.__exit__(None, None, None)
 
     def save(self, artifact: KernelArtifact) -> bool:
         """Store a compiled kernel. A failed write is a warning, not an error."""

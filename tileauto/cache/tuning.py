@@ -258,17 +258,8 @@ class TuningStore:
                     flush=True,
                 )
 
-        try:
-            lock = disk.key_lock(self.root / ".locks", f"{KIND_TUNED}-{self.key}", waiting)
-            lock.__enter__()
-        except OSError as exc:  # read-only cache: tune without the lock (the save will warn)
-            log.info("cannot lock %s (%s); tuning without the lock", self.key, exc)
+        with disk.best_effort_lock(self.root / ".locks", f"{KIND_TUNED}-{self.key}", waiting):
             yield
-            return
-        try:
-            yield
-        finally:
-            lock.__exit__(None, None, None)
 
     def save(self, result: Any) -> bool:
         """Store the result and each config's trial. A failed write is a warning, not an error."""
