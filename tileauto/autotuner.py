@@ -17,6 +17,7 @@ from tileauto.jit.kernel import JITKernel
 from tileauto.keys import CallCache, bind_arguments, call_key, describe_value, freeze
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result import AutotuneResult
+from tileauto.search import resolve_search
 from tileauto.settings import Settings
 from tileauto.space import resolve_configs
 from tileauto.tuner import Tuner, TuningProblem
@@ -118,6 +119,7 @@ def _tune_now(
         verbose=verbose,
         name=getattr(factory, "__name__", "kernel"),
         known_trials=store.known_trials() if store is not None else {},
+        search=resolve_search(profile_args.search),
     )
     outcome = Tuner(problem).run()
     try:
@@ -238,6 +240,7 @@ def autotune(
     inplace_args: Any = None,
     flush_cache: bool | None = None,
     seed: int = 0,
+    search: Any = None,
     key: Callable[..., Any] | None = None,
     timer: Any = None,
     verbose: bool = True,
@@ -256,6 +259,8 @@ def autotune(
         manual_check_prog: ``check(results, reference)`` raising or returning False on mismatch.
         skip_check: time without validating.
         inplace_args: input positions the kernel writes into (detected when not given).
+        search: which configs to measure: ``"exhaustive"`` (default, all of them) or a
+            :class:`tileauto.search.SearchStrategy` such as ``RandomSearch(budget=8)``.
         key: maps the call's arguments to a tuning key; calls with equal keys share a tuning.
         timer: a custom timer (see :mod:`tileauto.timing`), e.g. a scripted one in tests.
         verbose: print the report table and a progress bar.
@@ -276,7 +281,9 @@ def autotune(
         inplace_args=tuple(inplace_args) if inplace_args is not None else None,
         flush_cache=flush_cache,
         seed=seed,
+        search=search,
     )
+    resolve_search(search)  # a bad strategy fails at decoration, not at the first call
 
     def wrap(jit_impl: JITImpl) -> AutoTuneImpl:
         return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose)
@@ -366,7 +373,9 @@ class AutoTuner:
         **more: Any,
     ) -> AutoTuner:
         """Set how configs are fed, checked and timed (see :func:`autotune` for each argument)."""
-        extra = {k: more.pop(k) for k in ("inplace_args", "flush_cache", "seed") if k in more}
+        extra = {
+            k: more.pop(k) for k in ("inplace_args", "flush_cache", "seed", "search") if k in more
+        }
         timer = more.pop("timer", None)
         if more:
             raise TypeError(f"set_profile_args got unexpected arguments {sorted(more)}")

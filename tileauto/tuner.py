@@ -28,6 +28,7 @@ from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.report import failure_summary, format_table, write_log
 from tileauto.run_session import SessionSpec
 from tileauto.runner import Runner
+from tileauto.search import Exhaustive, SearchStrategy
 from tileauto.settings import Settings
 from tileauto.space import config_id, full_config, tunable_parameters
 
@@ -55,9 +56,8 @@ class TuningProblem:
     timer: Any = None
     verbose: bool = True
     name: str = "kernel"
-    known_trials: dict[str, Trial] = field(
-        default_factory=dict
-    )  # config id -> measured trial (cache)
+    known_trials: dict[str, Trial] = field(default_factory=dict)  # measured before (cache)
+    search: SearchStrategy = field(default_factory=Exhaustive)
 
 
 @dataclass
@@ -89,18 +89,18 @@ class Tuner:
         self.device = "cpu"
         self.workers = 1
         self.compile_wall_s = 0.0
+        self.runner: Runner | None = None
+        self.by_id: dict[str, dict[str, Any]] = {}
 
     def run(self) -> TuningOutcome:
         p = self.problem
         start = time.perf_counter()
         staging = p.settings.staging_dir / f"tune-{uuid.uuid4().hex[:12]}"
-        # unique configs to measure, the default first (it is the reference without ref_prog)
         ids = [config_id(c) for c in self.full]
         default_id = config_id(self.default_full)
-        order = [default_id] + [i for i in dict.fromkeys(ids) if i != default_id]
-        by_id = {config_id(c): c for c in [self.default_full, *self.full]}
-        measured: dict[str, Trial] = {}
-        self.workers = max(1, min(p.settings.compile_workers(), len(order)))
+        unique = list(dict.fromkeys(ids))  # the space in order, each config once
+        self.by_id = {config_id(c): c for c in [self.default_full, *self.full]}
+        self.workers = max(1, min(p.settings.compile_workers(), len(unique) + 1))
         builder = Builder(
             p.factory,
             p.compile_args,
@@ -109,62 +109,103 @@ class Tuner:
             timeout_s=p.settings.compile_timeout_s,
             staging_dir=staging,
         )
-        to_build = [cid for cid in order if cid not in p.known_trials or cid == default_id]
-        requests = [
-            BuildRequest(index=k, config=by_id[cid], args=p.args, kwargs=p.kwargs)
-            for k, cid in enumerate(to_build)
-        ]
-        bar = _progress(len(requests) * 2, p.verbose, p.name)
-        runner: Runner | None = None
-        built: dict[str, BuildResult] = {}
+        strategy = p.search
+        strategy.start(len(unique))
+        measured: dict[str, Trial] = {}
         artifacts: dict[str, KernelArtifact] = {}
+        proposed: set[int] = set()
         ref_latency = None
+        bar = _progress(0, p.verbose, p.name)
         try:
-            arrivals: queue.Queue[BuildResult | None] = queue.Queue()
-            thread = threading.Thread(
-                target=self._build_all, args=(builder, requests, arrivals), daemon=True
-            )
-            thread.start()
-            pending: dict[str, BuildResult] = {}
-            cpu_wait_all = True
-            done_building = False
-            while len(built) < len(requests):
-                result = arrivals.get()
-                if result is None:
-                    done_building = True
+            # round 1 always measures the default config first: the reference and the baseline
+            round_ids = [default_id]
+            while True:
+                picks = [
+                    i for i in strategy.propose() if 0 <= i < len(unique) and i not in proposed
+                ]
+                proposed.update(picks)
+                round_ids += [unique[i] for i in picks if unique[i] not in round_ids]
+                if not round_ids:
                     break
-                cid = to_build[result.index]
-                built[cid] = result
-                bar.update(1)
-                pending[cid] = result
-                if result.ok and result.artifact is not None:
-                    artifacts[cid] = result.artifact
-                    if runner is None:
-                        self.device = result.artifact.device_type
-                        runner = self._make_runner(result.artifact)
-                        cpu_wait_all = self.device == "cpu"
-                if not cpu_wait_all and runner is not None and default_id in built:
-                    self._run_pending(runner, pending, measured, default_id, bar, order)
-            if not done_building:
-                thread.join()
-            self.compile_wall_s = time.perf_counter() - start
-            # CPU: every compile has finished; nothing else loads the cores while timing.
-            if runner is not None:
-                self._run_pending(runner, pending, measured, default_id, bar, order)
-                ref_latency = runner.time_reference(
+                self._measure(round_ids, builder, measured, artifacts, default_id, bar)
+                if not picks:
+                    break
+                strategy.observe({i: measured[unique[i]] for i in picks})
+                round_ids = []
+            if self.runner is not None:
+                ref_latency = self.runner.time_reference(
                     min(3, p.profile_args.warmup), max(3, min(10, p.profile_args.rep))
                 )
-            for cid, result in pending.items():
-                measured[cid] = self._trial(result, None)
         except BaseException:
             builder.cancel()  # an error or Ctrl-C: stop compiling too, not only running
             raise
         finally:
             bar.close()
-            if runner is not None:
-                runner.close()
-        outcome = self._finish(measured, order, default_id, artifacts, ref_latency, start, staging)
-        return outcome
+            if self.runner is not None:
+                self.runner.close()
+        for cid in unique:
+            if cid not in measured and cid not in p.known_trials:
+                measured[cid] = Trial(
+                    -1,
+                    self.by_id[cid],
+                    TrialStatus.NOT_RUN,
+                    error=f"not proposed by {strategy.describe()}",
+                )
+        order = [default_id, *unique]
+        return self._finish(measured, order, default_id, artifacts, ref_latency, start, staging)
+
+    def _measure(
+        self,
+        round_ids: list[str],
+        builder: Builder,
+        measured: dict[str, Trial],
+        artifacts: dict[str, KernelArtifact],
+        default_id: str,
+        bar: Any,
+    ) -> None:
+        """Build one round in parallel and run each config (CPU: after all its compiles)."""
+        p = self.problem
+        start = time.perf_counter()
+        for cid in round_ids:
+            if cid in p.known_trials and cid != default_id:
+                measured[cid] = p.known_trials[cid]  # measured by an earlier run (cache)
+        to_build = [cid for cid in round_ids if cid not in measured]
+        requests = [
+            BuildRequest(index=k, config=self.by_id[cid], args=p.args, kwargs=p.kwargs)
+            for k, cid in enumerate(to_build)
+        ]
+        bar.total = (bar.total or 0) + 2 * len(requests)
+        arrivals: queue.Queue[BuildResult | None] = queue.Queue()
+        thread = threading.Thread(
+            target=self._build_all, args=(builder, requests, arrivals), daemon=True
+        )
+        thread.start()
+        pending: dict[str, BuildResult] = {}
+        while True:
+            result = arrivals.get()
+            if result is None:
+                break
+            cid = to_build[result.index]
+            bar.update(1)
+            pending[cid] = result
+            if result.ok and result.artifact is not None:
+                artifacts[cid] = result.artifact
+                if self.runner is None:
+                    self.device = result.artifact.device_type
+                    self.runner = self._make_runner(result.artifact)
+            # a GPU runs configs as they arrive; a CPU waits until nothing else loads its cores
+            if (
+                self.device != "cpu"
+                and self.runner is not None
+                and (default_id in measured or default_id in pending)
+            ):
+                self._run_pending(self.runner, pending, measured, default_id, bar, round_ids)
+        thread.join()
+        self.compile_wall_s += time.perf_counter() - start
+        if self.runner is not None:
+            self._run_pending(self.runner, pending, measured, default_id, bar, round_ids)
+        for cid, result in pending.items():
+            measured[cid] = self._trial(result, None)
 
     # -- phases ----------------------------------------------------------------------------
     def _build_all(
@@ -345,6 +386,8 @@ def _postfix(measured: dict[str, Trial]) -> str:
 
 
 class _NoBar:
+    total = 0
+
     def update(self, n: int = 1) -> None: ...
     def set_postfix_str(self, s: str) -> None: ...
     def close(self) -> None: ...

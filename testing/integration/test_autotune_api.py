@@ -248,7 +248,7 @@ def test_key_bucket_is_shared_through_the_disk_cache_across_processes(tmp_path):
 
     here = Path(__file__).resolve().parent
     script = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(here)!r})\n"
         "import tileauto\n"
         "from tileauto.language import next_power_of_2\n"
         "from tune_kernels import scale\n"
@@ -258,7 +258,7 @@ def test_key_bucket_is_shared_through_the_disk_cache_across_processes(tmp_path):
         "kernel = tuned(int(sys.argv[1]))\n"
         "r = tuned.get_tuner_result(int(sys.argv[1]))\n"
         "print(r.cache_hit, kernel.params[0].shape[0], r.config['vec'])\n"
-    ) % str(here)
+    )
     env = {
         **os.environ,
         "PYTHONPATH": f"{here.parents[1]}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -274,3 +274,24 @@ def test_key_bucket_is_shared_through_the_disk_cache_across_processes(tmp_path):
     hit, n, vec = second.stdout.split()
     assert first.stdout.split()[0] == "False"
     assert hit == "True" and n == "1020" and vec == first.stdout.split()[2]
+
+
+def test_random_search_measures_only_its_budget_and_reports_the_rest():
+    from tileauto.search import RandomSearch
+
+    space = [{"vec": v} for v in (4, 16, 32)] + [{"vec": v, "repeat": 2} for v in (4, 16)]
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(1024), space)
+        .set_profile_args(warmup=1, rep=3, search=RandomSearch(budget=2, seed=0), timer=by_vec)
+        .run(verbose=False)
+    )
+    statuses = [t.status for t in result.trials]
+    assert statuses.count(TrialStatus.NOT_RUN) == 3
+    assert all(
+        "RandomSearch(budget=2" in t.error for t in result.trials if t.status is TrialStatus.NOT_RUN
+    )
+    ran = [t for t in result.trials if t.ok]
+    assert len(ran) == 2 and result.config in [t.config for t in ran]
+    assert result.default_trial.ok
+    with pytest.raises(TypeError, match="SearchStrategy"):
+        tileauto.autotune(configs=space, search="bayesian")

@@ -79,6 +79,10 @@ def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, An
         "inplace_args": list(profile.inplace_args) if profile.inplace_args else None,
         "flush_cache": profile.flush_cache,
         "seed": profile.seed,
+        # the strategy decides which configs are measured, so it decides the winner too
+        "search": None
+        if profile.search in (None, "exhaustive")
+        else getattr(profile.search, "describe", lambda: repr(profile.search))(),
         "extra": describe_key_value(profile.extra),
         "timer": None if timer is None else describe_key_value(timer),
     }
