@@ -1,0 +1,501 @@
+"""Run every benchmark in bench/, one after the other, and write the results and a plot.
+
+    python bench/run_all.py [--quick] [--only NAME ...] [--timeout-s 3600] [--replot]
+
+Runs each ``bench/*.py`` script (this one and ``_*.py`` excepted) in its own process, never two
+at once (they would disturb each other's timings), echoes its output, and writes:
+
+- ``bench/results/results.md``: the date, the machine, a summary table of the headline figures
+  against their targets, then every script's full output;
+- ``bench/results/results.json``: the same, machine-readable (each script's figures too);
+- ``bench/results/performance.png``: one figure with a panel per benchmark, when matplotlib is
+  importable (``pip install 'tileauto[plot]'``); without it the plot is skipped with a message.
+  A full run (neither ``--quick`` nor ``--only``) also copies it to ``docs/img/performance.png``,
+  the plot of the performance page.
+
+``--quick`` passes small sizes and few rounds to every script (a smoke run of a few minutes;
+its figures are not the ones to report). ``--replot`` runs nothing: it rebuilds the report and
+the plot from ``bench/results/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results"
+DOCS_PLOT = ROOT / "docs" / "img" / "performance.png"
+ORDER = ["overhead", "kernels_vs_torch", "tune_time", "warm_start", "stability"]
+JSON_SCRIPTS = {"overhead", "kernels_vs_torch", "stability"}  # accept --json PATH and --quick
+QUICK_ARGS = {
+    "tune_time": ["--size", "256", "--rep", "20", "--rounds", "1"],
+    "warm_start": ["--runs", "1"],
+}
+
+
+# -- running -----------------------------------------------------------------------------------
+def scripts(only: list[str] | None) -> list[Path]:
+    found = {p.stem: p for p in BENCH.glob("*.py") if p.name != Path(__file__).name}
+    found = {name: p for name, p in found.items() if not name.startswith("_")}
+    names = [n for n in ORDER if n in found] + sorted(n for n in found if n not in ORDER)
+    if only:
+        unknown = sorted(set(only) - set(found))
+        if unknown:
+            raise SystemExit(f"--only: no bench/{unknown[0]}.py (have: {', '.join(names)})")
+        names = [n for n in names if n in only]
+    return [found[n] for n in names]
+
+
+def run_script(path: Path, quick: bool, timeout_s: float) -> dict:
+    name = path.stem
+    cmd = [sys.executable, str(path)]
+    json_path = RESULTS / f"{name}.json"
+    if name in JSON_SCRIPTS:
+        json_path.unlink(missing_ok=True)
+        cmd += ["--json", str(json_path)] + (["--quick"] if quick else [])
+    elif quick:
+        cmd += QUICK_ARGS.get(name, [])
+    shown = " ".join(
+        ["python", *(os.path.relpath(c, ROOT) if c.startswith("/") else c for c in cmd[1:])]
+    )
+    print(f"\n=== {shown}", flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
+    lines: list[str] = []
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+            if time.perf_counter() - start > timeout_s:
+                proc.kill()
+                lines.append(f"\n[run_all: killed after {timeout_s:g} s]\n")
+                break
+        rc = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = "".join(lines)
+    figures = None
+    if name in JSON_SCRIPTS and json_path.is_file():
+        figures = json.loads(json_path.read_text())
+    elif name in PARSERS:
+        figures = PARSERS[name](output)
+    return {
+        "command": shown,
+        "rc": rc,
+        "seconds": time.perf_counter() - start,
+        "output": output,
+        "figures": figures,
+    }
+
+
+# -- parsing the scripts that print text only ----------------------------------------------------
+def _floats(pattern: str, text: str) -> list[float] | None:
+    m = re.search(pattern, text)
+    return [float(g) for g in m.groups()] if m else None
+
+
+def parse_tune_time(text: str) -> dict:
+    out: dict[str, float] = {}
+    if got := _floats(r"wall / floor: cold ([\d.]+), warm ([\d.]+)", text):
+        out["wall_floor_cold"], out["wall_floor_warm"] = got
+    if got := _floats(r"compile phase, 1 worker / 2 workers: .*= ([\d.]+)x", text):
+        out["compile_speedup"] = got[0]
+    if got := _floats(r"whole tuning, 1 worker / 2 workers \(warm\): .*= ([\d.]+)x", text):
+        out["tuning_speedup"] = got[0]
+    return out
+
+
+def parse_warm_start(text: str) -> dict:
+    out: dict[str, float | str] = {}
+    for key, pattern in (
+        ("import_s", r"import tileauto only\s+([\d.]+) s"),
+        ("warm_s", r"warm cache\s+([\d.]+) s"),
+        ("cold_s", r"cold cache\s+([\d.]+) s"),
+        ("warm_minus_import_s", r"warm - import\s+([+-]?[\d.]+) s"),
+    ):
+        if got := _floats(pattern, text):
+            out[key] = got[0]
+    if m := re.search(r"verdict: (.*)", text):
+        out["verdict"] = m.group(1).strip()
+    return out
+
+
+PARSERS = {"tune_time": parse_tune_time, "warm_start": parse_warm_start}
+
+
+# -- the report ----------------------------------------------------------------------------------
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        rev = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        rev = "unknown"
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "tvm": version("apache-tvm"),
+        "tileauto": rev,
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def _verdict(value: float | None, target: float | None) -> str:
+    if value is None or target is None:
+        return ""
+    return "met" if value <= target else "MISSED"
+
+
+def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
+    """(benchmark, figure, value, target, verdict) rows of the headline figures."""
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    def row(bench: str, what: str, value: float | None, target: float | None, fmt: str = ".2f"):
+        shown = "n/a" if value is None else format(value, fmt)
+        rows.append(
+            (
+                bench,
+                what,
+                shown,
+                "" if target is None else f"<= {target:g}",
+                _verdict(value, target),
+            )
+        )
+
+    scripts_ = results.get("scripts", {})
+    if f := (scripts_.get("overhead") or {}).get("figures"):
+        v = f["variants"]
+        row("overhead", "JITKernel call / (b) raw + torch.empty", v["jit"]["vs_raw_alloc"], 1.5)
+        row(
+            "overhead",
+            f"JITKernel call / (a) raw, output preallocated (allocating alone: {v['alloc']['vs_raw']:.2f}x)",
+            v["jit"]["vs_raw"],
+            1.5,
+        )
+        row("overhead", "prepare()() / (a) raw", v["prepare"]["vs_raw"], 1.1)
+        row("overhead", "torch.empty alone / (a) raw", v["alloc"]["vs_raw"], None)
+        row(
+            "overhead",
+            "JITKernel call / torch a * 2",
+            v["jit"]["median_ns"] / v["torch"]["median_ns"],
+            None,
+        )
+    if f := (scripts_.get("kernels_vs_torch") or {}).get("figures"):
+        for c in f["cases"]:
+            row(
+                "kernels_vs_torch",
+                f"{c['label']} / {c['torch_op']} (min; median {c['ratio']:.2f})",
+                c["ratio_min"],
+                c["target"],
+            )
+    if f := (scripts_.get("tune_time") or {}).get("figures"):
+        row("tune_time", "tuning wall / floor, cold process", f.get("wall_floor_cold"), 1.25)
+        row("tune_time", "tuning wall / floor, warm pool", f.get("wall_floor_warm"), 1.25)
+        row("tune_time", "compile phase speedup, 2 workers vs 1", f.get("compile_speedup"), None)
+        row("tune_time", "whole tuning speedup, 2 workers vs 1", f.get("tuning_speedup"), None)
+    if f := (scripts_.get("warm_start") or {}).get("figures"):
+        row(
+            "warm_start",
+            "warm start - import tileauto (s)",
+            f.get("warm_minus_import_s"),
+            0.3,
+            ".3f",
+        )
+        row("warm_start", "cold start (tuning) (s)", f.get("cold_s"), None, ".2f")
+    if f := (scripts_.get("stability") or {}).get("figures"):
+        for size, s in f["sizes"].items():
+            rows.append(
+                (
+                    "stability",
+                    f"GEMM {size}^3, {f['runs']} tunings: winners",
+                    s["verdict"],
+                    "same or within spread",
+                    "met" if s["verdict"] != "UNSTABLE" else "MISSED",
+                )
+            )
+            for name, e in (s.get("experiment") or {}).items():
+                rows.append(
+                    (
+                        "stability",
+                        f"GEMM {size}^3, same kernels timed in {name}",
+                        f"{e['verdict']} (gap {e['worst_gap'] * 100:.0f}%)",
+                        "",
+                        "",
+                    )
+                )
+    return rows
+
+
+def write_report(results: dict) -> Path:
+    m = results["machine"]
+    lines = [
+        "# tileauto benchmark results",
+        "",
+        f"- date: {results['date']}",
+        f"- machine: {m['cpu']}, {m['cores']} cores; {m['platform']}",
+        f"- python {m['python']}, torch {m['torch']}, apache-tvm {m['tvm']}, tileauto {m['tileauto']}",
+        f"- load average at the start: {m['load_average']:.2f}"
+        + (" (quick run: smoke figures)" if results.get("quick") else ""),
+        "",
+        "| benchmark | figure | value | target | verdict |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {' | '.join(r)} |" for r in summary_rows(results)]
+    for name, s in results["scripts"].items():
+        lines += [
+            "",
+            f"## {name}",
+            "",
+            f"`{s['command']}`: exit {s['rc']}, {s['seconds']:.0f} s",
+            "",
+            "```",
+            s["output"].rstrip(),
+            "```",
+        ]
+    path = RESULTS / "results.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# -- the plot ------------------------------------------------------------------------------------
+def make_plot(results: dict) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not importable: skipping the plot (pip install 'tileauto[plot]')")
+        return []
+    figs = {name: s.get("figures") for name, s in results["scripts"].items()}
+    fig, axes = plt.subplots(2, 3, figsize=(18, 10))
+    panels = [
+        (_plot_overhead, figs.get("overhead")),
+        (_plot_kernels, figs.get("kernels_vs_torch")),
+        (_plot_tune_time, figs.get("tune_time")),
+        (_plot_warm_start, figs.get("warm_start")),
+        (_plot_stability, figs.get("stability")),
+        (_plot_experiment, figs.get("stability")),
+    ]
+    for ax, (draw, data) in zip(axes.flat, panels):
+        if data:
+            draw(ax, data)
+        else:
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, f"{draw.__name__[6:]}: not run", ha="center", va="center")
+    m = results["machine"]
+    fig.suptitle(
+        f"tileauto performance, {results['date'][:10]}: {m['cpu']}, {m['cores']} cores, "
+        f"torch {m['torch']}, apache-tvm {m['tvm']}"
+        + (" (quick run)" if results.get("quick") else "")
+    )
+    fig.tight_layout()
+    out = RESULTS / "performance.png"
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    if not results.get("complete"):
+        print(f"{DOCS_PLOT.relative_to(ROOT)} left as it is: a quick or partial run")
+        return [out]
+    DOCS_PLOT.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out, DOCS_PLOT)
+    return [out, DOCS_PLOT]
+
+
+def _plot_overhead(ax, f: dict) -> None:
+    keys = ["raw", "prepare", "alloc", "raw_alloc", "jit", "torch_out", "torch", "jit_symbolic"]
+    v = f["variants"]
+    keys = [k for k in keys if k in v]
+    values = [v[k]["median_ns"] for k in keys]
+    colors = ["tab:blue" if k in ("jit", "prepare", "jit_symbolic") else "tab:gray" for k in keys]
+    ax.barh(range(len(keys)), values, color=colors)
+    ax.set_yticks(range(len(keys)), [v[k]["label"] for k in keys], fontsize=8)
+    ax.invert_yaxis()
+    for i, k in enumerate(keys):
+        ax.text(
+            values[i],
+            i,
+            f" {values[i]:.0f} ns = {v[k]['vs_raw']:.2f}x (a)",
+            va="center",
+            fontsize=8,
+        )
+    ax.set_xlim(0, max(values) * 1.45)
+    ax.set_xlabel("ns per call (median over rounds)")
+    ax.set_title(f"per-call overhead, {f['n']} float32 (blue: tileauto)")
+
+
+def _plot_kernels(ax, f: dict) -> None:
+    cases = f["cases"]
+    x = range(len(cases))
+    ax.bar(x, [c["ratio_min"] for c in cases], color="tab:blue", label="fastest / fastest call")
+    ax.plot(x, [c["ratio"] for c in cases], "o", color="tab:orange", label="median / median")
+    for i, c in enumerate(cases):
+        ax.hlines(c["target"], i - 0.4, i + 0.4, colors="tab:red", linestyles="--")
+        ax.text(i, c["ratio_min"], f"{c['ratio_min']:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(list(x), [c["label"] for c in cases], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("tuned kernel time / torch time (below 1: faster)")
+    ax.set_title("tuned examples vs torch (red: target, at most)")
+    ax.legend(fontsize=8)
+
+
+def _plot_tune_time(ax, f: dict) -> None:
+    labels, values = [], []
+    for key, label in (
+        ("wall_floor_cold", "wall / floor\ncold"),
+        ("wall_floor_warm", "wall / floor\nwarm pool"),
+        ("compile_speedup", "compile speedup\n2 vs 1 worker"),
+        ("tuning_speedup", "tuning speedup\n2 vs 1 worker"),
+    ):
+        if key in f:
+            labels.append(label)
+            values.append(f[key])
+    ax.bar(range(len(values)), values, color=["tab:blue"] * 2 + ["tab:gray"] * (len(values) - 2))
+    for i, value in enumerate(values):
+        ax.text(i, value, f"{value:.2f}", ha="center", va="bottom")
+    ax.axhline(1.25, color="tab:red", linestyle="--", label="wall / floor target 1.25")
+    ax.set_xticks(range(len(values)), labels, fontsize=8)
+    ax.set_title("tune time (GEMM space)")
+    ax.legend(fontsize=8)
+
+
+def _plot_warm_start(ax, f: dict) -> None:
+    keys = [("import_s", "import tileauto"), ("warm_s", "warm cache"), ("cold_s", "cold (tunes)")]
+    keys = [(k, label) for k, label in keys if k in f]
+    values = [f[k] for k, _ in keys]
+    ax.bar(range(len(values)), values, color=["tab:gray", "tab:blue", "tab:orange"][: len(values)])
+    for i, value in enumerate(values):
+        ax.text(i, value, f"{value:.2f} s", ha="center", va="bottom")
+    ax.set_xticks(range(len(values)), [label for _, label in keys])
+    ax.set_ylabel("process start -> ready kernel (s)")
+    extra = f.get("warm_minus_import_s")
+    ax.set_title(
+        "warm start"
+        + (f": warm - import = {extra:.3f} s (target <= 0.3)" if extra is not None else "")
+    )
+
+
+def _plot_stability(ax, f: dict) -> None:
+    ticks, labels = [], []
+    x = 0
+    for size, s in f["sizes"].items():
+        base = min(r["trials"][r["winner"]]["median_ms"] for r in s["runs"])
+        for i, r in enumerate(s["runs"]):
+            w = r["trials"][r["winner"]]
+            med = w["median_ms"] / base
+            ax.errorbar(
+                x,
+                med,
+                yerr=[[med - w["p20_ms"] / base], [w["p80_ms"] / base - med]],
+                fmt="o",
+                capsize=4,
+                color=f"C{list(dict.fromkeys(q['winner'] for q in s['runs'])).index(r['winner'])}",
+            )
+            ticks.append(x)
+            labels.append(f"{size}^3\nrun {i + 1}" + (f"\n{s['verdict']}" if i == 1 else ""))
+            x += 1
+        x += 1
+    ax.set_xticks(ticks, labels, fontsize=8)
+    ax.set_ylabel("winner median (p20-p80) / best winner median")
+    ax.set_title(f"stability: {f['runs']} tunings in a row (colour: winning config)")
+
+
+def _plot_experiment(ax, f: dict) -> None:
+    sizes = [size for size, s in f["sizes"].items() if s.get("experiment")]
+    if not sizes:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "stability experiment: not run", ha="center", va="center")
+        return
+    width = 0.35
+    for j, name in enumerate(("blocks", "interleaved")):
+        gaps = [f["sizes"][s]["experiment"][name]["worst_gap"] * 100 for s in sizes]
+        xs = [i + (j - 0.5) * width for i in range(len(sizes))]
+        ax.bar(xs, gaps, width, label=name)
+        for xi, g, s in zip(xs, gaps, sizes):
+            ax.text(
+                xi,
+                g,
+                f"{g:.0f}%\n{f['sizes'][s]['experiment'][name]['verdict']}",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    ax.set_xticks(range(len(sizes)), [f"GEMM {s}^3" for s in sizes])
+    ax.set_ylabel("largest gap between repeated runs' winners (%)")
+    ax.set_title("same kernels timed in blocks (as tuned) vs interleaved")
+    ax.legend(fontsize=8)
+
+
+# -- main ----------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, few rounds (smoke run)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts")
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="limit per script")
+    parser.add_argument(
+        "--replot", action="store_true", help="rebuild report and plot, run nothing"
+    )
+    args = parser.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results_path = RESULTS / "results.json"
+    if args.replot:
+        results = json.loads(results_path.read_text())
+    else:
+        results = {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "quick": args.quick,
+            "complete": not args.quick and not args.only,  # only such a run updates the docs plot
+            "machine": machine(),
+            "scripts": {},
+        }
+        for path in scripts(args.only):
+            results["scripts"][path.stem] = run_script(path, args.quick, args.timeout_s)
+        results["machine"]["load_average_end"] = os.getloadavg()[0]
+        results_path.write_text(json.dumps(results, indent=1, default=str))
+    report = write_report(results)
+    print(f"\nwrote {report.relative_to(ROOT)} and {results_path.relative_to(ROOT)}")
+    for path in make_plot(results):
+        print(f"wrote {path.relative_to(ROOT)}")
+    failed = [name for name, s in results["scripts"].items() if s["rc"] != 0]
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
