@@ -17,21 +17,15 @@ configs differ (as a script it sets ``TVM_NUM_THREADS`` to the number of cores u
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import time
-from pathlib import Path
 
+import _common
 import torch
 import tvm
+from _common import check_shape
 from tvm import s_tir, te, topi
 
-try:
-    import tileauto
-except ImportError:  # a source checkout that is not installed: use the repo next to us
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import tileauto
+import tileauto
 
 
 def silu_mul(
@@ -53,8 +47,7 @@ def silu_mul(
         parallel: spread the chunks over the TVM thread pool.
         dtype: element type.
     """
-    if M < 1 or N < 1:
-        raise ValueError(f"M and N must be positive, got M={M!r}, N={N!r}")
+    check_shape(M, N)
     if vec < 1 or unroll < 1 or block < 1:
         raise ValueError(f"vec, unroll and block must be positive: {vec=}, {unroll=}, {block=}")
     G = te.placeholder((M, N), dtype, name="G")
@@ -124,50 +117,27 @@ def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(gate) * up
 
 
-def _bench(fn, *args, warmup: int = 3, reps: int = 20) -> float:
-    """Median wall time of ``fn(*args)`` in milliseconds (perf_counter loop)."""
-    for _ in range(warmup):
-        fn(*args)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2] * 1e3
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=2048, help="M = N (default 2048)")
-    parser.add_argument("--shape", type=int, nargs=2, metavar=("M", "N"), help="tensor shape")
-    parser.add_argument("--all", action="store_true", help="time every config of configs()")
-    args = parser.parse_args(argv)
-    M, N = args.shape or (args.size, args.size)
+    (M, N), show_all = _common.cpu_args(argv, __doc__)
     torch.manual_seed(0)
     gate = torch.randn(M, N) * 4
     up = torch.randn(M, N)
-    ref = reference(gate, up)
-    t_torch = _bench(reference, gate, up)  # before any TVM thread pool spins
-
-    out = swiglu(M, N)(gate, up)  # default config
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    print(f"silu(gate) * up, {M}x{N}: default config matches torch; "
-          f"TVM threads {tvm.runtime.num_threads()}")  # fmt: skip
     gbytes = 3 * M * N * gate.element_size() / 1e9
-    print(f"{'torch silu(g) * u':>44}: {t_torch:8.3f} ms {gbytes / t_torch * 1e3:6.1f} GB/s")
-    candidates = configs(M, N)
-    shown = [{}] + (candidates if args.all else candidates[:: max(1, len(candidates) // 5)])
-    for cfg in shown:
-        kern = swiglu(M, N, **cfg)
-        torch.testing.assert_close(kern(gate, up), ref, rtol=1e-5, atol=1e-5)
-        ms = _bench(kern, gate, up)
-        label = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
-        print(f"{label:>44}: {ms:8.3f} ms {gbytes / ms * 1e3:6.1f} GB/s")
-    return 0
+    return _common.cpu_check_and_time(
+        swiglu,
+        (M, N),
+        [gate, up],
+        reference,
+        configs(M, N),
+        show_all,
+        header=f"silu(gate) * up, {M}x{N}: default config matches torch",
+        baseline="torch silu(g) * u",
+        tol=dict(rtol=1e-5, atol=1e-5),
+        width=44,
+        rate=lambda ms: f"{gbytes / ms * 1e3:6.1f} GB/s",
+    )
 
 
 if __name__ == "__main__":
-    # TVM's pool uses half the x86 cores unless told (it assumes hyper-threads): use them all.
-    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    _common.use_all_cores()
     sys.exit(main())

@@ -19,21 +19,14 @@ written back. Run ``python examples/gemm_cpu.py --size 512`` to check it against
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import time
-from pathlib import Path
 
+import _common
 import torch
 import tvm
 from tvm import s_tir, te
 
-try:
-    import tileauto
-except ImportError:  # a source checkout that is not installed: use the repo next to us
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import tileauto
+import tileauto
 
 
 def _ceildiv(a: int, b: int) -> int:
@@ -206,54 +199,37 @@ def configs(M: int, N: int, K: int) -> list[dict]:
 get_configs = configs
 
 
-def _bench(fn, *args, warmup: int = 3, reps: int = 20) -> float:
-    """Median wall time of ``fn(*args)`` in milliseconds (perf_counter loop)."""
-    for _ in range(warmup):
-        fn(*args)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2] * 1e3
+def _short_label(cfg: dict) -> str:
+    label = _common.config_label(cfg)
+    return label.replace("block_", "b").replace("micro_", "u").replace("unroll", "unr")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=512, help="M = N = K (default 512)")
-    parser.add_argument("--mnk", type=int, nargs=3, metavar=("M", "N", "K"), help="sizes")
-    parser.add_argument("--all", action="store_true", help="time every config of configs()")
-    args = parser.parse_args(argv)
-    M, N, K = args.mnk or (args.size,) * 3
+    (M, N, K), show_all = _common.cpu_args(
+        argv, __doc__, default=512, dims=("M", "N", "K"), flag="--mnk", flag_help="sizes"
+    )
     torch.manual_seed(0)
     a = torch.randn(M, K)
     b = torch.randn(K, N)
-    ref = torch.matmul(a, b)
     flops = 2.0 * M * N * K
-    t_torch = _bench(torch.matmul, a, b)  # before any TVM thread pool spins
-
-    kernel = matmul(M, N, K)  # default config
-    c = kernel(a, b)
-    # fp32 sums of K products in another order: the error grows like sqrt(K).
-    torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-4 * max(K, 1) ** 0.5)
-    print(f"gemm {M}x{N}x{K}: default config matches torch.matmul "
-          f"(max abs err {(c - ref).abs().max().item():.2e}); "
-          f"TVM threads {tvm.runtime.num_threads()}")  # fmt: skip
-    print(f"{'torch.matmul':>58}: {t_torch:8.3f} ms {flops / t_torch / 1e6:7.1f} GFLOP/s")
-    candidates = configs(M, N, K)
-    shown = [{}] + (candidates if args.all else candidates[:: max(1, len(candidates) // 5)])
-    for cfg in shown:
-        kern = matmul(M, N, K, **cfg)
-        torch.testing.assert_close(kern(a, b), ref, rtol=1e-3, atol=1e-4 * max(K, 1) ** 0.5)
-        ms = _bench(kern, a, b)
-        label = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
-        label = label.replace("block_", "b").replace("micro_", "u").replace("unroll", "unr")
-        print(f"{label:>58}: {ms:8.3f} ms {flops / ms / 1e6:7.1f} GFLOP/s")
-    return 0
+    return _common.cpu_check_and_time(
+        matmul,
+        (M, N, K),
+        [a, b],
+        torch.matmul,
+        configs(M, N, K),
+        show_all,
+        header=f"gemm {M}x{N}x{K}: default config matches torch.matmul",
+        baseline="torch.matmul",
+        show_err=True,
+        # fp32 sums of K products in another order: the error grows like sqrt(K).
+        tol=dict(rtol=1e-3, atol=1e-4 * max(K, 1) ** 0.5),
+        width=58,
+        rate=lambda ms: f"{flops / ms / 1e6:7.1f} GFLOP/s",
+        label=_short_label,
+    )
 
 
 if __name__ == "__main__":
-    # TVM's pool uses half the x86 cores unless told (it assumes hyper-threads): use them all.
-    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    _common.use_all_cores()
     sys.exit(main())

@@ -21,35 +21,21 @@ the CUDA source; with one, it also runs them and checks against ``torch.matmul``
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
-import time
-from pathlib import Path
 
+import _cuda_common
 import torch
 import tvm
+
+# "X as X": re-exported, for callers and the tests (e.g. gemm_cuda.ptx_of)
+from _cuda_common import COMPILE_TARGET as COMPILE_TARGET
+from _cuda_common import GPU_LIMITS
+from _cuda_common import compile_cuda_source as compile_cuda_source
+from _cuda_common import lowered_gpu_ok as lowered_gpu_ok
+from _cuda_common import ptx_of as ptx_of
 from tvm import s_tir, te
 
-try:
-    import tileauto
-except ImportError:  # a source checkout that is not installed: use the repo next to us
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import tileauto
-
-#: What every config must fit (any CUDA GPU since Kepler; the dynamic-shared-memory opt-in of
-#: newer GPUs is not used).
-GPU_LIMITS = {
-    "max_threads_per_block": 1024,
-    "max_shared_memory_per_block": 48 * 1024,
-    "max_local_memory_per_block": 2**31 - 1,
-    "max_thread_x": 1024,
-    "max_thread_y": 1024,
-    "max_thread_z": 64,
-    "max_vthread": 1,
-    "max_vector_bytes": 16,
-}
-COMPILE_TARGET = {"kind": "cuda", "arch": "sm_90"}
+import tileauto
 
 
 def check_config(
@@ -198,92 +184,32 @@ def configs(M: int, N: int, K: int) -> list[dict]:
 get_configs = configs
 
 
-def compile_cuda_source(func: tvm.tirx.PrimFunc, target=COMPILE_TARGET) -> str:
-    """Compile for CUDA (no GPU needed) and return the generated CUDA C of the device kernels."""
-    ex = tvm.compile(func, target=tvm.target.Target(target))
-    device_mods = [m for m in ex.mod.imports if m.kind == "cuda"]
-    if not device_mods:
-        raise RuntimeError("the kernel has no CUDA device code: is it bound to threads?")
-    return device_mods[0].inspect_source("cuda")
-
-
-def lowered_gpu_ok(func: tvm.tirx.PrimFunc, limits: dict | None = None) -> bool:
-    """``verify_gpu_code`` on the lowered function (it accepts anything before lowering)."""
-    mod = tvm.IRModule({"main": func})
-    passes = [
-        s_tir.transform.LowerInitBlock(),
-        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir.transform.ConvertBlocksToOpaque(),
-        s_tir.transform.CompactBufferAllocation(),
-        s_tir.transform.UnifyThreadBinding(),
-        s_tir.transform.LowerMatchBuffer(),
-        s_tir.transform.LowerOpaqueBlock(),
-        tvm.tirx.transform.FlattenBuffer(),
-    ]
-    with tvm.target.Target(COMPILE_TARGET):
-        mod = tvm.ir.transform.Sequential(passes)(mod)
-    return bool(s_tir.analysis.verify_gpu_code(mod["main"], limits or GPU_LIMITS))
-
-
-def ptx_of(source: str, arch: str = "sm_90") -> bytes | None:
-    """PTX from nvcc for a CUDA source, or None when nvcc is not installed."""
-    if shutil.which("nvcc") is None:
-        return None
-    from tvm.support import nvcc
-
-    with tvm.target.Target({"kind": "cuda", "arch": arch}):
-        return nvcc.compile_cuda(source, target_format="ptx", arch=arch, compiler="nvcc")
-
-
-def _bench_cuda(fn, *args, warmup: int = 5, reps: int = 50) -> float:
-    """Mean time per call in milliseconds, synchronized around a loop of calls."""
-    for _ in range(warmup):
-        fn(*args)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn(*args)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / reps * 1e3
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=2048, help="M = N = K (default 2048)")
-    parser.add_argument("--no-nvcc", action="store_true", help="skip the nvcc PTX check")
-    args = parser.parse_args(argv)
+    args = _cuda_common.cuda_args(
+        argv, __doc__, "--size", default=2048, help="M = N = K (default 2048)"
+    )
     M = N = K = args.size
     candidates = configs(M, N, K)
-    print(f"gemm {M}x{N}x{K}: {len(candidates)} configs for {COMPILE_TARGET}")
-    for cfg in [{}] + candidates:
-        func = gemm(M, N, K, **cfg)
-        t0 = time.perf_counter()
-        source = compile_cuda_source(func)
-        ms = (time.perf_counter() - t0) * 1e3
-        if not lowered_gpu_ok(func):
-            raise SystemExit(f"config {cfg} breaks the GPU limits {GPU_LIMITS}")
-        ptx = None if args.no_nvcc else ptx_of(source)
-        label = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
-        ptx_note = f", PTX {len(ptx)} B" if ptx is not None else ""
-        print(f"  {label}: CUDA source {len(source)} chars ({ms:.0f} ms){ptx_note}")
-
-    if not torch.cuda.is_available():
-        print("no CUDA GPU present (torch.cuda.is_available() is False): compiled only")
+    title = f"gemm {M}x{N}x{K}"
+    if not _cuda_common.compile_every_config(
+        gemm, (M, N, K), candidates, title, args.no_nvcc, timed=True
+    ):
         return 0
     torch.manual_seed(0)
     a = torch.randn(M, K, device="cuda")
     b = torch.randn(K, N, device="cuda")
-    ref = a @ b
-    t_torch = _bench_cuda(torch.matmul, a, b)
     flops = 2.0 * M * N * K
-    print(f"{'torch.matmul':>60}: {t_torch:8.3f} ms {flops / t_torch / 1e9:7.1f} TFLOP/s")
-    for cfg in [{}] + candidates:
-        kern = matmul(M, N, K, **cfg)
-        torch.testing.assert_close(kern(a, b), ref, rtol=1e-3, atol=1e-4 * K**0.5)
-        ms = _bench_cuda(kern, a, b)
-        label = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
-        print(f"{label:>60}: {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s")
-    return 0
+    return _cuda_common.gpu_check_and_time(
+        matmul,
+        (M, N, K),
+        [a, b],
+        torch.matmul,
+        candidates,
+        baseline="torch.matmul",
+        tol=dict(rtol=1e-3, atol=1e-4 * K**0.5),
+        width=60,
+        rate=lambda ms: f"{flops / ms / 1e9:7.1f} TFLOP/s",
+    )
 
 
 if __name__ == "__main__":

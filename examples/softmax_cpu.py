@@ -20,72 +20,15 @@ sets ``TVM_NUM_THREADS`` to the number of cores unless set).
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import time
-from pathlib import Path
 
+import _common
 import torch
 import tvm
+from _common import check_shape, row_reduce, schedule_partial, vectorize_row
 from tvm import s_tir, te, topi
 
-try:
-    import tileauto
-except ImportError:  # a source checkout that is not installed: use the repo next to us
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import tileauto
-
-
-def _row_reduce(name, combine, value, M, N, width):
-    """``combine`` over the last axis of ``value(i, j)`` as two TE stages.
-
-    Stage ``<name>_part[i, w]`` reduces columns ``w, w + width, ...`` of the first
-    ``N // width * width`` columns (vectorizable over ``w``); stage ``<name>[i]`` reduces those
-    ``width`` partials and the remaining tail columns. Returns ``(result, part or None)``.
-    """
-    nk = N // width
-    if nk < 2 or width < 2:  # a row of less than two steps: a plain reduction
-        r = te.reduce_axis((0, N), name=f"{name}_r")
-        return te.compute((M,), lambda i: combine(value(i, r), axis=r), name=name), None
-    ko = te.reduce_axis((0, nk), name=f"{name}_ko")
-    part = te.compute(
-        (M, width), lambda i, w: combine(value(i, ko * width + w), axis=ko), name=f"{name}_part"
-    )
-    tail = N - nk * width
-    r = te.reduce_axis((0, width + tail), name=f"{name}_r")
-    if tail == 0:
-        return te.compute((M,), lambda i: combine(part[i, r], axis=r), name=name), part
-
-    def finish(i):
-        # r < width: a partial; r >= width: tail column nk * width + (r - width).
-        # The clamps keep both loads in bounds; only the selected one is used.
-        from_part = part[i, te.min(r, width - 1)]
-        from_tail = value(i, nk * width + te.max(r - width, 0))
-        return combine(te.if_then_else(r < width, from_part, from_tail), axis=r)
-
-    return te.compute((M,), finish, name=name), part
-
-
-def _vectorize_row(sch, loop, extent, vec):
-    """Vectorize a row loop: a main part of whole vectors, then a scalar tail loop."""
-    main = extent // vec * vec
-    if main == 0:
-        return
-    if main < extent:
-        loop, _tail = sch.loop_partition(loop, [main, None])
-    _, lanes = sch.split(loop, [None, vec])
-    sch.vectorize(lanes)
-
-
-def _schedule_partial(sch, block, vec):
-    """Put the lanes of a ``*_part`` stage innermost and vectorize them."""
-    w, ko = sch.get_loops(block)[-2:]
-    sch.reorder(ko, w)
-    acc, lanes = sch.split(w, [None, vec])
-    sch.unroll(acc)
-    sch.vectorize(lanes)
-    sch.decompose_reduction(block, ko)
+import tileauto
 
 
 def softmax(
@@ -107,16 +50,15 @@ def softmax(
         parallel: spread the row chunks over the TVM thread pool.
         dtype: element type.
     """
-    if M < 1 or N < 1:
-        raise ValueError(f"M and N must be positive, got M={M!r}, N={N!r}")
+    check_shape(M, N)
     if vec < 1 or rows < 1 or unroll < 1:
         raise ValueError(f"vec, rows and unroll must be positive: {vec=}, {rows=}, {unroll=}")
     X = te.placeholder((M, N), dtype, name="X")
     width = vec * unroll
-    mx, mx_part = _row_reduce("mx", te.max, lambda i, j: X[i, j], M, N, width)
+    mx, mx_part = row_reduce("mx", te.max, lambda i, j: X[i, j], M, N, width)
     shifted = te.compute((M, N), lambda i, j: X[i, j] - mx[i], name="shifted")
     e = topi.fast_exp(shifted)
-    s, s_part = _row_reduce("s", te.sum, lambda i, j: e[i, j], M, N, width)
+    s, s_part = row_reduce("s", te.sum, lambda i, j: e[i, j], M, N, width)
     one = tvm.tirx.const(1, dtype)
     Out = te.compute((M, N), lambda i, j: e[i, j] * (one / s[i]), name="O")
 
@@ -135,11 +77,11 @@ def softmax(
             continue
         blk = sch.get_sblock(stage) if isinstance(stage, str) else stage
         sch.compute_at(blk, row)
-    _vectorize_row(sch, sch.get_loops(out)[-1], N, vec)
-    _vectorize_row(sch, sch.get_loops(exp_block)[-1], N, vec)
+    vectorize_row(sch, sch.get_loops(out)[-1], N, vec)
+    vectorize_row(sch, sch.get_loops(exp_block)[-1], N, vec)
     if s_part is not None:
-        _schedule_partial(sch, sch.get_sblock("mx_part"), vec)
-        _schedule_partial(sch, sch.get_sblock("s_part"), vec)
+        schedule_partial(sch, sch.get_sblock("mx_part"), vec)
+        schedule_partial(sch, sch.get_sblock("s_part"), vec)
     return sch.mod["main"]
 
 
@@ -148,77 +90,36 @@ softmax_kernel = tileauto.jit(out_idx=[-1], target="llvm")(softmax)
 
 def configs(M: int, N: int) -> list[dict]:
     """16 candidates: vector width, rows per task, accumulators, serial vs parallel."""
-    out = []
-    for vec, rows, unroll, parallel in [
-        (16, 4, 2, True),
-        (16, 1, 2, True),
-        (16, 16, 2, True),
-        (16, 64, 2, True),
-        (16, 4, 1, True),
-        (16, 4, 4, True),
-        (16, 16, 4, True),
-        (8, 4, 2, True),
-        (8, 4, 4, True),
-        (8, 16, 1, True),
-        (32, 4, 1, True),
-        (32, 16, 2, True),
-        (4, 4, 4, True),
-        (4, 16, 1, True),
-        (16, 4, 2, False),
-        (8, 4, 1, False),
-    ]:
-        cfg = {"vec": vec, "rows": min(rows, M), "unroll": unroll, "parallel": parallel}
-        if cfg not in out:
-            out.append(cfg)
-    return out
+    return _common.row_configs(M)
 
 
 get_configs = configs
 
 
-def _bench(fn, *args, warmup: int = 3, reps: int = 20) -> float:
-    """Median wall time of ``fn(*args)`` in milliseconds (perf_counter loop)."""
-    for _ in range(warmup):
-        fn(*args)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2] * 1e3
+def reference(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=2048, help="M = N (default 2048)")
-    parser.add_argument("--shape", type=int, nargs=2, metavar=("M", "N"), help="tensor shape")
-    parser.add_argument("--all", action="store_true", help="time every config of configs()")
-    args = parser.parse_args(argv)
-    M, N = args.shape or (args.size, args.size)
+    (M, N), show_all = _common.cpu_args(argv, __doc__)
     torch.manual_seed(0)
     x = torch.randn(M, N) * 4
-    ref = torch.softmax(x, dim=-1)
-    t_torch = _bench(torch.softmax, x, -1)  # before any TVM thread pool spins
-
-    out = softmax_kernel(M, N)(x)  # default config
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
-    print(f"softmax {M}x{N}: default config matches torch.softmax; "
-          f"TVM threads {tvm.runtime.num_threads()}")  # fmt: skip
     gbytes = 2 * M * N * x.element_size() / 1e9
-    print(f"{'torch.softmax':>40}: {t_torch:8.3f} ms {gbytes / t_torch * 1e3:6.1f} GB/s")
-    candidates = configs(M, N)
-    shown = [{}] + (candidates if args.all else candidates[:: max(1, len(candidates) // 5)])
-    for cfg in shown:
-        kern = softmax_kernel(M, N, **cfg)
-        torch.testing.assert_close(kern(x), ref, rtol=1e-5, atol=1e-6)
-        ms = _bench(kern, x)
-        label = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
-        print(f"{label:>40}: {ms:8.3f} ms {gbytes / ms * 1e3:6.1f} GB/s")
-    return 0
+    return _common.cpu_check_and_time(
+        softmax_kernel,
+        (M, N),
+        [x],
+        reference,
+        configs(M, N),
+        show_all,
+        header=f"softmax {M}x{N}: default config matches torch.softmax",
+        baseline="torch.softmax",
+        tol=dict(rtol=1e-5, atol=1e-6),
+        width=40,
+        rate=lambda ms: f"{gbytes / ms * 1e3:6.1f} GB/s",
+    )
 
 
 if __name__ == "__main__":
-    # TVM's pool uses half the x86 cores unless told (it assumes hyper-threads): use them all.
-    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    _common.use_all_cores()
     sys.exit(main())

@@ -11,7 +11,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import shutil
+from collections.abc import Callable, Sequence
 from functools import cache
+from types import ModuleType
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -56,16 +59,12 @@ def _check_configs(configs: list, factory) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# CPU examples: (module, factory, jit-wrapped name, sizes, make inputs, reference, tolerances)
+# The kernels, each built by ``<name>_cpu.py`` and/or ``<name>_cuda.py`` under the same names
 # ---------------------------------------------------------------------------------------------
 
 
 def _gemm_inputs(M, N, K):
     return [torch.randn(M, K), torch.randn(K, N)], (M, N)
-
-
-def _gemm_ref(a, b):
-    return a @ b
 
 
 def _rows_inputs(M, N):
@@ -80,97 +79,121 @@ def _rms_inputs(M, N):
     return [torch.randn(M, N) * 4, torch.rand(N) + 0.5], (M, N)
 
 
-CPU = {
-    "gemm": dict(
-        module="gemm_cpu",
-        factory="gemm",
-        jit="matmul",
-        sizes=[(128, 128, 128), (100, 72, 129)],  # the second is not divisible by any tile
-        inputs=_gemm_inputs,
-        ref=_gemm_ref,
-        tol=dict(rtol=1e-3, atol=2e-3),
-        picks=[1, 7, 8, 12],  # AVX-512 and AVX2 register tiles, both cache tilings
-        extra=[{"parallel": False, "unroll": 1, "block_K": 8}],
+class Kernel(NamedTuple):
+    factory: str  # the factory's name in the example module
+    jit: str  # the name of the tileauto.jit kernel the example makes of it
+    inputs: Callable  # (*size) -> (input tensors, output shape)
+    ref: Callable  # the torch result for the input tensors
+
+
+KERNELS = {
+    "gemm": Kernel("gemm", "matmul", _gemm_inputs, lambda a, b: a @ b),
+    "elementwise": Kernel(
+        "silu_mul", "swiglu", _silu_inputs, lambda g, u: torch.nn.functional.silu(g) * u
     ),
-    "elementwise": dict(
-        module="elementwise_cpu",
-        factory="silu_mul",
-        jit="swiglu",
-        sizes=[(64, 256), (37, 101)],
-        inputs=_silu_inputs,
-        ref=lambda g, u: torch.nn.functional.silu(g) * u,
-        tol=dict(rtol=1e-5, atol=1e-5),
-        picks=[1, 6, 11, 13],
-        extra=[{"vec": 8, "block": 64, "unroll": 3}],
+    "softmax": Kernel(
+        "softmax", "softmax_kernel", _rows_inputs, lambda x: torch.softmax(x, dim=-1)
     ),
-    "softmax": dict(
-        module="softmax_cpu",
-        factory="softmax",
-        jit="softmax_kernel",
-        # (3, 40): a single partial-reduction step; (5, 7): shorter than one vector
-        sizes=[(64, 256), (37, 1001), (3, 40), (5, 7)],
-        inputs=_rows_inputs,
-        ref=lambda x: torch.softmax(x, dim=-1),
-        tol=dict(rtol=1e-5, atol=1e-6),
-        picks=[1, 7, 10, 14],
-        extra=[{"vec": 8, "rows": 3, "unroll": 3}],
-    ),
-    "rmsnorm": dict(
-        module="rmsnorm_cpu",
-        factory="rmsnorm",
-        jit="rmsnorm_kernel",
-        sizes=[(64, 256), (37, 1001), (3, 40), (5, 7)],
-        inputs=_rms_inputs,
-        ref=lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6),
-        tol=dict(rtol=1e-5, atol=1e-5),
-        picks=[1, 7, 10, 14],
-        extra=[{"vec": 8, "rows": 3, "unroll": 3}],
+    "rmsnorm": Kernel(
+        "rmsnorm",
+        "rmsnorm_kernel",
+        _rms_inputs,
+        lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6),
     ),
 }
 
 
+class Spec(NamedTuple):
+    sizes: list  # problem sizes the tests check
+    tol: dict  # assert_close tolerances
+    picks: Sequence[int] = ()  # CPU: indices into configs() of more configs to check
+    extra: Sequence[dict] = ()  # CPU: configs to check besides those of configs()
+
+
+# (3, 40): a single partial-reduction step; (5, 7): shorter than one vector
+_ROW_SIZES = [(64, 256), (37, 1001), (3, 40), (5, 7)]
+_ROW_CONFIGS = [1, 7, 10, 14], [{"vec": 8, "rows": 3, "unroll": 3}]
+
+CPU = {
+    "gemm": Spec(
+        [(128, 128, 128), (100, 72, 129)],  # the second is not divisible by any tile
+        dict(rtol=1e-3, atol=2e-3),
+        [1, 7, 8, 12],  # AVX-512 and AVX2 register tiles, both cache tilings
+        [{"parallel": False, "unroll": 1, "block_K": 8}],
+    ),
+    "elementwise": Spec(
+        [(64, 256), (37, 101)],
+        dict(rtol=1e-5, atol=1e-5),
+        [1, 6, 11, 13],
+        [{"vec": 8, "block": 64, "unroll": 3}],
+    ),
+    "softmax": Spec(_ROW_SIZES, dict(rtol=1e-5, atol=1e-6), *_ROW_CONFIGS),
+    "rmsnorm": Spec(_ROW_SIZES, dict(rtol=1e-5, atol=1e-5), *_ROW_CONFIGS),
+}
+
+CUDA = {
+    "gemm": Spec([(1024, 1024, 1024), (256, 512, 128)], dict(rtol=1e-3, atol=4e-3)),
+    "elementwise": Spec([(1024, 1024), (37, 1001)], dict(rtol=1e-5, atol=1e-5)),
+    "softmax": Spec([(64, 4096), (7, 1001)], dict(rtol=1e-5, atol=1e-6)),
+}
+
+
+class Example(NamedTuple):
+    mod: ModuleType  # the example module
+    factory: Callable  # its factory
+    jit: Callable  # its tileauto.jit kernel
+    kernel: Kernel
+    spec: Spec
+
+
+def _example(name: str, device: str) -> Example:
+    mod = _module(f"{name}_{device}")
+    kernel, spec = KERNELS[name], {"cpu": CPU, "cuda": CUDA}[device][name]
+    return Example(mod, getattr(mod, kernel.factory), getattr(mod, kernel.jit), kernel, spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU examples: the raw factory built with tvm.compile, and once the jit kernel
+# ---------------------------------------------------------------------------------------------
+
+
 def _cpu_cases():
     for name, spec in CPU.items():
-        for size in spec["sizes"]:
+        for size in spec.sizes:
             yield pytest.param(name, size, id=f"{name}-{'x'.join(map(str, size))}")
 
 
 @pytest.mark.parametrize("name", list(CPU))
 def test_cpu_configs_are_factory_keyword_arguments(name):
-    spec = CPU[name]
-    mod = _module(spec["module"])
-    factory = getattr(mod, spec["factory"])
-    for size in spec["sizes"]:
-        _check_configs(mod.configs(*size), factory)
-    assert mod.get_configs is mod.configs
+    ex = _example(name, "cpu")
+    for size in ex.spec.sizes:
+        _check_configs(ex.mod.configs(*size), ex.factory)
+    assert ex.mod.get_configs is ex.mod.configs
 
 
 @pytest.mark.parametrize(("name", "size"), list(_cpu_cases()))
 def test_cpu_default_and_other_configs_match_torch(name, size):
-    spec = CPU[name]
-    mod = _module(spec["module"])
-    factory = getattr(mod, spec["factory"])
-    candidates = mod.configs(*size)
-    chosen = [{}] + [candidates[i] for i in spec["picks"] if i < len(candidates)] + spec["extra"]
+    ex = _example(name, "cpu")
+    candidates = ex.mod.configs(*size)
+    picked = [candidates[i] for i in ex.spec.picks if i < len(candidates)]
     torch.manual_seed(0)
-    args, out_shape = spec["inputs"](*size)
-    ref = spec["ref"](*args)
-    for cfg in chosen:
-        fn = _build_cpu(factory(*size, **cfg))
+    args, out_shape = ex.kernel.inputs(*size)
+    ref = ex.kernel.ref(*args)
+    for cfg in [{}, *picked, *ex.spec.extra]:
+        fn = _build_cpu(ex.factory(*size, **cfg))
         out = torch.full(out_shape, float("nan"))  # unwritten elements would show up as NaN
         fn(*args, out)
-        torch.testing.assert_close(out, ref, **spec["tol"], msg=lambda m, cfg=cfg: f"{cfg}: {m}")
+        torch.testing.assert_close(out, ref, **ex.spec.tol, msg=lambda m, cfg=cfg: f"{cfg}: {m}")
 
 
 @pytest.mark.parametrize("name", list(CPU))
 def test_cpu_jit_kernel_matches_torch(name):
-    spec = CPU[name]
-    mod = _module(spec["module"])
-    size = spec["sizes"][-1]
+    ex = _example(name, "cpu")
+    size = ex.spec.sizes[-1]
     torch.manual_seed(1)
-    args, _ = spec["inputs"](*size)
-    kernel = getattr(mod, spec["jit"])(*size)  # tileauto.jit: compile the default config
-    torch.testing.assert_close(kernel(*args), spec["ref"](*args), **spec["tol"])
+    args, _ = ex.kernel.inputs(*size)
+    kernel = ex.jit(*size)  # tileauto.jit: compile the default config
+    torch.testing.assert_close(kernel(*args), ex.kernel.ref(*args), **ex.spec.tol)
 
 
 def test_gemm_cpu_rejects_tiles_that_do_not_nest():
@@ -199,47 +222,16 @@ def test_cpu_main_runs(module, argv, capsys):
 # CUDA examples: compile without a GPU; run with one
 # ---------------------------------------------------------------------------------------------
 
-CUDA = {
-    "gemm": dict(
-        module="gemm_cuda",
-        factory="gemm",
-        jit="matmul",
-        sizes=[(1024, 1024, 1024), (256, 512, 128)],
-        inputs=_gemm_inputs,
-        ref=_gemm_ref,
-        tol=dict(rtol=1e-3, atol=4e-3),
-    ),
-    "elementwise": dict(
-        module="elementwise_cuda",
-        factory="silu_mul",
-        jit="swiglu",
-        sizes=[(1024, 1024), (37, 1001)],
-        inputs=_silu_inputs,
-        ref=lambda g, u: torch.nn.functional.silu(g) * u,
-        tol=dict(rtol=1e-5, atol=1e-5),
-    ),
-    "softmax": dict(
-        module="softmax_cuda",
-        factory="softmax",
-        jit="softmax_kernel",
-        sizes=[(64, 4096), (7, 1001)],
-        inputs=_rows_inputs,
-        ref=lambda x: torch.softmax(x, dim=-1),
-        tol=dict(rtol=1e-5, atol=1e-6),
-    ),
-}
-
 
 @pytest.mark.parametrize("name", list(CUDA))
 def test_cuda_every_config_compiles_for_sm90(name):
-    spec = CUDA[name]
-    mod = _module(spec["module"])
-    factory = getattr(mod, spec["factory"])
-    for size in spec["sizes"]:
+    ex = _example(name, "cuda")
+    mod = ex.mod
+    for size in ex.spec.sizes:
         candidates = mod.configs(*size)
-        _check_configs(candidates, factory)
+        _check_configs(candidates, ex.factory)
         for cfg in [{}] + candidates:
-            func = factory(*size, **cfg)
+            func = ex.factory(*size, **cfg)
             source = mod.compile_cuda_source(func)
             assert "__global__" in source and "threadIdx.x" in source, cfg
             assert mod.lowered_gpu_ok(func), f"{cfg} breaks {mod.GPU_LIMITS}"
@@ -247,9 +239,9 @@ def test_cuda_every_config_compiles_for_sm90(name):
 
 @pytest.mark.parametrize("name", list(CUDA))
 def test_cuda_gpu_limits_are_checked(name):
-    spec = CUDA[name]
-    mod = _module(spec["module"])
-    func = getattr(mod, spec["factory"])(*spec["sizes"][0])
+    ex = _example(name, "cuda")
+    mod = ex.mod
+    func = ex.factory(*ex.spec.sizes[0])
     assert mod.lowered_gpu_ok(func)
     assert not mod.lowered_gpu_ok(func, dict(mod.GPU_LIMITS, max_threads_per_block=16))
 
@@ -257,9 +249,9 @@ def test_cuda_gpu_limits_are_checked(name):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("name", list(CUDA))
 def test_cuda_default_config_compiles_to_ptx(name):
-    spec = CUDA[name]
-    mod = _module(spec["module"])
-    source = mod.compile_cuda_source(getattr(mod, spec["factory"])(*spec["sizes"][-1]))
+    ex = _example(name, "cuda")
+    mod = ex.mod
+    source = mod.compile_cuda_source(ex.factory(*ex.spec.sizes[-1]))
     ptx = mod.ptx_of(source)
     text = bytes(ptx).decode(errors="replace")
     assert ".entry" in text and "sm_90" in text
@@ -286,18 +278,16 @@ def test_cuda_main_compiles_without_a_gpu(capsys, monkeypatch):
 @CUDA_SKIP
 @pytest.mark.parametrize("name", list(CUDA))
 def test_cuda_configs_match_torch_on_gpu(name):
-    spec = CUDA[name]
-    mod = _module(spec["module"])
-    jitted = getattr(mod, spec["jit"])
-    for size in spec["sizes"]:
+    ex = _example(name, "cuda")
+    for size in ex.spec.sizes:
         torch.manual_seed(0)
-        args, _ = spec["inputs"](*size)
+        args, _ = ex.kernel.inputs(*size)
         args = [a.cuda() for a in args]
-        ref = spec["ref"](*args)
-        for cfg in [{}] + mod.configs(*size):
-            out = jitted(*size, **cfg)(*args)
+        ref = ex.kernel.ref(*args)
+        for cfg in [{}] + ex.mod.configs(*size):
+            out = ex.jit(*size, **cfg)(*args)
             torch.testing.assert_close(
-                out, ref, **spec["tol"], msg=lambda m, cfg=cfg: f"{cfg}: {m}"
+                out, ref, **ex.spec.tol, msg=lambda m, cfg=cfg: f"{cfg}: {m}"
             )
 
 
