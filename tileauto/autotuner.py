@@ -240,6 +240,7 @@ def autotune(
     inplace_args: Any = None,
     flush_cache: bool | None = None,
     seed: int = 0,
+    retime_top_k: int = 3,
     search: Any = None,
     key: Callable[..., Any] | None = None,
     timer: Any = None,
@@ -259,6 +260,9 @@ def autotune(
         manual_check_prog: ``check(results, reference)`` raising or returning False on mismatch.
         skip_check: time without validating.
         inplace_args: input positions the kernel writes into (detected when not given).
+        retime_top_k: after every config is timed, the best few and the default config are
+            timed again, interleaved round by round, and the pick uses those samples (0 or 1:
+            off). This keeps a slow spell of a shared machine from deciding the winner.
         search: which configs to measure: ``"exhaustive"`` (default, all of them) or a
             :class:`tileauto.search.SearchStrategy` such as ``RandomSearch(budget=8)``.
         key: maps the call's arguments to a tuning key; calls with equal keys share a tuning.
@@ -281,6 +285,7 @@ def autotune(
         inplace_args=tuple(inplace_args) if inplace_args is not None else None,
         flush_cache=flush_cache,
         seed=seed,
+        retime_top_k=retime_top_k,
         search=search,
     )
     resolve_search(search)  # a bad strategy fails at decoration, not at the first call
@@ -374,7 +379,9 @@ class AutoTuner:
     ) -> AutoTuner:
         """Set how configs are fed, checked and timed (see :func:`autotune` for each argument)."""
         extra = {
-            k: more.pop(k) for k in ("inplace_args", "flush_cache", "seed", "search") if k in more
+            k: more.pop(k)
+            for k in ("inplace_args", "flush_cache", "seed", "search", "retime_top_k")
+            if k in more
         }
         timer = more.pop("timer", None)
         if more:

@@ -86,6 +86,7 @@ class ProfileArgs:
     inplace_args: tuple[int, ...] | None = None
     flush_cache: bool | None = None  # None: flush L2 on CUDA, not on the CPU
     seed: int = 0
+    retime_top_k: int = 3  # re-time the best few, interleaved, before picking (0: off)
     search: Any = None  # None / 'exhaustive', or a tileauto.search.SearchStrategy
     extra: dict[str, Any] = field(default_factory=dict)
 

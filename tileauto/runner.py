@@ -124,6 +124,20 @@ class Runner:
             outcome.status, outcome.samples_ns, outcome.error, outcome.notes, outcome.run_s
         )
 
+    def retime(
+        self, items: list[tuple[KernelArtifact, dict]], rounds: int
+    ) -> list[tuple[float, ...]] | None:
+        """Interleaved re-timing of validated configs (None if the worker failed meanwhile)."""
+        requests = [RunRequest(artifact=a, config=c) for a, c in items]
+        try:
+            self.ensure_setup()
+            return self.worker.call(
+                run_session.retime, requests, rounds, timeout_s=self.timeout_s * len(items)
+            )
+        except Exception:  # noqa: BLE001 - keep the first measurements
+            self._needs_setup = not self.worker.alive
+            return None
+
     def time_reference(self, warmup: int, rep: int) -> float | None:
         """Median latency (ms) of ref_prog, or None without one (or if it fails)."""
         if self.spec.ref_prog is None:

@@ -51,10 +51,10 @@ class ScriptedTimer:
         return self.samples_ns(config, rep)
 
 
-def _tune(timer: ScriptedTimer, n: int = 1024):
+def _tune(timer: ScriptedTimer, n: int = 1024, retime_top_k: int = 3):
     return (
         tileauto.AutoTuner.from_kernel(scale_jit(n), SPACE)
-        .set_profile_args(warmup=1, rep=REP, timer=timer)
+        .set_profile_args(warmup=1, rep=REP, timer=timer, retime_top_k=retime_top_k)
         .run(verbose=False)
     )
 
@@ -80,7 +80,7 @@ def test_three_tunings_in_a_row_pick_the_same_winner(spike_every):
 
 def test_latency_statistics_are_what_the_timer_produced():
     timer = ScriptedTimer(seed=7, spike_every=10)
-    result = _tune(timer)
+    result = _tune(timer, retime_top_k=0)  # one timing block per config, as scripted
     for trial in result.trials:
         ms = sorted(s / 1e6 for s in timer.samples_ns(trial.config, REP))
         p20, _, _, p80 = statistics.quantiles(ms, n=5, method="inclusive")
@@ -99,3 +99,11 @@ def test_latency_statistics_are_what_the_timer_produced():
     assert result.default_trial.latency == next(
         t.latency for t in result.trials if t.config == {"vec": 8}
     )
+
+
+def test_the_best_configs_are_retimed_interleaved_with_the_same_number_of_samples():
+    result = _tune(ScriptedTimer(seed=3, spike_every=0), retime_top_k=2)
+    retimed = [t for t in result.trials if any("re-timed interleaved" in n for n in t.notes)]
+    assert 2 <= len(retimed) <= 3  # the best two, and the default config when it is not one
+    assert all(t.latency.samples == REP for t in result.trials if t.ok)
+    assert result.config == {"vec": 4}

@@ -79,6 +79,7 @@ def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, An
         "inplace_args": list(profile.inplace_args) if profile.inplace_args else None,
         "flush_cache": profile.flush_cache,
         "seed": profile.seed,
+        "retime_top_k": profile.retime_top_k,
         # the strategy decides which configs are measured, so it decides the winner too
         "search": None
         if profile.search in (None, "exhaustive")
