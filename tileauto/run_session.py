@@ -17,12 +17,11 @@ from typing import Any
 import torch
 
 from tileauto.artifact import KernelArtifact, ParamSpec
+from tileauto.buffers import canaries_intact, interleave, padded_clones, padded_outputs
 from tileauto.inputs import TensorSupplyType, make_inputs
 from tileauto.records import TrialStatus
 from tileauto.timing import Timer, default_timer
 from tileauto.validate import Verdict, check_bool, compare
-
-_PAD = 64  # canary elements on each side of every buffer in the validation run
 
 
 @dataclass
@@ -173,10 +172,10 @@ def retime(requests: list[RunRequest], rounds: int) -> list[tuple[float, ...]]:
     for request in requests:
         func = _load(session, request.artifact)
         ins = [t.clone() for t in session.inputs]
-        outs, _ = _padded_outputs(
+        outs, _ = padded_outputs(
             request.artifact.params, request.artifact.out_idx, ins, spec.device
         )
-        full = _interleave(
+        full = interleave(
             len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
         )
         kernels.append((func, full, request.config))
@@ -213,11 +212,11 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
         func = _load(session, request.artifact)
     except Exception as exc:  # noqa: BLE001
         return RunOutcome(TrialStatus.RUN_ERROR, error=f"loading the library failed: {exc}")
-    ins, in_bufs = _padded_clones(session.inputs)
-    outs, out_bufs = _padded_outputs(
+    ins, in_bufs = padded_clones(session.inputs)
+    outs, out_bufs = padded_outputs(
         request.artifact.params, request.artifact.out_idx, ins, spec.device
     )
-    full = _interleave(
+    full = interleave(
         len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
     )
     try:
@@ -228,7 +227,7 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
     spilled = [
         p
         for p, buf in zip(list(session.in_pos) + list(request.artifact.out_idx), in_bufs + out_bufs)
-        if not _canaries_intact(buf)
+        if not canaries_intact(buf)
     ]
     if spilled:
         names = ", ".join(spec.params[p].name for p in spilled)
@@ -375,72 +374,6 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
 
 def _clones(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [t.clone() for t in tensors]
-
-
-def _sentinel(dtype: torch.dtype) -> Any:
-    if dtype.is_floating_point:
-        return float("nan")
-    if dtype == torch.bool:
-        return True
-    return torch.iinfo(dtype).min
-
-
-def _padded(
-    shape: Sequence[int], dtype: torch.dtype, device: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    numel = 1
-    for d in shape:
-        numel *= int(d)
-    buf = torch.full((numel + 2 * _PAD,), _sentinel(dtype), dtype=dtype, device=device)
-    return buf[_PAD : _PAD + numel].view(tuple(shape)), buf
-
-
-def _padded_clones(
-    tensors: Sequence[torch.Tensor],
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    views, bufs = [], []
-    for t in tensors:
-        view, buf = _padded(t.shape, t.dtype, str(t.device))
-        view.copy_(t)
-        views.append(view)
-        bufs.append(buf)
-    return views, bufs
-
-
-def _padded_outputs(
-    params: Sequence[ParamSpec], out_idx: Sequence[int], ins: list, device: str
-) -> tuple[list, list]:
-    from tileauto.jit.kernel import torch_dtype
-
-    bindings: dict[str, int] = {}
-    for spec, t in zip([p for i, p in enumerate(params) if i not in set(out_idx)], ins):
-        for d, dim in enumerate(spec.shape):
-            if isinstance(dim, str) and dim.isidentifier():
-                bindings.setdefault(dim, int(t.shape[d]))
-    views, bufs = [], []
-    for p in out_idx:
-        view, buf = _padded(params[p].resolve_shape(bindings), torch_dtype(params[p].dtype), device)
-        views.append(view)
-        bufs.append(buf)
-    return views, bufs
-
-
-def _canaries_intact(buf: torch.Tensor) -> bool:
-    pads = torch.cat([buf[:_PAD], buf[-_PAD:]])
-    if pads.is_floating_point():
-        return bool(torch.isnan(pads).all())
-    return bool((pads == _sentinel(pads.dtype)).all())
-
-
-def _interleave(
-    n: int, in_pos: Sequence[int], ins: list, out_pos: Sequence[int], outs: list
-) -> list:
-    full: list = [None] * n
-    for p, t in zip(in_pos, ins):
-        full[p] = t
-    for p, t in zip(out_pos, outs):
-        full[p] = t
-    return full
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

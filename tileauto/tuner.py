@@ -14,8 +14,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,11 @@ from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.builder import Builder, BuildRequest, BuildResult, BuildStatus
 from tileauto.errors import NoValidConfigError
-from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.problem import TuningOutcome, TuningProblem
 from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.report import failure_summary, format_table, write_log
 from tileauto.run_session import SessionSpec
 from tileauto.runner import Runner
-from tileauto.search import Exhaustive, SearchStrategy
-from tileauto.settings import Settings
 from tileauto.space import config_id, full_config, tunable_parameters
 
 log = get_logger("tuner")
@@ -39,41 +36,6 @@ _BUILD_STATUS = {
     BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
     BuildStatus.CRASH: TrialStatus.COMPILE_CRASH,
 }
-
-
-@dataclass
-class TuningProblem:
-    """One tuning run: the factory with its problem arguments bound, the space, the options."""
-
-    factory: Callable[..., Any]
-    args: tuple
-    kwargs: dict[str, Any]
-    configs: list[dict[str, Any]]
-    compile_args: CompileArgs
-    profile_args: ProfileArgs
-    settings: Settings
-    captured_inputs: tuple | None = None
-    timer: Any = None
-    verbose: bool = True
-    name: str = "kernel"
-    known_trials: dict[str, Trial] = field(default_factory=dict)  # measured before (cache)
-    search: SearchStrategy = field(default_factory=Exhaustive)
-
-
-@dataclass
-class TuningOutcome:
-    """What the tuner hands back to the api layer."""
-
-    trials: tuple[Trial, ...]
-    default_trial: Trial
-    best: Trial
-    best_artifact: KernelArtifact | None
-    ref_latency_ms: float | None
-    tuning_s: float
-    log_path: Path | None
-    staging: Path
-    compile_wall_s: float = 0.0  # from the start until the last compile finished
-    workers: int = 1
 
 
 class Tuner:

@@ -1,0 +1,85 @@
+"""Guarded buffers for a validation run: every tensor sits between canary elements.
+
+A kernel that writes a few elements past the end of a buffer usually returns normally (and
+corrupts the heap). Allocating each input clone and output with ``PAD`` sentinel elements on
+both sides, and checking them after the run, turns such a write into a reported failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tileauto.artifact import ParamSpec
+
+PAD = 64  # canary elements on each side; 64 elements keep 64-byte alignment for every dtype
+
+
+def _sentinel(dtype: torch.dtype) -> Any:
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).min
+
+
+def padded_buffer(
+    shape: Sequence[int], dtype: torch.dtype, device: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    buf = torch.full((numel + 2 * PAD,), _sentinel(dtype), dtype=dtype, device=device)
+    return buf[PAD : PAD + numel].view(tuple(shape)), buf
+
+
+def padded_clones(
+    tensors: Sequence[torch.Tensor],
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    views, bufs = [], []
+    for t in tensors:
+        view, buf = padded_buffer(t.shape, t.dtype, str(t.device))
+        view.copy_(t)
+        views.append(view)
+        bufs.append(buf)
+    return views, bufs
+
+
+def padded_outputs(
+    params: Sequence[ParamSpec], out_idx: Sequence[int], ins: list, device: str
+) -> tuple[list, list]:
+    from tileauto.jit.kernel import torch_dtype
+
+    bindings: dict[str, int] = {}
+    for spec, t in zip([p for i, p in enumerate(params) if i not in set(out_idx)], ins):
+        for d, dim in enumerate(spec.shape):
+            if isinstance(dim, str) and dim.isidentifier():
+                bindings.setdefault(dim, int(t.shape[d]))
+    views, bufs = [], []
+    for p in out_idx:
+        view, buf = padded_buffer(
+            params[p].resolve_shape(bindings), torch_dtype(params[p].dtype), device
+        )
+        views.append(view)
+        bufs.append(buf)
+    return views, bufs
+
+
+def canaries_intact(buf: torch.Tensor) -> bool:
+    pads = torch.cat([buf[:PAD], buf[-PAD:]])
+    if pads.is_floating_point():
+        return bool(torch.isnan(pads).all())
+    return bool((pads == _sentinel(pads.dtype)).all())
+
+
+def interleave(
+    n: int, in_pos: Sequence[int], ins: list, out_pos: Sequence[int], outs: list
+) -> list:
+    full: list = [None] * n
+    for p, t in zip(in_pos, ins):
+        full[p] = t
+    for p, t in zip(out_pos, outs):
+        full[p] = t
+    return full
