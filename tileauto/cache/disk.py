@@ -363,6 +363,18 @@ def writable_staging(settings: Any) -> Any:
         return dataclasses.replace(settings, tmp_dir=fallback)
 
 
+class OnceWarner:
+    """Warns once per message (an entry is read again under its lock: one warning, not two)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def __call__(self, message: str) -> None:
+        if message not in self._seen:
+            self._seen.add(message)
+            warn(message)
+
+
 def warn(message: str) -> None:
     """One warning for a cache problem (the run goes on)."""
     warnings.warn(f"tileauto cache: {message}", RuntimeWarning, stacklevel=3)

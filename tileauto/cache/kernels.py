@@ -34,7 +34,7 @@ class KernelStore:
         self.key = key
         self.meta = meta
         self.entry_dir = self.root / KIND_KERNEL / key
-        self._warned: set[str] = set()
+        self.report = disk.OnceWarner()
 
     @classmethod
     def open(
@@ -85,11 +85,6 @@ class KernelStore:
                 problem = f"unreadable kernel.json ({type(exc).__name__}: {exc})"
         self.report(f"entry kernels/{self.key} is unusable: {problem}; compiling again")
         return None
-
-    def report(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            disk.warn(message)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

@@ -129,7 +129,7 @@ class TuningStore:
         self.base_config = dict(base_config or {})
         self.entry_dir = self.root / KIND_TUNED / key
         self.measure_dir = self.root / MEASUREMENTS / problem_key
-        self._warned: set[str] = set()
+        self.report = disk.OnceWarner()
 
     @classmethod
     def open(
@@ -211,12 +211,6 @@ class TuningStore:
                 problem = f"unreadable records ({type(exc).__name__}: {exc})"
         self.report(f"entry autotuner/{self.key} is unusable: {problem}; tuning again")
         return None
-
-    def report(self, message: str) -> None:
-        """Warn once per store about a problem (a load is retried under the lock)."""
-        if message not in self._warned:
-            self._warned.add(message)
-            disk.warn(message)
 
     def known_trials(self) -> dict[str, Trial]:
         """Trials measured before for the configs of this space, by config id."""
