@@ -200,12 +200,14 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
     scripts_ = results.get("scripts", {})
     if f := (scripts_.get("overhead") or {}).get("figures"):
         v = f["variants"]
-        row("overhead", "JITKernel call / (b) raw + torch.empty", v["jit"]["vs_raw_alloc"], 1.5)
+        if "jit_out" in v:
+            row("overhead", "JITKernel k(a, out) / (a) raw f(a, out)", v["jit_out"]["vs_raw"], 1.5)
+        row("overhead", "JITKernel k(a) / (b) raw + torch.empty", v["jit"]["vs_raw_alloc"], 1.5)
         row(
             "overhead",
-            f"JITKernel call / (a) raw, output preallocated (allocating alone: {v['alloc']['vs_raw']:.2f}x)",
+            f"JITKernel k(a) / (a) raw, output preallocated (allocating alone: {v['alloc']['vs_raw']:.2f}x)",
             v["jit"]["vs_raw"],
-            1.5,
+            None,
         )
         row("overhead", "prepare()() / (a) raw", v["prepare"]["vs_raw"], 1.1)
         row("overhead", "torch.empty alone / (a) raw", v["alloc"]["vs_raw"], None)
@@ -337,11 +339,22 @@ def make_plot(results: dict) -> list[Path]:
 
 
 def _plot_overhead(ax, f: dict) -> None:
-    keys = ["raw", "prepare", "alloc", "raw_alloc", "jit", "torch_out", "torch", "jit_symbolic"]
+    keys = [
+        "raw",
+        "jit_out",
+        "prepare",
+        "alloc",
+        "raw_alloc",
+        "jit",
+        "torch_out",
+        "torch",
+        "jit_symbolic",
+    ]
     v = f["variants"]
     keys = [k for k in keys if k in v]
     values = [v[k]["median_ns"] for k in keys]
-    colors = ["tab:blue" if k in ("jit", "prepare", "jit_symbolic") else "tab:gray" for k in keys]
+    ours = ("jit", "jit_out", "prepare", "jit_symbolic")
+    colors = ["tab:blue" if k in ours else "tab:gray" for k in keys]
     ax.barh(range(len(keys)), values, color=colors)
     ax.set_yticks(range(len(keys)), [v[k]["label"] for k in keys], fontsize=8)
     ax.invert_yaxis()

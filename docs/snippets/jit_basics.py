@@ -34,6 +34,9 @@ try:
 except tileauto.KernelArgumentError as err:
     print(err)  # main: argument 1 (parameter 'B': wrong shape at dim 0: ...)
 
+out = torch.empty(4096)
+assert kernel(a, b, out) is out  # every parameter given: writes into `out`, no allocation
+
 run = kernel.prepare(a, b)  # check once, allocate once
 out = run()  # no per-call checks or allocation; the same `out` tensor every time
 torch.testing.assert_close(out, a + b)

@@ -37,6 +37,7 @@ _ARGUMENT_ERRORS = (TypeError, ValueError, RuntimeError, IndexError, AttributeEr
 # Largest output (bytes) that gets an allocation template (see JITKernel._init_call_plan).
 _TEMPLATE_MAX_BYTES = 64 * 1024
 _empty_like = torch.empty_like
+_CONTIGUOUS = torch.contiguous_format
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -51,7 +52,9 @@ class JITKernel:
     """A compiled kernel. Call it with the input tensors; it returns the outputs.
 
     Inputs are the parameters not listed in ``out_idx``, in order; outputs are allocated with
-    the right shape, dtype and device and returned (one tensor, or a tuple). Tensors are passed
+    the right shape, dtype and device and returned (one tensor, or a tuple). Called with every
+    parameter, outputs included (in parameter order), it writes into the given outputs instead
+    and returns them: no allocation, for hot loops that reuse their buffers. Tensors are passed
     without copying (DLPack). Wrong arguments raise :class:`KernelArgumentError`.
     """
 
@@ -152,12 +155,28 @@ class JITKernel:
         return cls(artifact)
 
     def __call__(self, *args: Any) -> Any:
-        # Fast path (see _init_call_plan): one static output after the inputs, on the CPU.
-        # Everything else, including a wrong argument count, takes the general path.
-        template = self._out_template
-        if template is not None and len(args) == self._num_in:
-            out = _empty_like(template)
+        # Fast paths (see _init_call_plan): every buffer given (destination passing), where
+        # TVM's own checks are the only checks; and one output after the inputs, allocated from
+        # a template or like an input. Everything else, a wrong argument count included, takes
+        # the general path.
+        if len(args) == self._num_params:
             try:
+                self._func(*args)
+            except _ARGUMENT_ERRORS as exc:
+                self._raise_argument_error(args, exc)
+                raise
+            single = self._single_out
+            if single is not None:
+                return args[single]
+            return tuple(args[p] for p in self._out_pos)
+        template = self._out_template
+        like = self._out_like
+        if (template is not None or like is not None) and len(args) == self._num_in:
+            try:
+                if template is not None:
+                    out = _empty_like(template)
+                else:
+                    out = _empty_like(args[like], memory_format=_CONTIGUOUS)
                 self._func(*args, out)
             except _ARGUMENT_ERRORS as exc:
                 self._raise_argument_error(args, exc)
@@ -168,15 +187,21 @@ class JITKernel:
     def prepare(self, *args: Any) -> Callable[[], Any]:
         """Check ``args`` once, allocate outputs once, and return a call with no per-call work.
 
-        The returned function runs the kernel on the same tensors each time and returns the
-        same output tensors (overwritten in place).
+        ``args`` are the inputs (outputs are allocated here), or every parameter with the
+        outputs to write into. The returned function runs the kernel on the same tensors each
+        time and returns the same output tensors (overwritten in place).
         """
-        if len(args) != len(self._in_pos):
+        if len(args) == self._num_params and self._out_pos:
+            self._raise_argument_error(args, None)
+            full = tuple(args)
+            outs = [args[p] for p in self._out_pos]
+        elif len(args) == self._num_in:
+            self._raise_argument_error(args, None)
+            outs = self._allocate_outputs(args)
+            # A tuple, not a list: ``func(*full)`` then passes it on without building a new one.
+            full = tuple(self._interleave(args, outs))
+        else:
             raise KernelArgumentError(self._count_message(len(args)))
-        self._raise_argument_error(args, None)
-        outs = self._allocate_outputs(args)
-        # A tuple, not a list: ``func(*full)`` then passes it on without building a new one.
-        full = tuple(self._interleave(args, outs))
         func = self._func
         result = outs[0] if len(outs) == 1 else (tuple(outs) if outs else None)
 
@@ -205,6 +230,10 @@ class JITKernel:
         arguments, and its kernel's run time dwarfs the difference anyway.
         """
         self._num_in = len(self._in_pos)
+        # Destination passing (every buffer given) is told apart from the usual call by the
+        # count; a kernel without outputs has one form only, which the usual path serves.
+        self._num_params = len(self.params) if self._out_pos else -1
+        self._single_out = self._out_pos[0] if len(self._out_pos) == 1 else None
         # outputs after all inputs (out_idx=[-1] and the like): func(*inputs, *outputs)
         self._trailing_outs = self._out_pos == tuple(range(self._num_in, len(self.params)))
         self._out_device: torch.device | None = (
@@ -223,8 +252,12 @@ class JITKernel:
                     for shape, dtype in zip(self._out_shapes, self._out_dtypes)
                 )
         self._out_template: torch.Tensor | None = None
-        if self._out_templates is not None and len(self._out_pos) == 1 and self._trailing_outs:
-            self._out_template = self._out_templates[0]
+        self._out_like: int | None = None
+        if len(self._out_pos) == 1 and self._trailing_outs:
+            if self._out_templates is not None:
+                self._out_template = self._out_templates[0]
+            else:
+                self._out_like = self._input_like(self._out_pos[0])
         # Symbolic output shapes: each dim is an int, the (input, dim) that binds a size
         # variable, or an expression over the size variables (evaluated with the bindings).
         self._out_dims = tuple(
@@ -234,6 +267,16 @@ class JITKernel:
             )
             for p in self._out_pos
         )
+
+    def _input_like(self, out: int) -> int | None:
+        """The first input with the output's exact shape and dtype (then the output is allocated
+        with ``empty_like`` of it, whatever the sizes its size variables take), or None."""
+        spec = self.params[out]
+        for k, pos in enumerate(self._in_pos):
+            other = self.params[pos]
+            if other.dtype == spec.dtype and tuple(other.shape) == tuple(spec.shape):
+                return k
+        return None
 
     def _call(self, args: tuple) -> Any:
         """The general call: any argument count (the error), outputs anywhere, symbolic shapes."""
@@ -314,18 +357,26 @@ class JITKernel:
 
     def _count_message(self, got: int) -> str:
         names = ", ".join(self.params[p].name for p in self._in_pos)
+        if not self._out_pos:
+            return f"{self.func_name} takes {len(self._in_pos)} tensor(s) ({names}); got {got}."
+        every = ", ".join(p.name for p in self.params)
         return (
             f"{self.func_name} takes {len(self._in_pos)} input tensor(s) ({names}); got {got}. "
-            f"Outputs {[self.params[p].name for p in self._out_pos]} are allocated and returned."
+            f"Outputs {[self.params[p].name for p in self._out_pos]} are allocated and returned; "
+            f"to write into your own, pass all {len(self.params)} ({every})."
         )
 
     def _raise_argument_error(self, args: tuple, cause: BaseException | None) -> None:
-        """Raise a KernelArgumentError naming the first bad argument, if any is bad."""
+        """Raise a KernelArgumentError naming the first bad argument, if any is bad.
+
+        ``args`` are the inputs, or every parameter (outputs included) in parameter order.
+        """
         bindings: dict[str, int] = {}
         device = (
             torch.device("cuda") if self.artifact.device_type == "cuda" else torch.device("cpu")
         )
-        for k, pos in enumerate(self._in_pos):
+        positions = range(len(self.params)) if len(args) == self._num_params else self._in_pos
+        for k, pos in enumerate(positions):
             message = _check_tensor(self.params[pos], args[k], bindings, device)
             if message is not None:
                 raise KernelArgumentError(f"{self.func_name}: argument {k} ({message})") from cause

@@ -242,7 +242,15 @@ def _bad_calls():
     ok = torch.randn(64)
     return {
         "too few": ((ok,), ["takes 2 input tensor(s)", "(A, B)", "got 1"]),
-        "too many": ((ok, ok, ok), ["takes 2 input tensor(s)", "got 3", "['C']"]),
+        "too many": (
+            (ok, ok, ok, ok),
+            ["takes 2 input tensor(s)", "got 4", "pass all 3 (A, B, C)"],
+        ),
+        "bad output": (
+            (ok, ok, torch.randn(32)),
+            ["argument 2", "'C'", "wrong shape", "expected a [64] float32", "got [32] float32"],
+        ),
+        "output of the wrong dtype": ((ok, ok, ok.double()), ["argument 2", "'C'", "wrong dtype"]),
         "shape": (
             (torch.randn(65), ok),
             ["'A'", "wrong shape", "expected a [64] float32", "got [65] float32"],
@@ -303,6 +311,63 @@ def test_an_argument_error_leaves_the_kernel_usable(add64):
         add64(torch.randn(3), torch.randn(3))
     a = torch.randn(64)
     torch.testing.assert_close(add64(a, a), 2 * a)
+
+
+# -- destination passing ---------------------------------------------------------------------------
+
+
+def test_every_parameter_given_writes_into_the_outputs(add64):
+    a, b, c = torch.randn(64), torch.randn(64), torch.full((64,), float("nan"))
+    assert add64(a, b, c) is c  # the given output, written in place and returned
+    torch.testing.assert_close(c, a + b)
+    add64(b, b, c)
+    torch.testing.assert_close(c, 2 * b)
+
+
+def test_destination_passing_with_several_outputs_in_parameter_order():
+    k = tileauto.jit(out_idx=[2, 1], target="llvm")(kernels.scale_shift)(2, 3)
+    a, b, c = torch.randn(2, 3), torch.empty(2, 3), torch.empty(2, 3)
+    got = k(a, b, c)
+    assert isinstance(got, tuple) and got[0] is b and got[1] is c
+    torch.testing.assert_close(b, 2 * a)
+    torch.testing.assert_close(c, a + 1)
+
+
+def test_destination_passing_with_symbolic_shapes(dyn_add):
+    a, b, c = torch.randn(11), torch.randn(11), torch.empty(11)
+    assert dyn_add(a, b, c) is c
+    torch.testing.assert_close(c, a + b)
+    with pytest.raises(KernelArgumentError, match="'C'"):
+        dyn_add(a, b, torch.empty(12))
+
+
+def test_prepare_with_the_outputs_given(add64):
+    a, b, c = torch.randn(64), torch.randn(64), torch.empty(64)
+    call = add64.prepare(a, b, c)
+    assert call() is c
+    torch.testing.assert_close(c, a + b)
+    with pytest.raises(KernelArgumentError, match="'C'"):
+        add64.prepare(a, b, torch.empty(8))
+
+
+# -- outputs shaped like an input ------------------------------------------------------------------
+
+
+def test_symbolic_output_shaped_like_its_input_is_contiguous_and_fresh():
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.dyn_double)()
+    base = torch.randn(8)
+    # contiguous, but with an odd stride on the size-1 dim, which empty_like would copy
+    a = base.as_strided((1, 4), (100, 1))
+    assert a.is_contiguous()
+    b = k(a)
+    assert b.is_contiguous() and b.stride() == (4, 1)
+    torch.testing.assert_close(b, 2 * a)
+    assert k(a) is not b
+
+
+def test_output_shaped_like_a_non_tensor_input_is_an_argument_error(dyn_add):
+    with pytest.raises(KernelArgumentError, match="'A'.*got list"):
+        dyn_add([1.0, 2.0], torch.randn(2))
 
 
 # -- prepare ---------------------------------------------------------------------------------------
