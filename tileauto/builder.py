@@ -82,7 +82,11 @@ def compile_workers(n: int) -> list[Worker]:
     """The process-wide compile workers (kept alive between batches), at least ``n`` of them."""
     with _POOL_LOCK:
         while len(_POOL) < n:
-            _POOL.append(Worker(f"compile-{len(_POOL)}", env={"TVM_NUM_THREADS": "1"}))
+            _POOL.append(
+                Worker(
+                    f"compile-{len(_POOL)}", env={"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+                )
+            )
         return _POOL[:n]
 
 
@@ -135,11 +139,18 @@ class Builder:
             for worker in compile_workers(self.workers):
                 worker.kill()
 
-    def warm_up(self) -> None:
-        """Start the worker processes now (in the background) so the first batch does not wait."""
-        if self.isolation == "process":
-            for w in compile_workers(self.workers):
-                threading.Thread(target=w.start, daemon=True).start()
+    def start_workers(self, fork_ok: bool) -> None:
+        """Start the worker processes now, forked from this process where that is safe.
+
+        Call it from the main thread before starting any other (see ``fork_unsafe_reason``);
+        workers that cannot be forked are left to start with their first job.
+        """
+        if self.isolation != "process":
+            return
+        for worker in compile_workers(self.workers):
+            if not worker.alive and fork_ok:
+                worker.fork_ok = True
+                worker.start()
 
     def build(
         self,

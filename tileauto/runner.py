@@ -37,20 +37,37 @@ class Runner:
         spec: inputs, checks and timing settings sent to the worker.
         timeout_s: limit for one config (validation plus timing); past it the worker is killed.
         threads: CPU threads for the worker (TVM_NUM_THREADS, torch threads).
+        memory_limit_mb: see ``TILEAUTO_RUN_MEMORY_LIMIT_MB``.
+        worker: a worker made by :meth:`make_worker` and started early (else one is made).
     """
 
     def __init__(
-        self, spec: SessionSpec, *, timeout_s: float, threads: int, memory_limit_mb: int = -1
+        self,
+        spec: SessionSpec,
+        *,
+        timeout_s: float,
+        threads: int,
+        memory_limit_mb: int = -1,
+        worker: Worker | None = None,
     ) -> None:
         self.spec = spec
         self.timeout_s = timeout_s
-        env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-        limit = memory_limit_mb * 2**20 if memory_limit_mb > 0 else None
-        self.worker = Worker(f"run-{spec.device}", env=env, memory_limit_bytes=limit)
+        self.worker = worker or self.make_worker(spec.device, threads, memory_limit_mb)
         self._needs_setup = True
         self._setup_lock = threading.Lock()
         self.setup_info: SetupInfo | None = None
         self.replacements = 0
+
+    @staticmethod
+    def make_worker(
+        device: str, threads: int, memory_limit_mb: int = -1, *, fork_ok: bool = False
+    ) -> Worker:
+        """The run worker for ``device`` (``fork_ok`` only for the CPU: see Worker)."""
+        env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        limit = memory_limit_mb * 2**20 if memory_limit_mb > 0 else None
+        return Worker(
+            f"run-{device}", env=env, memory_limit_bytes=limit, fork_ok=fork_ok and device == "cpu"
+        )
 
     def start(self) -> threading.Thread:
         """Start the worker and prepare inputs and reference in the background (while compiling).
@@ -71,7 +88,8 @@ class Runner:
     def ensure_setup(self) -> None:
         """Set the worker up unless it already is (thread-safe)."""
         with self._setup_lock:
-            if self._needs_setup:
+            if self._needs_setup or not self.worker.alive:
+                # (a worker that died between jobs comes back without the session)
                 self.setup()
 
     def setup(self) -> SetupInfo:

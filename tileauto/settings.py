@@ -158,8 +158,15 @@ class Settings:
         "TILEAUTO_RUN_MEMORY_LIMIT_MB",
         -1,
         lambda n, r: _parse_int(n, r, 1),
-        "Resident memory (MiB) a run worker may use before its config is failed as out of memory; "
-        "`-1` allows 90% of the memory available when it starts.",
+        "Memory (MiB) a run worker may take beyond its size at start before its config is failed "
+        "as out of memory; `-1` allows 90% of the memory available when it starts.",
+    )
+    worker_start: str = _var(
+        "TILEAUTO_WORKER_START",
+        "auto",
+        _parse_choice(("auto", "forkserver")),
+        "`auto` forks CPU tuning workers from the caller when that is safe (milliseconds), else "
+        "starts them from a forkserver (seconds, once); `forkserver` always uses the forkserver.",
     )
     num_threads: int = _var(
         "TILEAUTO_NUM_THREADS",

@@ -22,12 +22,14 @@ from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.builder import Builder, BuildRequest, BuildResult, BuildStatus
 from tileauto.errors import NoValidConfigError
+from tileauto.jit.target import device_type_of, resolve_target
 from tileauto.problem import TuningOutcome, TuningProblem
 from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.report import failure_summary, format_table, write_log
 from tileauto.run_session import SessionSpec
 from tileauto.runner import Runner
 from tileauto.space import config_id, full_config, tunable_parameters
+from tileauto.utils.procs import Worker, fork_unsafe_reason
 
 log = get_logger("tuner")
 
@@ -52,6 +54,7 @@ class Tuner:
         self.workers = 1
         self.compile_wall_s = 0.0
         self.runner: Runner | None = None
+        self._run_worker: Worker | None = None  # started early, handed to the runner
         self.by_id: dict[str, dict[str, Any]] = {}
 
     def run(self) -> TuningOutcome:
@@ -71,6 +74,7 @@ class Tuner:
             timeout_s=p.settings.compile_timeout_s,
             staging_dir=staging,
         )
+        self._start_workers(builder)
         strategy = p.search
         strategy.start(len(unique))
         measured: dict[str, Trial] = {}
@@ -106,6 +110,8 @@ class Tuner:
             bar.close()
             if self.runner is not None:
                 self.runner.close()
+            elif self._run_worker is not None:
+                self._run_worker.kill()
         for cid in unique:
             if cid not in measured and cid not in p.known_trials:
                 measured[cid] = Trial(
@@ -209,6 +215,34 @@ class Tuner:
             measured[cid] = self._trial(result, None)
 
     # -- phases ----------------------------------------------------------------------------
+    def _start_workers(self, builder: Builder) -> None:
+        """Fork the compile workers and the run worker now, if this process allows it.
+
+        Forking the caller, which has TVM, torch and the user's modules imported, makes a
+        worker ready in milliseconds instead of the seconds a fresh interpreter takes to import
+        them. It is done here, on the caller's thread before this run starts any thread, and
+        only for CPU targets (a GPU driver does not survive a fork). Otherwise, or if
+        ``fork_unsafe_reason`` objects, workers start from the forkserver as they are needed.
+        """
+        p = self.problem
+        reason = fork_unsafe_reason() if self._cpu_target() else "a GPU target"
+        if reason is not None:
+            log.debug("workers start from the forkserver: %s", reason)
+            return
+        builder.start_workers(fork_ok=True)
+        worker = Runner.make_worker(
+            "cpu", p.settings.run_threads(), p.settings.run_memory_limit_mb, fork_ok=True
+        )
+        worker.start()
+        self._run_worker = worker
+
+    def _cpu_target(self) -> bool:
+        ca = self.problem.compile_args
+        try:
+            return device_type_of(resolve_target(ca.target, ca.target_host)) == "cpu"
+        except Exception:  # noqa: BLE001 - a bad target fails in the compile, with its message
+            return False
+
     def _build_all(
         self, builder: Builder, requests: list[BuildRequest], arrivals: queue.Queue
     ) -> None:
@@ -243,11 +277,16 @@ class Tuner:
             timer=p.timer,
             threads=p.settings.run_threads(),
         )
+        worker, self._run_worker = self._run_worker, None
+        if worker is not None and artifact.device_type != "cpu":
+            worker.kill()
+            worker = None
         runner = Runner(
             spec,
             timeout_s=pa.timeout,
             threads=p.settings.run_threads(),
             memory_limit_mb=p.settings.run_memory_limit_mb,
+            worker=worker,
         )
         runner.start()
         return runner

@@ -184,4 +184,4 @@ def test_a_config_exhausting_memory_is_reported_and_the_worker_replaced(monkeypa
         TrialStatus.OUT_OF_MEMORY,
         TrialStatus.OK,
     ]
-    assert "exceeded 1.5 GiB" in result.trials[1].error
+    assert "more than 1.5 GiB" in result.trials[1].error

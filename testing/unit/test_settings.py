@@ -31,6 +31,7 @@ ALL_VARS = {
     "TILEAUTO_COMPILE_TIMEOUT",
     "TILEAUTO_RUN_MEMORY_LIMIT_MB",
     "TILEAUTO_NUM_THREADS",
+    "TILEAUTO_WORKER_START",
 }
 
 BOOL_FIELDS = {
@@ -236,6 +237,22 @@ def test_bad_compile_isolation(raw):
     with pytest.raises(SettingsError, match="TILEAUTO_COMPILE_ISOLATION") as info:
         settings(TILEAUTO_COMPILE_ISOLATION=raw)
     assert "process" in str(info.value) and "thread" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [("auto", "auto"), ("forkserver", "forkserver"), (" Forkserver ", "forkserver")],
+)
+def test_worker_start(raw, expected):
+    assert settings().worker_start == "auto"
+    assert settings(TILEAUTO_WORKER_START=raw).worker_start == expected
+
+
+@pytest.mark.parametrize("raw", ["fork", "spawn", ""])
+def test_bad_worker_start(raw):
+    with pytest.raises(SettingsError, match="TILEAUTO_WORKER_START") as info:
+        settings(TILEAUTO_WORKER_START=raw)
+    assert "auto" in str(info.value) and "forkserver" in str(info.value)
 
 
 @pytest.mark.parametrize("raw, expected", [("10", 10.0), ("0.5", 0.5), (" 2 ", 2.0)])

@@ -1,16 +1,28 @@
 """Worker processes that can be killed: one job at a time, own process group, respawn on demand.
 
-Workers are forked from a multiprocessing *forkserver* that imported TVM and torch once but has
-run no torch op (a fork after torch ran an op can deadlock in libgomp), so a new or replacement
-worker is ready in tens of milliseconds. Each worker leads its own process group so a timeout
-kills the job together with anything it started (g++, for instance), and it dies with its parent
-(``PR_SET_PDEATHSIG``). Jobs travel as cloudpickle bytes; results come back as pickles.
+A worker starts one of two ways:
+
+- *forked from the caller* (``fork_ok`` workers, when :func:`fork_unsafe_reason` finds nothing
+  against it): ready in milliseconds, with TVM, torch and the user's modules already imported.
+  A fork is only as safe as the process it copies, so this needs the main thread, no other
+  Python thread, and no native thread started since ``import tileauto`` (the thread pools of
+  OpenMP and TVM, once started, hang a forked child that uses them). Forked workers then run a
+  probe through OpenMP before their first job, so a pool started before ``import tileauto``
+  is caught too, and the process falls back to the forkserver;
+- otherwise from a multiprocessing *forkserver*, a fresh interpreter that imported TVM and
+  torch once and runs no torch op (a few seconds to boot, once per process; later workers fork
+  from it in tens of milliseconds).
+
+Each worker leads its own process group so a timeout kills the job together with anything it
+started (g++, for instance), and it dies with its parent (``PR_SET_PDEATHSIG``). Jobs travel as
+cloudpickle bytes; results come back as pickles.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import gc
 import multiprocessing
 import multiprocessing.spawn as mp_spawn
 import os
@@ -20,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +52,15 @@ _CTX: Any = None
 _START_LOCK = threading.Lock()
 
 
+# Native threads of this process when tileauto finished importing (torch and TVM included):
+# threads started later (OpenMP's pool after a torch op, TVM's after a kernel ran) make a fork
+# unsafe. None until recorded: then no fork.
+_THREAD_BASELINE: frozenset[str] | None = None
+# Set when a forked worker failed its probe: this process forks no more workers.
+_FORK_BROKEN: str | None = None
+_PROBE_TIMEOUT_S = 10.0
+
+
 def _context() -> Any:
     global _CTX
     with _CTX_LOCK:
@@ -47,6 +69,49 @@ def _context() -> Any:
             ctx.set_forkserver_preload(_PRELOAD)
             _CTX = ctx
         return _CTX
+
+
+def _native_threads() -> frozenset[str] | None:
+    try:
+        return frozenset(os.listdir("/proc/self/task"))
+    except OSError:  # not Linux
+        return None
+
+
+def record_thread_baseline() -> None:
+    """Remember this process's native threads (called at the end of ``import tileauto``)."""
+    global _THREAD_BASELINE
+    _THREAD_BASELINE = _native_threads()
+
+
+def fork_unsafe_reason() -> str | None:
+    """Why a worker cannot be forked from this process now; None when it can."""
+    from tileauto.settings import Settings
+
+    if Settings.from_env().worker_start == "forkserver":
+        return "TILEAUTO_WORKER_START=forkserver"
+    if _FORK_BROKEN is not None:
+        return _FORK_BROKEN
+    if threading.current_thread() is not threading.main_thread():
+        return "not called from the main thread"
+    if threading.active_count() > 1:
+        names = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+        return f"other Python threads are running ({', '.join(names)})"
+    if _THREAD_BASELINE is None:
+        return "no native thread baseline (not Linux, or tileauto was not fully imported)"
+    now = _native_threads()
+    if now is None or not now <= _THREAD_BASELINE:
+        return "native threads were started since import tileauto (OpenMP or TVM thread pools)"
+    return None
+
+
+def _probe_threads(threads: int) -> int:
+    """Run an op through torch's OpenMP pool (hangs if the pool was copied by a fork)."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    torch.ones(1 << 20).mul_(2).sum()
+    return torch.get_num_threads()
 
 
 def _start_without_main(proc: Any) -> None:
@@ -131,11 +196,40 @@ def _redirect_output(path: str | None) -> None:
     os.close(fd)
 
 
-def _child_main(conn: Any, env: dict[str, str], output_path: str | None = None) -> None:
+def _forked_child_setup(caller_end: Any, env: dict[str, str]) -> None:
+    """In a worker forked from the caller: drop what belongs to the caller, fix the threads.
+
+    The caller's ends of this worker's pipe and of the other workers' pipes were copied by the
+    fork; left open, a worker would not see the end of file when the caller closes its pipe.
+    """
+    for end in [caller_end, *(worker._conn for worker in list(_LIVE))]:
+        if end is not None:
+            try:
+                end.close()
+            except OSError:
+                pass
+    for worker in list(_LIVE):
+        worker._proc, worker._conn = None, None
+    _LIVE.clear()
+    atexit.unregister(shutdown_all)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch = sys.modules.get("torch")
+    threads = env.get("OMP_NUM_THREADS")
+    if torch is not None and threads:
+        # One thread keeps a compile worker clear of the OpenMP pool altogether.
+        torch.set_num_threads(max(1, int(threads)))
+
+
+def _child_main(
+    conn: Any, env: dict[str, str], output_path: str | None = None, caller_end: Any = None
+) -> None:
+    """The worker's loop. ``caller_end`` is given when forked from the caller (see above)."""
     os.setpgid(0, 0)
     _set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C goes to it
     os.environ.update(env)
+    if caller_end is not None:
+        _forked_child_setup(caller_end, env)
     _redirect_output(output_path)
     while True:
         try:
@@ -165,18 +259,28 @@ class Worker:
     Args:
         name: for logs and messages.
         env: environment variables set in the worker before any job (e.g. TVM_NUM_THREADS).
-        memory_limit_bytes: resident memory above which the worker is killed and the job
-            reported as out of memory (default: 90% of the memory available at start).
+        memory_limit_bytes: memory the worker may take beyond its size at start (resident set,
+            its children included) before it is killed and the job reported as out of memory
+            (default: 90% of the memory available at start).
+        fork_ok: the worker may be forked from this process when that is safe (see the module
+            docstring); it must never use a GPU, whose driver does not survive a fork.
     """
 
     def __init__(
-        self, name: str, env: dict[str, str] | None = None, memory_limit_bytes: int | None = None
+        self,
+        name: str,
+        env: dict[str, str] | None = None,
+        memory_limit_bytes: int | None = None,
+        fork_ok: bool = False,
     ):
         self.name = name
         self.env = dict(env or {})
         self.memory_limit_bytes = memory_limit_bytes or int(psutil.virtual_memory().available * 0.9)
+        self.fork_ok = fork_ok
+        self.start_method: str | None = None  # "fork" or "forkserver" once started
         self._proc: Any = None
         self._conn: Any = None
+        self._rss_at_start = 0
         self._lock = threading.RLock()  # start() may run in a background thread
         self.restarts = 0
         self.output_path: str | None = None
@@ -196,6 +300,13 @@ class Worker:
             if self.alive:
                 return self
             self._reap()
+            reason = fork_unsafe_reason() if self.fork_ok else "not a fork_ok worker"
+            if reason is None:
+                self._start_forked()
+                if self._probe_ok():
+                    return self
+                reason = _FORK_BROKEN
+            log.debug("worker %s starts from the forkserver: %s", self.name, reason)
             ctx = _context()
             parent, child = ctx.Pipe(duplex=True)
             proc = ctx.Process(
@@ -206,8 +317,55 @@ class Worker:
             )
             _start_without_main(proc)
             child.close()
-            self._proc, self._conn = proc, parent
+            self._started(proc, parent, "forkserver")
             return self
+
+    def _start_forked(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        parent, child = ctx.Pipe(duplex=True)
+        proc = ctx.Process(
+            target=_child_main,
+            args=(child, self.env, self._output_file(), parent),
+            name=f"tileauto-{self.name}",
+            daemon=True,
+        )
+        # The child would otherwise copy-on-write every page the collector touches; frozen
+        # objects are left alone there (the parent thaws at once).
+        gc.freeze()
+        try:
+            with warnings.catch_warnings():
+                # Python >= 3.12 warns on any fork of a threaded process; the threads that may
+                # be here were checked (fork_unsafe_reason) and survive a fork.
+                warnings.filterwarnings("ignore", "This process .* is multi-threaded")
+                proc.start()
+        finally:
+            gc.unfreeze()
+        child.close()
+        self._started(proc, parent, "fork")
+
+    def _started(self, proc: Any, conn: Any, method: str) -> None:
+        self._proc, self._conn, self.start_method = proc, conn, method
+        try:
+            self._rss_at_start = psutil.Process(proc.pid).memory_info().rss
+        except psutil.Error:
+            self._rss_at_start = 0
+
+    def _probe_ok(self) -> bool:
+        """Check a forked worker's OpenMP pool; on a hang, kill it and fork no more."""
+        global _FORK_BROKEN
+        threads = int(self.env.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+        try:
+            self._exchange(_probe_threads, (threads,), _PROBE_TIMEOUT_S)
+            return True
+        except WorkerError as exc:
+            _FORK_BROKEN = (
+                f"a worker forked from this process failed its OpenMP probe ({exc}); torch ran "
+                f"parallel ops before import tileauto"
+            )
+            log.warning("%s; workers start from the forkserver from now on", _FORK_BROKEN)
+            self.kill()
+            self.restarts -= 1  # not a job's failure
+            return False
 
     def call(self, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
         """Run ``fn(*args)`` in the worker and return its result.
@@ -218,7 +376,13 @@ class Worker:
             RemoteJobError: the function raised; ``.remote`` holds type, message and traceback.
         """
         with self._lock:
-            self.start()
+            if not self.alive:
+                self.start()
+            return self._exchange(fn, args, timeout_s)
+
+    def _exchange(self, fn: Any, args: tuple, timeout_s: float | None) -> Any:
+        """Send one job to the running worker and wait for its answer (see :meth:`call`)."""
+        with self._lock:
             try:
                 self._conn.send_bytes(
                     cloudpickle.dumps((list(sys.path), _settings_env(), fn, args))
@@ -247,7 +411,7 @@ class Worker:
                 if self._over_memory():
                     self.kill()
                     raise WorkerCrashed(
-                        f"out of memory: worker {self.name} exceeded {self.memory_limit_bytes / 2**30:.1f} GiB and was killed",
+                        f"out of memory: worker {self.name} took more than {self.memory_limit_bytes / 2**30:.1f} GiB and was killed",
                         out_of_memory=True,
                     )
                 if deadline is not None and time.monotonic() >= deadline:
@@ -303,7 +467,7 @@ class Worker:
             )
         except psutil.Error:
             return False
-        return rss > self.memory_limit_bytes
+        return rss - self._rss_at_start > self.memory_limit_bytes
 
     def _output_file(self) -> str | None:
         """A private log file for this worker's output, under the settings' log directory."""

@@ -64,5 +64,13 @@ def allocate_and_hold(n_bytes, hold_s):
     return len(block)
 
 
+def torch_parallel_sum(threads):
+    """An op that goes through torch's OpenMP pool; returns [threads used, the sum]."""
+    import torch
+
+    torch.set_num_threads(threads)
+    return [torch.get_num_threads(), float(torch.ones(1 << 20).mul_(2).sum())]
+
+
 def unpicklable_result():
     return lambda: None

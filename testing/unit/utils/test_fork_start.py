@@ -1,0 +1,257 @@
+"""Workers forked from the caller: when it is safe, when it is not, and what the child drops.
+
+Whether a fork is safe depends on the state of the whole process (its threads, what ran
+before ``import tileauto``), so every case runs in a fresh interpreter: a script that prints
+one JSON line with what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+
+PRELUDE = """
+import json, os, sys, threading, time
+"""
+
+
+def _run(body: str, env: dict[str, str] | None = None, timeout: float = 240) -> dict:
+    """Run ``body`` in a fresh interpreter; it must print one JSON object as its last line."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TILEAUTO_")}
+    full_env["TILEAUTO_CACHE_DIR"] = os.environ["TILEAUTO_CACHE_DIR"]
+    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE)])
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_process_forks_its_workers():
+    seen = _run(
+        """
+        import jobs
+        import tileauto
+        from tileauto.utils.procs import Worker, fork_unsafe_reason
+
+        reason = fork_unsafe_reason()
+        w = Worker("forked", env={"OMP_NUM_THREADS": "2"}, fork_ok=True).start()
+        print(json.dumps({
+            "reason": reason,
+            "method": w.start_method,
+            "pid": w.call(jobs.pid),
+            "me": os.getpid(),
+            "pgid": w.call(jobs.process_group),
+            "parallel": w.call(jobs.torch_parallel_sum, 2),
+        }))
+        """
+    )
+    assert seen["reason"] is None
+    assert seen["method"] == "fork"
+    assert seen["pid"] != seen["me"] and seen["pgid"] == seen["pid"]
+    assert seen["parallel"] == [2, float(1 << 20) * 2]  # an OpenMP op ran with 2 threads
+
+
+def test_a_worker_not_marked_fork_ok_uses_the_forkserver():
+    seen = _run(
+        """
+        import tileauto
+        from tileauto.utils.procs import Worker
+
+        print(json.dumps({"method": Worker("plain").start().start_method}))
+        """
+    )
+    assert seen["method"] == "forkserver"
+
+
+@pytest.mark.parametrize(
+    ("setup", "fragment"),
+    [
+        (
+            "t = threading.Thread(target=time.sleep, args=(30,), daemon=True); t.start()",
+            "other Python threads are running",
+        ),
+        (
+            # torch's OpenMP pool starts on the first parallel op, after import tileauto
+            "import torch; torch.set_num_threads(2); torch.ones(1 << 20).mul_(2).sum()",
+            "native threads were started since import tileauto",
+        ),
+        ("os.environ['TILEAUTO_WORKER_START'] = 'forkserver'", "TILEAUTO_WORKER_START=forkserver"),
+    ],
+    ids=["python-thread", "openmp-pool", "setting"],
+)
+def test_an_unsafe_process_starts_workers_from_the_forkserver(setup, fragment):
+    if "OpenMP" in fragment and (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 CPUs: with one, torch starts no OpenMP pool")
+    seen = _run(
+        f"""
+        import jobs
+        import tileauto
+        from tileauto.utils.procs import Worker, fork_unsafe_reason
+
+        {setup}
+        w = Worker("guarded", fork_ok=True).start()
+        print(json.dumps({{
+            "reason": fork_unsafe_reason(),
+            "method": w.start_method,
+            "works": w.call(jobs.add, 2, 3),
+        }}))
+        """
+    )
+    assert fragment in seen["reason"]
+    assert seen["method"] == "forkserver"
+    assert seen["works"] == 5
+
+
+def test_not_the_main_thread_is_a_reason():
+    seen = _run(
+        """
+        import tileauto
+        from tileauto.utils.procs import fork_unsafe_reason
+
+        out = {}
+        t = threading.Thread(target=lambda: out.update(reason=fork_unsafe_reason()))
+        t.start(); t.join()
+        print(json.dumps(out))
+        """
+    )
+    assert seen["reason"] == "not called from the main thread"
+
+
+def test_an_openmp_pool_started_before_import_is_caught_by_the_probe():
+    """A pool from before ``import tileauto`` is in the baseline; the forked child hangs in
+    its first parallel op, the probe sees it, and the process uses the forkserver from then on."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 CPUs: with one, torch starts no OpenMP pool")
+    seen = _run(
+        """
+        import torch
+        torch.set_num_threads(2)
+        torch.ones(1 << 20).mul_(2).sum()  # the OpenMP pool starts here, before tileauto
+
+        import jobs
+        import tileauto
+        from tileauto.utils import procs
+
+        procs._PROBE_TIMEOUT_S = 3.0
+        before = procs.fork_unsafe_reason()
+        w = procs.Worker("probed", env={"OMP_NUM_THREADS": "2"}, fork_ok=True).start()
+        second = procs.Worker("second", fork_ok=True).start()
+        print(json.dumps({
+            "before": before,
+            "method": w.start_method,
+            "parallel": w.call(jobs.torch_parallel_sum, 2),
+            "after": procs.fork_unsafe_reason(),
+            "second": second.start_method,
+            "restarts": w.restarts,
+        }))
+        """
+    )
+    assert seen["before"] is None  # the threads were there at import: only the probe can tell
+    assert seen["method"] == "forkserver"
+    assert seen["parallel"] == [2, float(1 << 20) * 2]
+    assert "failed its OpenMP probe" in seen["after"]
+    assert seen["second"] == "forkserver"
+    assert seen["restarts"] == 0  # the failed probe is not counted against the worker
+
+
+def test_a_forked_worker_drops_the_pipes_of_the_others():
+    """Closing one worker's pipe ends it (EOF) although a sibling was forked after it."""
+    seen = _run(
+        """
+        import tileauto
+        from tileauto.utils.procs import Worker
+
+        first = Worker("first", fork_ok=True).start()
+        second = Worker("second", fork_ok=True).start()
+        proc = first._proc
+        first._conn.close()
+        proc.join(timeout=10)
+        print(json.dumps({
+            "methods": [first.start_method, second.start_method],
+            "exitcode": proc.exitcode,
+        }))
+        """
+    )
+    assert seen["methods"] == ["fork", "fork"]
+    assert seen["exitcode"] == 0  # left its loop on EOF, not killed
+
+
+def test_the_memory_limit_counts_what_a_forked_worker_adds():
+    """A forked child starts as large as its caller; the limit applies to what it allocates."""
+    seen = _run(
+        """
+        import jobs
+        import tileauto
+        from tileauto.errors import WorkerError
+        from tileauto.utils.procs import Worker
+
+        ballast = bytearray(600 * 2**20)  # the caller holds 600 MiB, resident
+        limit = 400 * 2**20
+        w = Worker("limited", memory_limit_bytes=limit, fork_ok=True).start()
+        small = w.call(jobs.allocate_and_hold, 100 * 2**20, 0.5)
+        try:
+            w.call(jobs.allocate_and_hold, 800 * 2**20, 30.0, timeout_s=60)
+            big = "no error"
+        except WorkerError as exc:
+            big = str(exc)
+        print(json.dumps({
+            "method": w.start_method, "rss": jobs.rss_bytes(), "small": small, "big": big,
+        }))
+        """
+    )
+    assert seen["method"] == "fork"
+    assert seen["rss"] > 600 * 2**20  # above the limit before the worker allocates anything
+    assert seen["small"] == 100 * 2**20
+    assert "out of memory" in seen["big"] and "more than 0.4 GiB" in seen["big"]
+
+
+def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
+    """The tuner forks the compile workers and the run worker of a CPU tuning, and the
+    result is the same kind as with the forkserver."""
+    body = """
+        import tileauto
+        from tileauto import builder
+        from tileauto.utils import procs
+        import tune_kernels
+
+        started = []
+        original = procs.Worker._started
+        def record(self, proc, conn, method):
+            started.append((self.name, method))
+            original(self, proc, conn, method)
+        procs.Worker._started = record
+
+        tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}, {"vec": 16}],
+                                  warmup=2, rep=5)(tileauto.jit(out_idx=[-1], target="llvm")(
+                                  tune_kernels.scale))
+        kernel = tuned(64)
+        print(json.dumps({"started": started, "config": kernel.config}))
+    """
+    integration = REPO / "testing" / "integration"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(integration)]),
+        "TILEAUTO_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    forked = _run(body, env=env)
+    env["TILEAUTO_WORKER_START"] = "forkserver"
+    env["TILEAUTO_CACHE_DIR"] = str(tmp_path / "cache2")
+    served = _run(body, env=env)
+    assert sorted({m for _, m in forked["started"]}) == ["fork"]
+    assert {n for n, _ in forked["started"]} >= {"compile-0", "run-cpu"}
+    assert sorted({m for _, m in served["started"]}) == ["forkserver"]
+    assert forked["config"]["vec"] in (4, 8, 16) and served["config"]["vec"] in (4, 8, 16)
