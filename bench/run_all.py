@@ -119,6 +119,10 @@ def parse_tune_time(text: str) -> dict:
         out["compile_speedup"] = got[0]
     if got := _floats(r"whole tuning, 1 worker / 2 workers \(warm\): .*= ([\d.]+)x", text):
         out["tuning_speedup"] = got[0]
+    if got := _floats(
+        r"cold process, forkserver / forked workers: .*= ([\d.]+)x .*forkserver ([\d.]+)\)", text
+    ):
+        out["cold_fork_speedup"], out["wall_floor_cold_forkserver"] = got
     return out
 
 
@@ -228,6 +232,19 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
     if f := (scripts_.get("tune_time") or {}).get("figures"):
         row("tune_time", "tuning wall / floor, cold process", f.get("wall_floor_cold"), 1.25)
         row("tune_time", "tuning wall / floor, warm pool", f.get("wall_floor_warm"), 1.25)
+        if "wall_floor_cold_forkserver" in f:
+            row(
+                "tune_time",
+                "tuning wall / floor, cold process, TILEAUTO_WORKER_START=forkserver",
+                f["wall_floor_cold_forkserver"],
+                None,
+            )
+            row(
+                "tune_time",
+                "cold tuning, forkserver / forked workers",
+                f["cold_fork_speedup"],
+                None,
+            )
         row("tune_time", "compile phase speedup, 2 workers vs 1", f.get("compile_speedup"), None)
         row("tune_time", "whole tuning speedup, 2 workers vs 1", f.get("tuning_speedup"), None)
     if f := (scripts_.get("warm_start") or {}).get("figures"):
@@ -392,6 +409,7 @@ def _plot_tune_time(ax, f: dict) -> None:
     for key, label in (
         ("wall_floor_cold", "wall / floor\ncold"),
         ("wall_floor_warm", "wall / floor\nwarm pool"),
+        ("wall_floor_cold_forkserver", "wall / floor\ncold, forkserver"),
         ("compile_speedup", "compile speedup\n2 vs 1 worker"),
         ("tuning_speedup", "tuning speedup\n2 vs 1 worker"),
     ):

@@ -26,12 +26,8 @@ from tileauto.jit import CompileFailure, JITImpl, JITKernel, jit
 from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.result import AutotuneResult
 from tileauto.settings import Settings
-from tileauto.utils.procs import record_thread_baseline as _record_thread_baseline
 
 __version__ = "0.1.0"
-
-# Last: every import above is done, so threads started from now on are the caller's doing.
-_record_thread_baseline()
 
 __all__ = [
     "AutoTuneImpl",

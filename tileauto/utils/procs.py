@@ -4,11 +4,12 @@ A worker starts one of two ways:
 
 - *forked from the caller* (``fork_ok`` workers, when :func:`fork_unsafe_reason` finds nothing
   against it): ready in milliseconds, with TVM, torch and the user's modules already imported.
-  A fork is only as safe as the process it copies, so this needs the main thread, no other
-  Python thread, and no native thread started since ``import tileauto`` (the thread pools of
-  OpenMP and TVM, once started, hang a forked child that uses them). Forked workers then run a
-  probe through OpenMP before their first job, so a pool started before ``import tileauto``
-  is caught too, and the process falls back to the forkserver;
+  The fork must come from the main thread with no other Python thread running (one could hold
+  a lock the child would find locked). The thread pools of OpenMP (torch) and TVM do not
+  survive a fork: they belong to the thread that started them, and a child that used the
+  copied state would wait forever for threads that were not copied. So a forked worker runs
+  its jobs in a new thread, which starts pools of its own, and first runs a probe through
+  OpenMP (if that hangs, the process uses the forkserver from then on);
 - otherwise from a multiprocessing *forkserver*, a fresh interpreter that imported TVM and
   torch once and runs no torch op (a few seconds to boot, once per process; later workers fork
   from it in tens of milliseconds).
@@ -52,10 +53,6 @@ _CTX: Any = None
 _START_LOCK = threading.Lock()
 
 
-# Native threads of this process when tileauto finished importing (torch and TVM included):
-# threads started later (OpenMP's pool after a torch op, TVM's after a kernel ran) make a fork
-# unsafe. None until recorded: then no fork.
-_THREAD_BASELINE: frozenset[str] | None = None
 # Set when a forked worker failed its probe: this process forks no more workers.
 _FORK_BROKEN: str | None = None
 _PROBE_TIMEOUT_S = 10.0
@@ -71,19 +68,6 @@ def _context() -> Any:
         return _CTX
 
 
-def _native_threads() -> frozenset[str] | None:
-    try:
-        return frozenset(os.listdir("/proc/self/task"))
-    except OSError:  # not Linux
-        return None
-
-
-def record_thread_baseline() -> None:
-    """Remember this process's native threads (called at the end of ``import tileauto``)."""
-    global _THREAD_BASELINE
-    _THREAD_BASELINE = _native_threads()
-
-
 def fork_unsafe_reason() -> str | None:
     """Why a worker cannot be forked from this process now; None when it can."""
     from tileauto.settings import Settings
@@ -97,11 +81,8 @@ def fork_unsafe_reason() -> str | None:
     if threading.active_count() > 1:
         names = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
         return f"other Python threads are running ({', '.join(names)})"
-    if _THREAD_BASELINE is None:
-        return "no native thread baseline (not Linux, or tileauto was not fully imported)"
-    now = _native_threads()
-    if now is None or not now <= _THREAD_BASELINE:
-        return "native threads were started since import tileauto (OpenMP or TVM thread pools)"
+    if not sys.platform.startswith("linux"):
+        return f"fork is used on Linux only (this is {sys.platform})"
     return None
 
 
@@ -196,8 +177,8 @@ def _redirect_output(path: str | None) -> None:
     os.close(fd)
 
 
-def _forked_child_setup(caller_end: Any, env: dict[str, str]) -> None:
-    """In a worker forked from the caller: drop what belongs to the caller, fix the threads.
+def _forked_child_setup(caller_end: Any) -> None:
+    """In a worker forked from the caller: drop what belongs to the caller.
 
     The caller's ends of this worker's pipe and of the other workers' pipes were copied by the
     fork; left open, a worker would not see the end of file when the caller closes its pipe.
@@ -213,10 +194,13 @@ def _forked_child_setup(caller_end: Any, env: dict[str, str]) -> None:
     _LIVE.clear()
     atexit.unregister(shutdown_all)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _set_torch_threads(env: dict[str, str]) -> None:
+    """Apply OMP_NUM_THREADS to torch in this thread (OpenMP's setting is per thread)."""
     torch = sys.modules.get("torch")
     threads = env.get("OMP_NUM_THREADS")
     if torch is not None and threads:
-        # One thread keeps a compile worker clear of the OpenMP pool altogether.
         torch.set_num_threads(max(1, int(threads)))
 
 
@@ -228,9 +212,22 @@ def _child_main(
     _set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C goes to it
     os.environ.update(env)
-    if caller_end is not None:
-        _forked_child_setup(caller_end, env)
     _redirect_output(output_path)
+    if caller_end is None:
+        _serve(conn, env)
+        return
+    _forked_child_setup(caller_end)
+    # The thread pools of OpenMP and TVM belong to the thread that started them, and the
+    # caller's were not copied by the fork: jobs run in a new thread, which starts its own.
+    jobs = threading.Thread(target=_serve, args=(conn, env, True), name="tileauto-jobs")
+    jobs.start()
+    jobs.join()
+
+
+def _serve(conn: Any, env: dict[str, str], set_threads: bool = False) -> None:
+    """Run jobs from ``conn`` until the caller closes it."""
+    if set_threads:
+        _set_torch_threads(env)
     while True:
         try:
             payload = conn.recv_bytes()
@@ -358,10 +355,7 @@ class Worker:
             self._exchange(_probe_threads, (threads,), _PROBE_TIMEOUT_S)
             return True
         except WorkerError as exc:
-            _FORK_BROKEN = (
-                f"a worker forked from this process failed its OpenMP probe ({exc}); torch ran "
-                f"parallel ops before import tileauto"
-            )
+            _FORK_BROKEN = f"a worker forked from this process failed its OpenMP probe ({exc})"
             log.warning("%s; workers start from the forkserver from now on", _FORK_BROKEN)
             self.kill()
             self.restarts -= 1  # not a job's failure

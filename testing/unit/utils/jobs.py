@@ -72,5 +72,26 @@ def torch_parallel_sum(threads):
     return [torch.get_num_threads(), float(torch.ones(1 << 20).mul_(2).sum())]
 
 
+def tvm_parallel_double(lib_path, build=False, n=1 << 20):
+    """Run ``B = 2 * A`` as a TVM kernel with a parallel loop (TVM's thread pool) from
+    ``lib_path``, building and exporting it first if ``build``; True if B is right."""
+    import torch
+    import tvm
+    from tvm import s_tir, te
+
+    if build:
+        a = te.placeholder((n,), "float32", name="A")
+        b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+        sch = s_tir.Schedule(te.create_prim_func([a, b]))
+        (i,) = sch.get_loops(sch.get_sblock("B"))
+        outer, _ = sch.split(i, [None, 1024])
+        sch.parallel(outer)
+        tvm.compile(sch.mod, target="llvm").export_library(str(lib_path))
+    func = tvm.runtime.load_module(str(lib_path))["main"]
+    x, y = torch.randn(n), torch.empty(n)
+    func(x, y)
+    return bool(torch.equal(y, x * 2))
+
+
 def unpicklable_result():
     return lambda: None
