@@ -22,7 +22,13 @@ from typing import Any
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.options import CompileArgs
-from tileauto.utils.procs import RemoteJobError, Worker, WorkerCrashed, WorkerTimeout
+from tileauto.utils.procs import (
+    RemoteJobError,
+    Worker,
+    WorkerCrashed,
+    WorkerTimeout,
+    fork_unsafe_reason,
+)
 
 log = get_logger("builder")
 
@@ -139,18 +145,51 @@ class Builder:
             for worker in compile_workers(self.workers):
                 worker.kill()
 
-    def start_workers(self, fork_ok: bool) -> None:
-        """Start the worker processes now, forked from this process where that is safe.
+    def fork_unsafe_reason(self) -> str | None:
+        """Why workers for this build cannot be forked from this process now (None: they can).
 
-        Call it from the main thread before starting any other (see ``fork_unsafe_reason``);
-        workers that cannot be forked are left to start with their first job.
+        Forking the caller, which has TVM, torch and the user's modules imported, makes a
+        worker ready in milliseconds instead of the seconds a fresh interpreter takes to import
+        them; it is done for CPU targets only (a GPU driver does not survive a fork), and when
+        :func:`tileauto.utils.procs.fork_unsafe_reason` finds nothing against it.
         """
-        if self.isolation != "process":
-            return
+        from tileauto.jit.target import device_type_of, resolve_target
+
+        ca = self.compile_args
+        try:
+            cpu = device_type_of(resolve_target(ca.target, ca.target_host)) == "cpu"
+        except Exception:  # noqa: BLE001 - a bad target fails in the compile, with its message
+            return "the target cannot be resolved"
+        return fork_unsafe_reason() if cpu else "a GPU target"
+
+    def close_forked_workers(self) -> None:
+        """Stop the workers that were forked from this process (call it when the build ends).
+
+        A forked worker shares the caller's memory as it was at the fork: kept alive, it would
+        keep memory the caller has since freed (a model's weights, say) from going back to the
+        system. Forking again for the next build costs milliseconds. Workers from the
+        forkserver stay up between builds.
+        """
         for worker in compile_workers(self.workers):
-            if not worker.alive and fork_ok:
-                worker.fork_ok = True
-                worker.start()
+            if worker.start_method == "fork" and worker.alive:
+                worker.close()
+
+    def start_workers(self) -> bool:
+        """Fork the compile workers now if :meth:`fork_unsafe_reason` allows; True if it did.
+
+        Call it from the main thread before starting any other. Otherwise the workers start
+        from the forkserver with their first job.
+        """
+        reason = self.fork_unsafe_reason()
+        if reason is not None:
+            log.debug("compile workers start from the forkserver: %s", reason)
+            return False
+        if self.isolation == "process":
+            for worker in compile_workers(self.workers):
+                if not worker.alive:
+                    worker.fork_ok = True
+                    worker.start()
+        return True
 
     def build(
         self,

@@ -22,14 +22,13 @@ from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.builder import Builder, BuildRequest, BuildResult, BuildStatus
 from tileauto.errors import NoValidConfigError
-from tileauto.jit.target import device_type_of, resolve_target
 from tileauto.problem import TuningOutcome, TuningProblem
 from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.report import failure_summary, format_table, write_log
 from tileauto.run_session import SessionSpec
 from tileauto.runner import Runner
 from tileauto.space import config_id, full_config, tunable_parameters
-from tileauto.utils.procs import Worker, fork_unsafe_reason
+from tileauto.utils.procs import Worker
 
 log = get_logger("tuner")
 
@@ -108,6 +107,7 @@ class Tuner:
             raise
         finally:
             bar.close()
+            builder.close_forked_workers()
             if self.runner is not None:
                 self.runner.close()
             elif self._run_worker is not None:
@@ -218,30 +218,18 @@ class Tuner:
     def _start_workers(self, builder: Builder) -> None:
         """Fork the compile workers and the run worker now, if this process allows it.
 
-        Forking the caller, which has TVM, torch and the user's modules imported, makes a
-        worker ready in milliseconds instead of the seconds a fresh interpreter takes to import
-        them. It is done here, on the caller's thread before this run starts any thread, and
-        only for CPU targets (a GPU driver does not survive a fork). Otherwise, or if
-        ``fork_unsafe_reason`` objects, workers start from the forkserver as they are needed.
+        Done here, on the caller's thread before this run starts any thread; see
+        :meth:`Builder.fork_unsafe_reason`. Otherwise workers start from the forkserver as
+        they are needed.
         """
-        p = self.problem
-        reason = fork_unsafe_reason() if self._cpu_target() else "a GPU target"
-        if reason is not None:
-            log.debug("workers start from the forkserver: %s", reason)
+        if not builder.start_workers():
             return
-        builder.start_workers(fork_ok=True)
+        p = self.problem
         worker = Runner.make_worker(
             "cpu", p.settings.run_threads(), p.settings.run_memory_limit_mb, fork_ok=True
         )
         worker.start()
         self._run_worker = worker
-
-    def _cpu_target(self) -> bool:
-        ca = self.problem.compile_args
-        try:
-            return device_type_of(resolve_target(ca.target, ca.target_host)) == "cpu"
-        except Exception:  # noqa: BLE001 - a bad target fails in the compile, with its message
-            return False
 
     def _build_all(
         self, builder: Builder, requests: list[BuildRequest], arrivals: queue.Queue

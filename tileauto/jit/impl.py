@@ -166,8 +166,13 @@ class JITImpl:
             timeout_s=timeout_s or settings.compile_timeout_s,
             staging_dir=process_scratch_dir(settings),
         )
+        builder.start_workers()  # forked from this process when that is safe
+        try:
+            results = builder.build(requests)
+        finally:
+            builder.close_forked_workers()
         out: list[JITKernel | CompileFailure] = []
-        for request, result in zip(requests, builder.build(requests)):
+        for request, result in zip(requests, results):
             if result.ok and result.artifact is not None:
                 out.append(JITKernel(result.artifact))
             else:

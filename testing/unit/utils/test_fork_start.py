@@ -255,7 +255,12 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
                                   warmup=2, rep=5)(tileauto.jit(out_idx=[-1], target="llvm")(
                                   tune_kernels.scale))
         kernel = tuned(64)
-        print(json.dumps({"started": started, "config": kernel.config}))
+        print(json.dumps({
+            "started": started,
+            "config": kernel.config,
+            "alive": [w.alive for w in builder._POOL],
+            "methods": [w.start_method for w in builder._POOL],
+        }))
     """
     integration = REPO / "testing" / "integration"
     env = {
@@ -269,4 +274,40 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
     assert sorted({m for _, m in forked["started"]}) == ["fork"]
     assert {n for n, _ in forked["started"]} >= {"compile-0", "run-cpu"}
     assert sorted({m for _, m in served["started"]}) == ["forkserver"]
+    # forked compile workers end with the tuning (they would hold on to memory the caller
+    # frees later); forkserver workers stay for the next one
+    assert set(forked["methods"]) == {"fork"} and not any(forked["alive"])
+    assert set(served["methods"]) == {"forkserver"} and all(served["alive"])
     assert forked["config"]["vec"] in (4, 8, 16) and served["config"]["vec"] in (4, 8, 16)
+
+
+def test_par_compile_forks_its_workers_and_a_gpu_target_does_not(tmp_path):
+    seen = _run(
+        """
+        import tileauto
+        from tileauto.builder import Builder
+        from tileauto.options import CompileArgs
+        from tileauto.utils import procs
+        import tune_kernels
+
+        started = []
+        original = procs.Worker._started
+        def record(self, proc, conn, method):
+            started.append(method)
+            original(self, proc, conn, method)
+        procs.Worker._started = record
+
+        kernels = tune_kernels.scale_jit.par_compile([{"n": 64, "vec": 4}, {"n": 64, "vec": 8}])
+        gpu = Builder(tune_kernels.scale, CompileArgs(target={"kind": "cuda", "arch": "sm_90"}),
+                      workers=1, staging_dir=".")
+        print(json.dumps({
+            "started": started,
+            "ok": [bool(k) for k in kernels],
+            "gpu": gpu.fork_unsafe_reason(),
+        }))
+        """,
+        env={"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "testing" / "integration")])},
+    )
+    assert seen["ok"] == [True, True]
+    assert seen["started"] and set(seen["started"]) == {"fork"}
+    assert seen["gpu"] == "a GPU target"
