@@ -8,7 +8,8 @@ Tunes the 16-config CPU GEMM space of ``examples/gemm_cpu.py`` (tuning cache off
 - floor: sum of compile times / workers + sum of run times (what a perfect scheduler with
   the same workers would need);
 - wall / floor, for a cold process (worker processes start during the run) and a warm one
-  (the worker pool already up, as for every tuning after the first in a process);
+  (every tuning after the first in a process: forkserver workers are already up, forked ones
+  are forked again);
 - the cold process twice: as tileauto does it (workers forked from this process) and, in a
   fresh process started right after, with ``TILEAUTO_WORKER_START=forkserver`` (workers start
   from a new interpreter that imports TVM and torch);
@@ -103,8 +104,8 @@ def main() -> int:
     rows = [
         ("2 workers, cold process", 2, cold),
         ("  the same, forkserver", 2, cold_served),
-        ("2 workers, warm pool (best)", 2, best[2]),
-        ("1 worker, warm pool (best)", 1, best[1]),
+        ("2 workers, warm process (best)", 2, best[2]),
+        ("1 worker, warm process (best)", 1, best[1]),
     ]
     print(
         f"\ntune time: GEMM {args.size}^3, {rows[0][2]['configs']} configs, warmup {args.warmup}, rep {args.rep}"
