@@ -426,4 +426,9 @@ def _progress(total: int, verbose: bool, name: str) -> Any:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=f"autotune {name}", unit="step", leave=False, disable=None)
+    class Bar(tqdm):
+        # No monitor thread: it outlives the bar, and a live thread stops the next tuning of
+        # this process from forking its workers (see Builder.fork_unsafe_reason).
+        monitor_interval = 0
+
+    return Bar(total=total, desc=f"autotune {name}", unit="step", leave=False, disable=None)

@@ -311,3 +311,35 @@ def test_par_compile_forks_its_workers_and_a_gpu_target_does_not(tmp_path):
     assert seen["ok"] == [True, True]
     assert seen["started"] and set(seen["started"]) == {"fork"}
     assert seen["gpu"] == "a GPU target"
+
+
+def test_a_second_tuning_in_the_process_forks_again(tmp_path):
+    """Nothing the first tuning leaves behind (a progress bar's monitor thread, say) stops
+    the second one from forking."""
+    seen = _run(
+        """
+        import tileauto
+        from tileauto.utils import procs
+        import tune_kernels
+
+        runs = []
+        original = procs.Worker._started
+        def record(self, proc, conn, method):
+            runs[-1].append(method)
+            original(self, proc, conn, method)
+        procs.Worker._started = record
+
+        impl = tileauto.jit(out_idx=[-1], target="llvm")(tune_kernels.scale)
+        for n in (64, 128):
+            runs.append([])
+            tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], warmup=2, rep=5,
+                              verbose=True)(impl)(n)
+        print(json.dumps({"runs": runs, "threads": threading.active_count()}))
+        """,
+        env={
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "testing" / "integration")]),
+            "TILEAUTO_CACHE_DIR": str(tmp_path / "cache"),
+        },
+    )
+    assert [set(run) for run in seen["runs"]] == [{"fork"}, {"fork"}]
+    assert seen["threads"] == 1
