@@ -331,9 +331,12 @@ class Worker:
         gc.freeze()
         try:
             with warnings.catch_warnings():
-                # Python >= 3.12 warns on any fork of a threaded process; the threads that may
-                # be here were checked (fork_unsafe_reason) and survive a fork.
-                warnings.filterwarnings("ignore", "This process .* is multi-threaded")
+                # Python >= 3.12 warns on any fork of a threaded process. The only other
+                # threads here are native ones, typically the pools of OpenMP, TVM or OpenBLAS,
+                # whose state a forked worker does not use: its jobs run in a thread of its own.
+                warnings.filterwarnings(
+                    "ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning
+                )
                 proc.start()
         finally:
             gc.unfreeze()
