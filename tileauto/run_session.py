@@ -21,7 +21,7 @@ from tileauto.buffers import canaries_intact, interleave, padded_clones, padded_
 from tileauto.inputs import TensorSupplyType, make_inputs
 from tileauto.records import TrialStatus
 from tileauto.timing import Timer, default_timer
-from tileauto.validate import Verdict, check_bool, compare
+from tileauto.validate import Verdict, as_list, check_bool, compare, unwritten
 
 
 @dataclass
@@ -291,15 +291,15 @@ def _check(
                 False, f"writes into input {bad}, which the reference config leaves unchanged"
             )
     expected: Any = None
+    checked: Verdict | None = None  # the verdict of a ref_prog that checks (takes the results)
     if spec.ref_prog is not None:
         if session.ref_checker:
             try:
                 value = spec.ref_prog(*_clones(session.inputs), *results)
             except Exception as exc:  # noqa: BLE001
-                return Verdict(False, f"ref_prog raised {type(exc).__name__}: {exc}")
-            verdict = check_bool(value)
-            if verdict is not None and not verdict.ok:
-                return verdict
+                checked = Verdict(False, f"ref_prog raised {type(exc).__name__}: {exc}")
+            else:
+                checked = check_bool(value)
         else:
             expected = session.expected
             if session.ref_error is not None:
@@ -314,25 +314,27 @@ def _check(
                 return Verdict(False, "ref_prog returned None: return the expected outputs")
     else:
         expected = session.reference
+    expected_list = None if expected is None else as_list(expected)
+    for k, (name, r) in enumerate(zip(names, results)):
+        want = expected_list[k] if expected_list is not None and k < len(expected_list) else None
+        if not isinstance(want, torch.Tensor) or want.numel() != r.numel():
+            want = None  # compare() reports a reference of another size
+        else:
+            want = want.reshape(r.shape).to(r.device)
+        missing = unwritten(name, r, want)
+        if missing is not None:  # missing work fails whatever the tolerances or the checker
+            return missing
+    if checked is not None and not checked.ok:
+        return checked
     if spec.manual_check_prog is not None:
         try:
-            value = spec.manual_check_prog(results, expected)
+            # always lists, as TileLang passes them, whatever ref_prog returned
+            value = spec.manual_check_prog(list(results), expected_list)
         except Exception as exc:  # noqa: BLE001
-            return Verdict(
-                False,
-                f"manual_check_prog raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-            )
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return Verdict(False, f"manual_check_prog raised {type(exc).__name__}: {first}")
         return Verdict(value is not False, "manual_check_prog returned False")
     if expected is None or session.ref_checker:
-        unwritten = [
-            n
-            for n, r in zip(names, results)
-            if r.is_floating_point() and bool(torch.isnan(r).any())
-        ]
-        if unwritten:
-            return Verdict(
-                False, f"{', '.join(unwritten)} left NaN (an output the kernel did not fully write)"
-            )
         return Verdict(True)
     return compare(
         results,

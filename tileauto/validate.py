@@ -17,7 +17,7 @@ class Verdict:
     message: str = ""
 
 
-def _as_list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
@@ -34,11 +34,13 @@ def compare(
 ) -> Verdict:
     """Compare the kernel's results with reference tensors.
 
-    A result element mismatches when ``|r - e| > atol + rtol * |e|`` or when exactly one of the
-    two is NaN (an output the kernel never wrote stays NaN). The check fails when more than
-    ``max_mismatched_ratio`` of a result's elements mismatch.
+    Outputs are filled with NaN before the kernel runs, so a NaN result where the reference is
+    finite is work the kernel never did: that fails whatever the tolerances (they are for
+    rounding, not for missing elements). Otherwise an element mismatches when
+    ``|r - e| > atol + rtol * |e|``, or when the reference is NaN and the result is not; the
+    check fails when more than ``max_mismatched_ratio`` of a result's elements mismatch.
     """
-    expected_list = _as_list(expected)
+    expected_list = as_list(expected)
     if len(expected_list) != len(results):
         return Verdict(
             False, f"reference gave {len(expected_list)} tensors, the kernel {len(results)}"
@@ -61,9 +63,34 @@ def compare(
     return Verdict(True)
 
 
+def unwritten(name: str, got: torch.Tensor, want: torch.Tensor | None = None) -> Verdict | None:
+    """A failing verdict when ``got`` holds NaN the kernel never overwrote, else None.
+
+    With a reference, only NaN where the reference is not NaN counts (a reference may compute
+    NaN itself); without one, every NaN does.
+    """
+    if not got.is_floating_point() and not got.is_complex():
+        return None
+    missing = torch.isnan(got)
+    if want is not None and (want.is_floating_point() or want.is_complex()):
+        missing &= ~torch.isnan(want)
+    n = int(missing.sum())
+    if n == 0:
+        return None
+    first = int(missing.flatten().nonzero()[0])
+    return Verdict(
+        False,
+        f"unwritten output: {n} elements of {name} (of {got.numel()}; first at flat index "
+        f"{first}): the kernel left them as filled before the run",
+    )
+
+
 def _compare_one(
     name: str, got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float, ratio: float
 ) -> Verdict:
+    missing = unwritten(name, got, want)
+    if missing is not None:
+        return missing
     g = got.detach().to(torch.float64)
     w = want.detach().to(torch.float64)
     g_nan, w_nan = torch.isnan(g), torch.isnan(w)
@@ -82,8 +109,7 @@ def _compare_one(
         False,
         f"{name}: {n_bad}/{total} elements ({100 * n_bad / total:.2f}%) outside rtol={rtol:g}, "
         f"atol={atol:g} (allowed {100 * ratio:g}%); worst abs error {worst:.4g}; "
-        f"first at flat index {idx}: got {float(g.flatten()[idx]):.6g}, expected {float(w.flatten()[idx]):.6g}"
-        + ("; the kernel left NaN (unwritten output)" if bool((g_nan & ~w_nan).any()) else ""),
+        f"first at flat index {idx}: got {float(g.flatten()[idx]):.6g}, expected {float(w.flatten()[idx]):.6g}",
     )
 
 

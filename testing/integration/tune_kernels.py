@@ -5,6 +5,7 @@ slow      B = A * 2 computed ``repeat`` times over (valid, visibly slower)
 compile   a schedule error at elaboration (compile_error)
 wrong     B = A * 3 (mismatch)
 partial   writes only the first half of B (mismatch: NaN left in the output)
+tail      leaves the last 32 elements of B unwritten (0.8% of 4,000: under the 1% ratio)
 spill     writes 8 elements past the end of B (out_of_bounds, caught by canaries)
 segfault  writes far outside B (the run worker dies with SIGSEGV)
 hang      loops forever (timeout; the worker is killed)
@@ -42,6 +43,13 @@ def _script(n: int, mode: str):
         @T.prim_func
         def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
             for i in range(n // 2):
+                B[i] = A[i] * T.float32(2)
+
+    elif mode == "tail":
+
+        @T.prim_func
+        def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+            for i in range(n - 32):
                 B[i] = A[i] * T.float32(2)
 
     elif mode == "spill":

@@ -80,6 +80,7 @@ def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, An
         "flush_cache": profile.flush_cache,
         "seed": profile.seed,
         "retime_top_k": profile.retime_top_k,
+        "backend": profile.backend,
         # the strategy decides which configs are measured, so it decides the winner too
         "search": None
         if profile.search in (None, "exhaustive")
