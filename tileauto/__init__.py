@@ -21,8 +21,9 @@ from tileauto.errors import (
     SettingsError,
     TileautoError,
 )
-from tileauto.inputs import TensorSupplyType, set_autotune_inputs
+from tileauto.inputs import KernelParam, TensorSupplyType, set_autotune_inputs
 from tileauto.jit import CompileFailure, JITImpl, JITKernel, jit
+from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.result import AutotuneResult
 from tileauto.settings import Settings
@@ -33,6 +34,9 @@ __all__ = [
     "AutoTuneImpl",
     "AutoTuner",
     "AutotuneResult",
+    "CompileArgs",
+    "KernelParam",
+    "ProfileArgs",
     "LatencyStats",
     "TensorSupplyType",
     "Trial",

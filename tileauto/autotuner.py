@@ -14,7 +14,14 @@ from tileauto.errors import ConfigSpaceError
 from tileauto.inputs import captured_inputs
 from tileauto.jit.impl import JITImpl, process_scratch_dir
 from tileauto.jit.kernel import JITKernel
-from tileauto.keys import CallCache, bind_arguments, call_key, describe_value, freeze
+from tileauto.keys import (
+    CallCache,
+    bind_arguments,
+    call_key,
+    default_config,
+    describe_value,
+    freeze,
+)
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result import AutotuneResult
 from tileauto.search import resolve_search
@@ -23,6 +30,8 @@ from tileauto.space import resolve_configs
 from tileauto.tuner import Tuner, TuningProblem
 
 log = get_logger("autotuner")
+
+_KEEP: Any = type("Keep", (), {"__repr__": lambda self: "<keep>"})()  # an argument not given
 
 
 def tune(
@@ -49,8 +58,17 @@ def tune(
 
     settings = Settings.from_env()
     space = resolve_configs(configs, factory, args, kwargs)
+    if settings.disable_autotune:
+        return _run_default(
+            factory, args, kwargs, space, compile_args, profile_args, settings, timer, jit_impl
+        )
     captured = captured_inputs()
     target = resolve_target(compile_args.target, compile_args.target_host)
+    if profile_args.backend in ("cupti", "cudagraph") and device_type_of(target) == "cuda":
+        _say_once(
+            f"backend={profile_args.backend!r} is timed with CUDA events (tileauto has no "
+            f"{profile_args.backend} timer): pass backend='event' to silence this"
+        )
     store = TuningStore.open(
         settings,
         factory,
@@ -90,6 +108,70 @@ def tune(
         # another process may have tuned it while this one waited for the lock
         hit = AutotuneResult.from_cache(store, verbose=verbose)
         return hit if hit is not None else run(store)
+
+
+_said: set[str] = set()  # what this process was told once (autotuning disabled)
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        log.warning("%s", message)
+
+
+def default_of_space(factory: Callable[..., Any], space: list[dict[str, Any]]) -> dict[str, Any]:
+    """The config that runs when tuning is off: the factory's defaults, else the first config.
+
+    A tunable without a default (TileLang style, ``def kernel(threads): ...``) cannot be left
+    out, so the first config of the space supplies the missing values.
+    """
+    defaults = default_config(factory)
+    missing = {k for cfg in space for k in cfg if k not in defaults}
+    return {k: v for k, v in space[0].items() if k in missing} if missing else {}
+
+
+def _run_default(
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    space: list[dict[str, Any]],
+    compile_args: CompileArgs,
+    profile_args: ProfileArgs,
+    settings: Settings,
+    timer: Any,
+    jit_impl: JITImpl | None,
+) -> AutotuneResult:
+    """TILEAUTO_DISABLE_AUTOTUNE=1: run the default config alone, checked when a check is given.
+
+    Nothing is read from or written to the tuning cache: the result is not a tuning.
+    """
+    _say_once(
+        "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): running the default config "
+        "only; nothing is tuned or cached"
+    )
+    chosen = default_of_space(factory, space)
+    profile = dataclasses.replace(profile_args, retime_top_k=0, search=None)
+    return _tune_now(
+        factory,
+        args,
+        kwargs,
+        [chosen],
+        compile_args,
+        profile,
+        writable_staging_of(settings),
+        captured_inputs(),
+        timer,
+        False,
+        jit_impl,
+        None,
+    )
+
+
+def writable_staging_of(settings: Settings) -> Settings:
+    """The settings with a staging dir this process can write (see ``writable_staging``)."""
+    from tileauto.cache.disk import writable_staging
+
+    return writable_staging(settings)
 
 
 def _tune_now(
@@ -188,8 +270,14 @@ class AutoTuneImpl:
         return self._kernels.get(args, kwargs, self._kernel_for)
 
     def _kernel_for(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
-        if Settings.from_env().disable_autotune:
-            return self.jit_impl(*args, **kwargs)
+        if Settings.from_env().disable_autotune and not self.profile_args.has_check:
+            _say_once(
+                "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): compiling the default "
+                "config only"
+            )
+            factory = self.jit_impl.factory
+            space = resolve_configs(self.configs, factory, args, kwargs)
+            return self.jit_impl(*args, **{**default_of_space(factory, space), **kwargs})
         bind_arguments(self.jit_impl.factory, args, kwargs)  # a bad call fails before tuning
         tkey = self._tuning_key(args, kwargs)
         result = self.results.get(tkey)
@@ -242,6 +330,7 @@ def autotune(
     seed: int = 0,
     retime_top_k: int = 3,
     search: Any = None,
+    backend: str = "event",
     key: Callable[..., Any] | None = None,
     timer: Any = None,
     verbose: bool = True,
@@ -263,6 +352,10 @@ def autotune(
         retime_top_k: after every config is timed, the best few and the default config are
             timed again, interleaved round by round, and the pick uses those samples (0 or 1:
             off). This keeps a slow spell of a shared machine from deciding the winner.
+        backend: TileLang's timer choice. ``"event"`` (default) and ``"auto"``: CUDA events
+            around each repetition on a GPU, the native loop on the CPU. ``"cupti"`` and
+            ``"cudagraph"`` are accepted for TileLang code; on the CPU every backend is the
+            native loop, and on CUDA they time with events too (with a warning).
         search: which configs to measure: ``"exhaustive"`` (default, all of them) or a
             :class:`tileauto.search.SearchStrategy` such as ``RandomSearch(budget=8)``.
         key: maps the call's arguments to a tuning key; calls with equal keys share a tuning.
@@ -287,6 +380,7 @@ def autotune(
         seed=seed,
         retime_top_k=retime_top_k,
         search=search,
+        backend=backend,
     )
     resolve_search(search)  # a bad strategy fails at decoration, not at the first call
 
@@ -348,17 +442,33 @@ class AutoTuner:
 
     def set_compile_args(
         self,
-        out_idx: Any = None,
-        target: Any = "auto",
-        target_host: Any = None,
-        execution_backend: str = "auto",
-        pass_configs: dict[str, Any] | None = None,
-        verbose: bool = False,
+        out_idx: Any = _KEEP,
+        target: Any = _KEEP,
+        execution_backend: Any = _KEEP,
+        target_host: Any = _KEEP,
+        verbose: Any = _KEEP,
+        pass_configs: Any = _KEEP,
     ) -> AutoTuner:
-        """Set how each config is compiled (the ``@jit`` arguments)."""
-        self.compile_args = CompileArgs(
-            out_idx, target, target_host, execution_backend, pass_configs, verbose
-        )
+        """Set how each config is compiled (the ``@jit`` arguments), in TileLang's order.
+
+        An argument not given keeps its value: the ``@jit`` kernel's when the tuner was made
+        ``from_kernel`` of one, else the default (``out_idx=None``, ``target="auto"``,
+        ``execution_backend="auto"``, ``target_host=None``, ``verbose=False``,
+        ``pass_configs=None``).
+        """
+        given = {
+            k: v
+            for k, v in (
+                ("out_idx", out_idx),
+                ("target", target),
+                ("execution_backend", execution_backend),
+                ("target_host", target_host),
+                ("verbose", verbose),
+                ("pass_configs", pass_configs),
+            )
+            if v is not _KEEP
+        }
+        self.compile_args = dataclasses.replace(self.compile_args, **given)
         return self
 
     def set_profile_args(
@@ -367,40 +477,46 @@ class AutoTuner:
         rep: int = 100,
         timeout: float = 60.0,
         supply_type: Any = None,
-        supply_prog: Any = None,
         ref_prog: Any = None,
-        manual_check_prog: Any = None,
-        skip_check: bool = False,
+        supply_prog: Any = None,
         rtol: float = 1e-2,
         atol: float = 1e-2,
         max_mismatched_ratio: float = 0.01,
+        skip_check: bool = False,
+        manual_check_prog: Any = None,
         cache_input_tensors: bool = True,
+        backend: str = "event",
         **more: Any,
     ) -> AutoTuner:
-        """Set how configs are fed, checked and timed (see :func:`autotune` for each argument)."""
-        extra = {
-            k: more.pop(k)
-            for k in ("inplace_args", "flush_cache", "seed", "search", "retime_top_k")
-            if k in more
-        }
+        """Set how configs are fed, checked and timed, in TileLang's positional order.
+
+        See :func:`autotune` for each argument. Keyword-only extras: ``inplace_args``,
+        ``flush_cache``, ``seed``, ``search``, ``retime_top_k`` and ``timer``.
+        """
+        known = ("inplace_args", "flush_cache", "seed", "search", "retime_top_k")
+        extra = {k: more.pop(k) for k in known if k in more}
         timer = more.pop("timer", None)
         if more:
-            raise TypeError(f"set_profile_args got unexpected arguments {sorted(more)}")
+            raise TypeError(
+                f"set_profile_args got unexpected arguments {sorted(more)}; it takes TileLang's "
+                f"arguments and {sorted((*known, 'timer'))}"
+            )
         if "inplace_args" in extra and extra["inplace_args"] is not None:
             extra["inplace_args"] = tuple(extra["inplace_args"])
         self.profile_args = ProfileArgs(
-            warmup,
-            rep,
-            timeout,
-            supply_type,
-            supply_prog,
-            ref_prog,
-            manual_check_prog,
-            skip_check,
-            rtol,
-            atol,
-            max_mismatched_ratio,
-            cache_input_tensors,
+            warmup=warmup,
+            rep=rep,
+            timeout=timeout,
+            supply_type=supply_type,
+            supply_prog=supply_prog,
+            ref_prog=ref_prog,
+            manual_check_prog=manual_check_prog,
+            skip_check=skip_check,
+            rtol=rtol,
+            atol=atol,
+            max_mismatched_ratio=max_mismatched_ratio,
+            cache_input_tensors=cache_input_tensors,
+            backend=backend,
             **extra,
         )
         if timer is not None:

@@ -315,18 +315,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 success, 1 failure or problems found, 2 usage error.",
     )
     parser.add_argument("--version", action="store_true", help="print the tileauto version")
+    cache_dir_help = "cache root (default: TILEAUTO_CACHE_DIR or ~/.tileauto/cache)"
+    # accepted before the command, after it, or after the verb; the last one given wins
+    parser.add_argument("--cache-dir", default=None, help=cache_dir_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     cache = sub.add_parser(
         "cache", help="list, show, verify, clear, export or import cache entries"
     )
+    cache.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_dir_help)
     cache_sub = cache.add_subparsers(dest="verb", metavar="VERB")
 
     def add(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
         p = cache_sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument(
-            "--cache-dir", help="cache root (default: TILEAUTO_CACHE_DIR or ~/.tileauto/cache)"
-        )
+        p.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_dir_help)
         p.set_defaults(func=fn)
         return p
 

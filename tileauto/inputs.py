@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
+import inspect
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -93,6 +95,52 @@ def generate(
     return t.to(device)
 
 
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter as ``supply_prog`` sees it, like TileLang's ``KernelParam``.
+
+    ``torch.randn(p.shape, dtype=p.dtype)`` makes a fitting tensor when the shape is static.
+
+    Attributes:
+        name: the parameter's name in the PrimFunc.
+        dtype: its ``torch.dtype``.
+        shape: a tuple of ints (a symbolic dimension stays its name, a string).
+        is_output: whether the kernel allocates and returns it (``out_idx``).
+    """
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int | str, ...]
+    is_output: bool = False
+
+
+def kernel_params(params: Sequence[ParamSpec], in_pos: Sequence[int]) -> list[KernelParam]:
+    """Records for every parameter, in call order (outputs are those not in ``in_pos``)."""
+    inputs = set(in_pos)
+    return [
+        KernelParam(p.name, _dtype(p.dtype), tuple(p.shape), is_output=i not in inputs)
+        for i, p in enumerate(params)
+    ]
+
+
+def wants_outputs(supply_prog: Callable[..., Any]) -> bool:
+    """A ``supply_prog`` with a ``with_output`` parameter is given the outputs' records too."""
+    try:
+        return "with_output" in inspect.signature(supply_prog).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def call_supply_prog(
+    supply_prog: Callable[..., Any], params: Sequence[ParamSpec], in_pos: Sequence[int]
+) -> Any:
+    """Call ``supply_prog`` as TileLang does: with the inputs' records, unless it asks for all."""
+    records = kernel_params(params, in_pos)
+    if wants_outputs(supply_prog):
+        return supply_prog(records, with_output=True)
+    return supply_prog([r for r in records if not r.is_output])
+
+
 def make_inputs(
     params: Sequence[ParamSpec],
     in_pos: Sequence[int],
@@ -112,7 +160,7 @@ def make_inputs(
     if captured is not None:
         return _pick_inputs(list(captured), params, in_pos, "set_autotune_inputs")
     if supply_prog is not None:
-        produced = supply_prog(list(params))
+        produced = call_supply_prog(supply_prog, params, in_pos)
         if isinstance(produced, torch.Tensor):
             produced = [produced]
         if not isinstance(produced, (list, tuple)):

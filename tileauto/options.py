@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EXECUTION_BACKENDS = ("auto", "tvm_ffi")
+TIMER_BACKENDS = ("event", "auto", "cupti", "cudagraph")
 
 
 def _normalize_out_idx(out_idx: Any) -> tuple[int, ...] | None:
@@ -88,7 +89,15 @@ class ProfileArgs:
     seed: int = 0
     retime_top_k: int = 3  # re-time the best few, interleaved, before picking (0: off)
     search: Any = None  # None / 'exhaustive', or a tileauto.search.SearchStrategy
+    backend: str = "event"  # TileLang's timer name: events on CUDA, the native loop on CPU
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_check(self) -> bool:
+        """Whether configs are checked against something the user gave (ref_prog, a check)."""
+        return not self.skip_check and (
+            self.ref_prog is not None or self.manual_check_prog is not None
+        )
 
     def __post_init__(self) -> None:
         for name in ("warmup", "rep"):
@@ -111,6 +120,8 @@ class ProfileArgs:
             raise ValueError(
                 f"max_mismatched_ratio must be in [0, 1], got {self.max_mismatched_ratio!r}"
             )
+        if self.backend not in TIMER_BACKENDS:
+            raise ValueError(f"backend must be one of {TIMER_BACKENDS}, got {self.backend!r}")
         for name in ("supply_prog", "ref_prog", "manual_check_prog"):
             value = getattr(self, name)
             if value is not None and not callable(value):

@@ -226,3 +226,20 @@ def test_python_dash_m_tileauto_runs_the_command(cache):
         timeout=120,
     )
     assert proc.returncode == 1 and "no cache entry" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "where",
+    [("--cache-dir", "{dir}", "cache", "list"), ("cache", "--cache-dir", "{dir}", "list")],
+    ids=["before-the-command", "before-the-verb"],
+)
+def test_cache_dir_works_before_the_subcommand(cache, capsys, monkeypatch, tmp_path, where):
+    root, tuned, _ = cache
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "elsewhere"))  # not the one listed
+    code, out, _ = run(capsys, *(a.format(dir=root) for a in where), "--json")
+    assert code == 0 and tuned in [d["key"] for d in json.loads(out)]
+    # the verb's own --cache-dir still wins when given last
+    code, out, _ = run(
+        capsys, "--cache-dir", str(root), "cache", "list", "--cache-dir", str(tmp_path / "x")
+    )
+    assert code == 0 and tuned not in out

@@ -211,8 +211,47 @@ def test_supply_prog_receives_the_params_and_may_return_one_tensor():
         seed=0,
         device="cpu",
     )
-    assert seen and [p.name for p in seen[0]] == ["x", "y"]
+    assert seen and [p.name for p in seen[0]] == ["x"]  # only the inputs, as in TileLang
     assert len(got) == 1 and torch.equal(got[0], torch.full((8,), 3.0))
+
+
+def test_supply_prog_records_are_tilelang_shaped():
+    """`torch.randn(p.shape, dtype=p.dtype)` works on what supply_prog receives."""
+    seen = []
+
+    def supply(params):
+        seen.extend(params)
+        return [torch.randn(p.shape, dtype=p.dtype) for p in params]
+
+    got = make_inputs(
+        (ParamSpec("a", (4, 2), "float16"), ParamSpec("i", (3,), "int32"), C),
+        (0, 1),
+        captured=None,
+        supply_prog=supply,
+        supply_type=None,
+        seed=0,
+        device="cpu",
+    )
+    assert [p.dtype for p in seen] == [torch.float16, torch.int32]
+    assert [p.shape for p in seen] == [(4, 2), (3,)] and all(
+        isinstance(d, int) for p in seen for d in p.shape
+    )
+    assert isinstance(seen[0], tileauto.KernelParam) and not seen[0].is_output
+    assert got[0].dtype == torch.float16 and got[1].shape == (3,)
+
+
+def test_supply_prog_asking_for_outputs_gets_every_parameter():
+    seen = []
+
+    def supply(params, with_output=False):
+        seen.append((with_output, [(p.name, p.is_output) for p in params]))
+        return [torch.ones(8, 16), torch.ones(16), torch.zeros(8, 16)]
+
+    got = make_inputs(
+        PARAMS, IN_POS, captured=None, supply_prog=supply, supply_type=None, seed=0, device="cpu"
+    )
+    assert seen == [(True, [("A", False), ("B", False), ("C", True)])]
+    assert len(got) == 2  # the outputs it made are dropped
 
 
 def test_supply_prog_for_symbolic_shapes():

@@ -1,0 +1,176 @@
+"""Checks that let no wrong kernel win, and the TileLang call shapes users bring with them."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from tune_kernels import scale, scale_jit
+
+import tileauto
+from tileauto import NoValidConfigError, TrialStatus
+
+N = 4000  # the tail mode leaves 32 elements (0.8%) unwritten: under the default 1% ratio
+
+
+def tail_wins(func, args, *, warmup, rep, config, device):
+    """A scripted timer under which the config that skips work would be the fastest."""
+    func(*args)
+    return [(0.5 if config["mode"] == "tail" else 1.0) * 1e6] * rep
+
+
+def double(a):
+    return a * 2
+
+
+# -- unwritten outputs ---------------------------------------------------------------------------
+@pytest.mark.parametrize("ref_prog", [double, None], ids=["ref_prog", "default-as-reference"])
+def test_a_config_that_leaves_outputs_unwritten_never_wins(ref_prog):
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(N), [{"vec": 8}, {"mode": "tail"}])
+        .set_profile_args(warmup=0, rep=2, ref_prog=ref_prog, timer=tail_wins)
+        .run(verbose=False)
+    )
+    tail = next(t for t in result.trials if t.config.get("mode") == "tail")
+    assert tail.status is TrialStatus.MISMATCH
+    assert tail.error.startswith("unwritten output: 32 elements of B"), tail.error
+    assert result.config.get("mode", "ok") == "ok"
+    a = torch.randn(N)
+    torch.testing.assert_close(result.kernel(a), a * 2)
+
+
+def test_unwritten_output_fails_even_with_a_permissive_manual_check():
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(N), [{"vec": 8}, {"mode": "tail"}])
+        .set_profile_args(
+            warmup=0, rep=2, ref_prog=double, manual_check_prog=lambda r, e: True, timer=tail_wins
+        )
+        .run(verbose=False)
+    )
+    tail = next(t for t in result.trials if t.config.get("mode") == "tail")
+    assert tail.status is TrialStatus.MISMATCH and "unwritten output" in tail.error
+
+
+# -- manual_check_prog always gets lists ---------------------------------------------------------
+@pytest.mark.parametrize(
+    "ref_prog",
+    [lambda a: a * 2, lambda a: (a * 2,), lambda a: [a * 2], None],
+    ids=["tensor", "tuple", "list", "no-ref_prog"],
+)
+def test_manual_check_prog_receives_lists(ref_prog, tmp_path):
+    log = tmp_path / "seen.txt"  # the check runs in the run worker: it reports through a file
+
+    def check(outputs, expected):
+        with open(log, "a") as f:
+            f.write(f"{type(outputs).__name__} {type(expected).__name__}\n")
+        torch.testing.assert_close(outputs[0], expected[0])  # the docs' own idiom
+
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(256), [{"vec": 4}, {"vec": 8}])
+        .set_profile_args(warmup=0, rep=2, ref_prog=ref_prog, manual_check_prog=check)
+        .run(verbose=False)
+    )
+    assert all(t.ok for t in result.trials), [t.error for t in result.trials]
+    seen = log.read_text().splitlines()
+    assert seen and set(seen) == {"list list"}
+
+
+# -- TILEAUTO_DISABLE_AUTOTUNE on both paths ---------------------------------------------------
+def test_disable_autotune_runs_only_the_default_config_in_the_builder(monkeypatch, caplog):
+    monkeypatch.setenv("TILEAUTO_DISABLE_AUTOTUNE", "1")
+    monkeypatch.setattr("tileauto.autotuner._said", set())
+    space = [{"vec": 4}, {"vec": 16}]
+    with caplog.at_level(logging.WARNING, logger="tileauto"):
+        results = [
+            tileauto.AutoTuner.from_kernel(scale_jit(256), space)
+            .set_profile_args(warmup=0, rep=2, ref_prog=double)
+            .run(verbose=False)
+            for _ in range(2)
+        ]
+    for result in results:
+        assert len(result.trials) == 1 and result.trials[0].ok
+        assert result.kernel.config.get("vec", 8) == 8  # the factory's default
+        assert not result.cache_hit
+    said = [r for r in caplog.records if "autotuning is disabled" in r.getMessage()]
+    assert len(said) == 1  # said once per process
+
+
+def test_disable_autotune_still_checks_the_default_config(monkeypatch):
+    monkeypatch.setenv("TILEAUTO_DISABLE_AUTOTUNE", "1")
+    tuner = tileauto.AutoTuner.from_kernel(scale_jit(256), [{"vec": 4}]).set_profile_args(
+        warmup=0, rep=2, ref_prog=lambda a: a * 3
+    )
+    with pytest.raises(NoValidConfigError, match="mismatch"):
+        tuner.run(verbose=False)
+
+
+def test_disable_autotune_with_no_defaults_uses_the_first_config(monkeypatch):
+    monkeypatch.setenv("TILEAUTO_DISABLE_AUTOTUNE", "1")
+
+    def no_defaults(vec):
+        return scale(256, vec=vec)
+
+    result = (
+        tileauto.AutoTuner.from_kernel(no_defaults, [{"vec": 16}, {"vec": 4}])
+        .set_compile_args(out_idx=[-1], target="llvm")
+        .set_profile_args(warmup=0, rep=2)
+        .run(verbose=False)
+    )
+    assert [t.config for t in result.trials] == [{"vec": 16}]
+    kernel = result.kernel
+    a = torch.randn(256)
+    torch.testing.assert_close(kernel(a), a * 2)
+
+
+# -- inherited compile arguments and TileLang's positional order ---------------------------------
+def test_set_compile_args_keeps_what_it_is_not_given():
+    tuner = tileauto.AutoTuner.from_kernel(scale_jit(256), [{"vec": 4}, {"vec": 8}])
+    tuner.set_compile_args(target="llvm")
+    assert tuner.compile_args.out_idx == (-1,) or tuner.compile_args.out_idx == (1,)
+    result = tuner.set_profile_args(warmup=0, rep=2).run(verbose=False)
+    a = torch.randn(256)
+    torch.testing.assert_close(result.kernel(a), a * 2)  # B is still allocated and returned
+
+
+def test_set_compile_args_and_set_profile_args_take_tilelang_positional_order(tmp_path):
+    def supply(params):
+        return [torch.full(p.shape, 1.5, dtype=p.dtype) for p in params]
+
+    seen = tmp_path / "ref.txt"  # ref_prog runs in the run worker: it reports through a file
+
+    def ref(a):
+        seen.write_text(str(float(a[0])))
+        return a * 2
+
+    tuner = tileauto.AutoTuner.from_kernel(scale, [{"vec": 4}, {"vec": 8}])
+    tuner.args = (256,)
+    # TileLang: (out_idx, target, execution_backend, target_host, verbose, pass_configs)
+    tuner.set_compile_args([-1], "llvm", "auto", None, False, None)
+    # TileLang: (warmup, rep, timeout, supply_type, ref_prog, supply_prog, rtol, atol, ratio, ...)
+    tuner.set_profile_args(0, 2, 30, None, ref, supply, 1e-3, 1e-3, 0.0, False, None, True, "event")
+    result = tuner.run(verbose=False)
+    assert all(t.ok for t in result.trials)
+    assert seen.read_text() == "1.5"  # ref_prog ran on supply_prog's inputs
+    assert tuner.profile_args.rtol == 1e-3 and tuner.profile_args.max_mismatched_ratio == 0.0
+
+
+@pytest.mark.parametrize("backend", ["event", "auto", "cupti", "cudagraph"])
+def test_backend_is_accepted(backend):
+    tuner = tileauto.AutoTuner.from_kernel(scale_jit(256), [{"vec": 8}]).set_profile_args(
+        warmup=0, rep=2, backend=backend
+    )
+    assert tuner.run(verbose=False).trials[0].ok
+
+
+def test_bad_backend_names_the_argument():
+    with pytest.raises(ValueError, match=r"backend must be one of .*'nvtx'"):
+        tileauto.autotune(configs=[{"vec": 8}], backend="nvtx")
+
+
+def test_compile_args_and_kernel_param_are_importable_from_the_package():
+    from tileauto import CompileArgs, KernelParam, ProfileArgs
+
+    assert CompileArgs(out_idx=-1).out_idx == (-1,)
+    assert ProfileArgs().backend == "event"
+    assert KernelParam("A", torch.float32, (4,)).shape == (4,)
