@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.errors import ConfigSpaceError
+from tileauto.errors import ConfigSpaceError, NoValidConfigError
 from tileauto.inputs import captured_inputs
 from tileauto.jit.impl import JITImpl, process_scratch_dir
 from tileauto.jit.kernel import JITKernel
@@ -26,7 +26,7 @@ from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result import AutotuneResult
 from tileauto.search import resolve_search
 from tileauto.settings import Settings
-from tileauto.space import resolve_configs
+from tileauto.space import materialize, resolve_configs
 from tileauto.tuner import Tuner, TuningProblem
 
 log = get_logger("autotuner")
@@ -56,7 +56,8 @@ def tune(
     from tileauto.cache.tuning import TuningStore
     from tileauto.jit.target import device_fingerprint, device_type_of, resolve_target, target_json
 
-    settings = Settings.from_env()
+    # the thread-count rule (docs/tuning.md): the option, then the variables, then every core
+    settings = Settings.from_env().with_num_threads(profile_args.num_threads)
     space = resolve_configs(configs, factory, args, kwargs)
     if settings.disable_autotune:
         return _run_default(
@@ -86,7 +87,7 @@ def tune(
     if store is not None:
         hit = AutotuneResult.from_cache(store, verbose=verbose)
         if hit is not None:
-            return hit
+            return _run_with_tuned_threads(hit, settings)
     settings = writable_staging(settings)  # a read-only cache dir still tunes (with a warning)
     run = functools.partial(
         _tune_now,
@@ -103,11 +104,19 @@ def tune(
         jit_impl,
     )
     if store is None:
-        return run(None)
+        return _run_with_tuned_threads(run(None), settings)
     with store.locked(verbose=verbose):
         # another process may have tuned it while this one waited for the lock
         hit = AutotuneResult.from_cache(store, verbose=verbose)
-        return hit if hit is not None else run(store)
+        return _run_with_tuned_threads(hit if hit is not None else run(store), settings)
+
+
+def _run_with_tuned_threads(result: AutotuneResult, settings: Settings) -> AutotuneResult:
+    """Give the kernel the thread count it was tuned with (the run worker's, in the key)."""
+    kernel = result.kernel
+    if isinstance(kernel, JITKernel) and kernel.num_threads is not None:
+        kernel.use_threads(settings.run_threads())
+    return result
 
 
 _said: set[str] = set()  # what this process was told once (autotuning disabled)
@@ -241,6 +250,7 @@ class AutoTuneImpl:
         key: Callable[..., Any] | None,
         timer: Any,
         verbose: bool,
+        check_new_shapes: bool = False,
     ) -> None:
         if not isinstance(jit_impl, JITImpl):
             raise TypeError(
@@ -252,11 +262,12 @@ class AutoTuneImpl:
                 "autotune(configs=...) is required: a list of dicts or a callable returning one"
             )
         self.jit_impl = jit_impl
-        self.configs = configs
+        self.configs = materialize(configs)
         self.profile_args = profile_args
         self.key = key
         self.timer = timer
         self.verbose = verbose
+        self.check_new_shapes = check_new_shapes
         self.results: dict[Any, AutotuneResult] = {}
         self._kernels = CallCache(jit_impl.factory)
         functools.update_wrapper(self, jit_impl.factory)
@@ -299,7 +310,37 @@ class AutoTuneImpl:
                 return result.kernel
             # a bucket's cached entry may hold another shape: compile its config for this call
         # another call in the same tuning bucket: reuse the config, compile for these arguments
+        if self.check_new_shapes:
+            return self._checked_reuse(args, kwargs, result)
         return self.jit_impl(*args, **{**kwargs, **result.config})
+
+    def _checked_reuse(
+        self, args: tuple, kwargs: dict[str, Any], bucket_result: AutotuneResult
+    ) -> JITKernel:
+        """The bucket's winner for this call, once checked here; this call tuned if it fails.
+
+        The check is a tuning of the one config at these arguments (against ``ref_prog``, or
+        the default config's results), so it is cached on disk like any tuning.
+        """
+        compile_args, factory = self.jit_impl.compile_args, self.jit_impl.factory
+        quick = dataclasses.replace(self.profile_args, retime_top_k=0, search=None)
+        try:
+            checked = tune(
+                factory, args, kwargs, [bucket_result.config], compile_args, quick,
+                timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl,
+            )  # fmt: skip
+            return checked.kernel
+        except NoValidConfigError as exc:
+            log.warning(
+                "%s: the tuning bucket's config %s fails at these arguments (%s); tuning them",
+                getattr(factory, "__name__", "kernel"),
+                bucket_result.config,
+                str(exc).splitlines()[-1].strip(),
+            )
+        return tune(
+            factory, args, kwargs, self.configs, compile_args, self.profile_args,
+            timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl,
+        ).kernel  # fmt: skip
 
     def get_tuner_result(self, *args: Any, **kwargs: Any) -> AutotuneResult | None:
         """The AutotuneResult that served these arguments, if they were tuned."""
@@ -331,7 +372,9 @@ def autotune(
     retime_top_k: int = 3,
     search: Any = None,
     backend: str = "event",
+    num_threads: int | None = None,
     key: Callable[..., Any] | None = None,
+    check_new_shapes: bool = False,
     timer: Any = None,
     verbose: bool = True,
 ) -> Any:
@@ -358,7 +401,14 @@ def autotune(
             native loop, and on CUDA they time with events too (with a warning).
         search: which configs to measure: ``"exhaustive"`` (default, all of them) or a
             :class:`tileauto.search.SearchStrategy` such as ``RandomSearch(budget=8)``.
+        num_threads: CPU threads to tune with and to run the returned kernel with (default:
+            ``TILEAUTO_NUM_THREADS``, else ``TVM_NUM_THREADS``, else every core).
         key: maps the call's arguments to a tuning key; calls with equal keys share a tuning.
+            By default a call whose arguments differ from the tuned ones reuses the bucket's
+            config unchecked (compiled for its arguments).
+        check_new_shapes: with ``key=``, check the bucket's config once per new set of
+            arguments (against ``ref_prog``, or the default config's results) and tune those
+            arguments on their own when it fails. The check is cached like a tuning.
         timer: a custom timer (see :mod:`tileauto.timing`), e.g. a scripted one in tests.
         verbose: print the report table and a progress bar.
     """
@@ -381,11 +431,12 @@ def autotune(
         retime_top_k=retime_top_k,
         search=search,
         backend=backend,
+        num_threads=num_threads,
     )
     resolve_search(search)  # a bad strategy fails at decoration, not at the first call
 
     def wrap(jit_impl: JITImpl) -> AutoTuneImpl:
-        return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose)
+        return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose, check_new_shapes)
 
     return wrap(func) if func is not None else wrap
 
@@ -395,7 +446,7 @@ class AutoTuner:
 
     def __init__(self, fn: Callable[..., Any], configs: Any) -> None:
         self.fn = fn
-        self.configs = configs
+        self.configs = materialize(configs)
         self.args: tuple = ()
         self.kwargs: dict[str, Any] = {}
         self.jit_impl: JITImpl | None = None
@@ -422,7 +473,7 @@ class AutoTuner:
             for k in list(tuner.kwargs):
                 if any(
                     isinstance(c, dict) and k in c
-                    for c in (configs if isinstance(configs, list) else [])
+                    for c in (tuner.configs if isinstance(tuner.configs, list) else [])
                 ):
                     tuner.kwargs.pop(
                         k
@@ -493,7 +544,7 @@ class AutoTuner:
         See :func:`autotune` for each argument. Keyword-only extras: ``inplace_args``,
         ``flush_cache``, ``seed``, ``search``, ``retime_top_k`` and ``timer``.
         """
-        known = ("inplace_args", "flush_cache", "seed", "search", "retime_top_k")
+        known = ("inplace_args", "flush_cache", "seed", "search", "retime_top_k", "num_threads")
         extra = {k: more.pop(k) for k in known if k in more}
         timer = more.pop("timer", None)
         if more:

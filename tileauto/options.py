@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 EXECUTION_BACKENDS = ("auto", "tvm_ffi")
 TIMER_BACKENDS = ("event", "auto", "cupti", "cudagraph")
+
+
+def _is_real(value: Any) -> bool:
+    """An int or float (numpy's included), not a bool or a string."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _normalize_out_idx(out_idx: Any) -> tuple[int, ...] | None:
@@ -89,6 +96,7 @@ class ProfileArgs:
     seed: int = 0
     retime_top_k: int = 3  # re-time the best few, interleaved, before picking (0: off)
     search: Any = None  # None / 'exhaustive', or a tileauto.search.SearchStrategy
+    num_threads: int | None = None  # CPU threads to tune and run with (None: the settings')
     backend: str = "event"  # TileLang's timer name: events on CUDA, the native loop on CPU
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -114,14 +122,21 @@ class ProfileArgs:
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
         for name in ("rtol", "atol"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-        if not (0.0 <= self.max_mismatched_ratio <= 1.0):
-            raise ValueError(
-                f"max_mismatched_ratio must be in [0, 1], got {self.max_mismatched_ratio!r}"
-            )
+            # NaN compares False with everything, so a NaN bound would let any result pass
+            if not _is_real(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        ratio = self.max_mismatched_ratio
+        if not _is_real(ratio) or not (0.0 <= ratio <= 1.0):
+            raise ValueError(f"max_mismatched_ratio must be a number in [0, 1], got {ratio!r}")
         if self.backend not in TIMER_BACKENDS:
             raise ValueError(f"backend must be one of {TIMER_BACKENDS}, got {self.backend!r}")
+        threads = self.num_threads
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise ValueError(
+                f"num_threads must be None (the settings' thread count) or an int >= 1, got {threads!r}"
+            )
         for name in ("supply_prog", "ref_prog", "manual_check_prog"):
             value = getattr(self, name)
             if value is not None and not callable(value):

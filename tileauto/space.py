@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Iterable
+import numbers
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tileauto.errors import ConfigSpaceError
@@ -67,12 +68,60 @@ def resolve_configs(
                 f"configs[{i}] = {cfg!r} sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
                 f"a parameter of {name}{inspect.signature(factory)}"
             )
+        for k, v in cfg.items():
+            problem = _not_plain(v)
+            if problem is not None:
+                raise ConfigSpaceError(
+                    f"configs[{i}][{k!r}] is {problem}: config values must be plain data (None, "
+                    "bool, int, float, str, or lists, tuples and dicts of them), because the best "
+                    "config is stored as JSON and must come back equal from the cache; pass a name "
+                    "(a string) and look the function or object up inside the factory"
+                )
         fixed = [k for k in cfg if k in passed]
         if fixed:
             raise ConfigSpaceError(
                 f"configs[{i}] sets {fixed}, which the call already passes explicitly"
             )
-    return [dict(c) for c in items]
+    return [{k: _plain(v) for k, v in c.items()} for c in items]
+
+
+def _not_plain(value: Any) -> str | None:
+    """Why a config value cannot round-trip through JSON, or None when it can."""
+    if value is None or isinstance(value, (bool, str, numbers.Integral, numbers.Real)):
+        if isinstance(value, numbers.Real) and not isinstance(value, (int, float)):
+            if not hasattr(value, "item"):  # numpy scalars are converted; others are not
+                return f"a {type(value).__name__}"
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((p for p in map(_not_plain, value) if p is not None), None)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return "a dict with keys that are not strings"
+        return next((p for p in map(_not_plain, value.values()) if p is not None), None)
+    what = getattr(value, "__qualname__", None) or type(value).__qualname__
+    module = getattr(value, "__module__", None) or type(value).__module__
+    return f"{'a function' if callable(value) else 'an object'} ({module}.{what})"
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers (TVM and JSON take those only)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if not isinstance(value, (bool, int, float)) and isinstance(value, numbers.Number):
+        return value.item() if hasattr(value, "item") else value
+    return value
+
+
+def materialize(configs: Any) -> Any:
+    """A one-shot iterator (a generator) of configs, read once into a list; else unchanged.
+
+    A generator would be used up by the first tuning and be empty for the next call.
+    """
+    if isinstance(configs, Iterator):
+        return list(configs)
+    return configs
 
 
 def config_id(config: dict[str, Any]) -> str:

@@ -174,3 +174,64 @@ def test_compile_args_and_kernel_param_are_importable_from_the_package():
     assert CompileArgs(out_idx=-1).out_idx == (-1,)
     assert ProfileArgs().backend == "event"
     assert KernelParam("A", torch.float32, (4,)).shape == (4,)
+
+
+# -- key= buckets: a config tuned at one shape, checked at another --------------------------------
+def blocked_double(n, block=8):
+    """B = 2 * A over whole blocks only: a block that does not divide n leaves a tail unwritten."""
+    from tvm.script import tirx as T
+
+    whole = n // block * block
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        for i in range(whole):
+            B[i] = A[i] * T.float32(2)
+
+    return main
+
+
+def big_blocks_win(func, args, *, warmup, rep, config, device):
+    func(*args)
+    return [(1.0 if config["block"] == 128 else 2.0) * 1e6] * rep
+
+
+def _bucketed(check_new_shapes):
+    return tileauto.autotune(
+        configs=[{"block": 8}, {"block": 128}],
+        key=lambda n: "one bucket",
+        check_new_shapes=check_new_shapes,
+        timer=big_blocks_win,
+        warmup=0,
+        rep=2,
+        verbose=False,
+    )(tileauto.jit(out_idx=[-1], target="llvm")(blocked_double))
+
+
+def test_bucket_reuse_is_unchecked_by_default():
+    tuned = _bucketed(False)
+    assert tuned(1024).config == {"block": 128}  # 128 divides 1024: right, and fastest
+    kernel = tuned(1000)  # same bucket: block=128 reused as documented, leaving 104 unwritten
+    assert kernel.config == {"block": 128}
+
+
+def test_check_new_shapes_validates_the_bucket_winner_and_tunes_on_failure():
+    tuned = _bucketed(True)
+    assert tuned(1024).config == {"block": 128}
+    kernel = tuned(1000)
+    assert kernel.config == {"block": 8}  # the check failed at 1000; tuning 1000 picked 8
+    a = torch.randn(1000)
+    torch.testing.assert_close(kernel(a), a * 2)
+    assert tuned(2048).config == {"block": 128}  # the check passes at 2048: the winner stays
+
+
+def test_generator_configs_serve_every_call():
+    tuned = tileauto.autotune(configs=({"vec": v} for v in (4, 8)), warmup=0, rep=2, verbose=False)(
+        scale_jit
+    )
+    assert tuned(256).config and tuned(512).config
+
+
+def test_main_functions_as_config_values_are_rejected_before_compiling():
+    with pytest.raises(tileauto.ConfigSpaceError, match=r"configs\[0\]\['mode'\] is a function"):
+        tileauto.AutoTuner.from_kernel(scale_jit(64), [{"mode": double}]).run(verbose=False)

@@ -125,3 +125,43 @@ def test_full_config_fills_defaults():
         "threads": 32,
     }
     assert list(full_config({}, defaults, ["threads", "block_M"])) == ["block_M", "threads"]
+
+
+def _helper(x):
+    return x
+
+
+class _Thing:
+    pass
+
+
+@pytest.mark.parametrize(
+    "value, what",
+    [(_helper, "a function"), (_Thing(), "an object"), ([1, _helper], "a function")],
+)
+def test_config_values_that_cannot_round_trip_are_rejected_with_the_fix(value, what):
+    with pytest.raises(
+        ConfigSpaceError, match=rf"configs\[0\]\['block_M'\] is {what}.*pass a name"
+    ):
+        resolve_configs([{"block_M": value}], matmul, (16, 16, 16), {})
+
+
+def test_numpy_config_values_become_python_numbers():
+    import numpy as np
+
+    (cfg,) = resolve_configs([{"block_M": np.int64(64)}], matmul, (16, 16, 16), {})
+    assert cfg == {"block_M": 64} and type(cfg["block_M"]) is int
+
+
+def test_a_generator_is_read_once_into_a_list():
+    from tileauto.space import materialize
+
+    gen = ({"block_M": b} for b in (1, 2))
+    configs = materialize(gen)
+    for _ in range(2):
+        assert resolve_configs(configs, matmul, (16, 16, 16), {}) == [
+            {"block_M": 1},
+            {"block_M": 2},
+        ]
+    same = [{"block_M": 1}]
+    assert materialize(same) is same
