@@ -26,7 +26,7 @@ from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result import AutotuneResult
 from tileauto.search import resolve_search
 from tileauto.settings import Settings
-from tileauto.space import materialize, resolve_configs
+from tileauto.space import baseline_config, materialize, resolve_configs
 from tileauto.tuner import Tuner, TuningProblem
 
 log = get_logger("autotuner")
@@ -131,12 +131,12 @@ def _say_once(message: str) -> None:
 def default_of_space(factory: Callable[..., Any], space: list[dict[str, Any]]) -> dict[str, Any]:
     """The config that runs when tuning is off: the factory's defaults, else the first config.
 
-    A tunable without a default (TileLang style, ``def kernel(threads): ...``) cannot be left
-    out, so the first config of the space supplies the missing values.
+    Only the keys without a default are set (the factory fills in the rest).
     """
     defaults = default_config(factory)
-    missing = {k for cfg in space for k in cfg if k not in defaults}
-    return {k: v for k, v in space[0].items() if k in missing} if missing else {}
+    keys = {k for cfg in space for k in cfg}
+    chosen = baseline_config(space, defaults, keys)
+    return {k: v for k, v in chosen.items() if k not in defaults or v != defaults[k]}
 
 
 def _run_default(
@@ -289,7 +289,7 @@ class AutoTuneImpl:
             factory = self.jit_impl.factory
             space = resolve_configs(self.configs, factory, args, kwargs)
             return self.jit_impl(*args, **{**default_of_space(factory, space), **kwargs})
-        bind_arguments(self.jit_impl.factory, args, kwargs)  # a bad call fails before tuning
+        bind_arguments(self.jit_impl.factory, args, kwargs, partial=True)  # fails before tuning
         tkey = self._tuning_key(args, kwargs)
         result = self.results.get(tkey)
         if result is None:

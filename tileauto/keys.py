@@ -67,15 +67,20 @@ def fast_key(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
     )
 
 
-def bind_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+def bind_arguments(
+    fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], *, partial: bool = False
+) -> dict[str, Any]:
     """Bind a call to ``fn``'s signature with defaults applied, by parameter name.
+
+    With ``partial=True`` required parameters may be missing: the tunables of a TileLang-style
+    factory (``def kernel(threads): ...``) have no default, and the configs supply them.
 
     Raises:
         TypeError: the call does not fit the signature (names the function).
     """
     sig = inspect.signature(fn)
     try:
-        bound = sig.bind(*args, **kwargs)
+        bound = sig.bind_partial(*args, **kwargs) if partial else sig.bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"{getattr(fn, '__qualname__', fn)}{sig}: {exc}") from None
     bound.apply_defaults()
@@ -84,7 +89,7 @@ def bind_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) 
 
 def call_key(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> tuple:
     """The hashable identity of a call: bound arguments with tensors reduced to layout."""
-    bound = bind_arguments(fn, args, kwargs)
+    bound = bind_arguments(fn, args, kwargs, partial=True)  # tunables may have no default
     return tuple((name, freeze(describe_value(value))) for name, value in bound.items())
 
 

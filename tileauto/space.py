@@ -77,12 +77,13 @@ def resolve_configs(
                     "config is stored as JSON and must come back equal from the cache; pass a name "
                     "(a string) and look the function or object up inside the factory"
                 )
-        fixed = [k for k in cfg if k in passed]
-        if fixed:
-            raise ConfigSpaceError(
-                f"configs[{i}] sets {fixed}, which the call already passes explicitly"
-            )
-    return [{k: _plain(v) for k, v in c.items()} for c in items]
+    # A tunable the call passes explicitly is fixed to that value, as in TileLang: the configs
+    # keep only the rest, each distinct remainder once, in the order of the list.
+    remainders: dict[str, dict[str, Any]] = {}
+    for cfg in items:
+        rest = {k: _plain(v) for k, v in cfg.items() if k not in passed}
+        remainders.setdefault(config_id(rest), rest)
+    return list(remainders.values())
 
 
 def _not_plain(value: Any) -> str | None:
@@ -127,6 +128,20 @@ def materialize(configs: Any) -> Any:
 def config_id(config: dict[str, Any]) -> str:
     """A stable text identity of a config (sorted JSON)."""
     return json.dumps(config, sort_keys=True, default=repr)
+
+
+def baseline_config(
+    configs: list[dict[str, Any]], defaults: dict[str, Any], keys: Iterable[str]
+) -> dict[str, Any]:
+    """The default config, filled: the factory's defaults, or the first config of the list.
+
+    A tunable without a default (TileLang style, ``def kernel(threads): ...``) has no default
+    config to compare with, so the first config of the list stands in for it.
+    """
+    keys = set(keys)
+    if keys - set(defaults) and configs:
+        return full_config(configs[0], defaults, keys)
+    return full_config({}, defaults, keys)
 
 
 def full_config(

@@ -27,7 +27,7 @@ from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.report import failure_summary, format_table, write_log
 from tileauto.run_session import SessionSpec
 from tileauto.runner import Runner
-from tileauto.space import config_id, full_config, tunable_parameters
+from tileauto.space import baseline_config, config_id, full_config, tunable_parameters
 from tileauto.utils.procs import Worker
 
 log = get_logger("tuner")
@@ -48,7 +48,7 @@ class Tuner:
         self.defaults = tunable_parameters(p.factory)
         keys = {k for c in p.configs for k in c}
         self.full = [full_config(c, self.defaults, keys) for c in p.configs]
-        self.default_full = full_config({}, self.defaults, keys)
+        self.default_full = baseline_config(p.configs, self.defaults, keys)
         self.device = "cpu"
         self.workers = 1
         self.compile_wall_s = 0.0

@@ -235,3 +235,56 @@ def test_generator_configs_serve_every_call():
 def test_main_functions_as_config_values_are_rejected_before_compiling():
     with pytest.raises(tileauto.ConfigSpaceError, match=r"configs\[0\]\['mode'\] is a function"):
         tileauto.AutoTuner.from_kernel(scale_jit(64), [{"mode": double}]).run(verbose=False)
+
+
+# -- TileLang-style factories: tunables without defaults ------------------------------------------
+def scale_no_defaults(vec):
+    return scale(256, vec=vec)
+
+
+def test_tunables_without_defaults_tune_and_hit_the_cache():
+    def run():
+        return (
+            tileauto.AutoTuner.from_kernel(scale_no_defaults, [{"vec": 16}, {"vec": 4}])
+            .set_compile_args(out_idx=[-1], target="llvm")
+            .set_profile_args(warmup=0, rep=2)
+            .run(verbose=False)
+        )
+
+    first = run()
+    assert not first.cache_hit and all(t.ok for t in first.trials)
+    assert first.default_trial.config == {"vec": 16}  # the first config is the baseline
+    second = run()
+    assert second.cache_hit and second.config == first.config
+
+
+def test_decorated_factory_without_defaults():
+    tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 16}], warmup=0, rep=2, verbose=False)(
+        tileauto.jit(out_idx=[-1], target="llvm")(scale)
+    )
+    assert tuned(256) is tuned(n=256)
+
+    @tileauto.autotune(configs=[{"vec": 4}, {"vec": 16}], warmup=0, rep=2, verbose=False)
+    @tileauto.jit(out_idx=[-1], target="llvm")
+    def no_default(n, vec):
+        return scale(n, vec=vec)
+
+    kernel = no_default(256)
+    assert kernel is no_default(n=256) and kernel.config["vec"] in (4, 16)
+    a = torch.randn(256)
+    torch.testing.assert_close(kernel(a), a * 2)
+
+
+def test_passing_a_tuned_argument_fixes_it_and_tunes_the_rest():
+    space = [{"vec": 4}, {"vec": 16}, {"vec": 16, "mode": "slow", "repeat": 4}]
+    tuned = tileauto.autotune(configs=space, warmup=0, rep=2, verbose=False)(scale_jit)
+    kernel = tuned(256, vec=4)
+    result = tuned.get_tuner_result(256, vec=4)
+    # vec is fixed at 4: two distinct remainders are tuned, filled with the factory's defaults
+    assert [t.config for t in result.trials] == [
+        {"mode": "ok", "repeat": 1},
+        {"mode": "slow", "repeat": 4},
+    ]
+    assert "vec" not in result.config
+    a = torch.randn(256)
+    torch.testing.assert_close(kernel(a), a * 2)

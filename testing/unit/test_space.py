@@ -101,14 +101,19 @@ def test_callable_configs_are_checked_too():
         resolve_configs(lambda *a: [{"nope": 1}], matmul, (1, 2, 3), {})
 
 
-def test_config_may_not_override_an_explicit_keyword():
-    with pytest.raises(ConfigSpaceError, match=r"\['threads'\].*already passes explicitly"):
-        resolve_configs([{"threads": 64}], matmul, (1, 2, 3), {"threads": 32})
+def test_an_explicit_keyword_fixes_that_tunable_and_the_configs_collapse():
+    space = [
+        {"threads": 64, "block_M": 32},
+        {"threads": 128, "block_M": 32},
+        {"threads": 128, "block_M": 64},
+    ]
+    got = resolve_configs(space, matmul, (1, 2, 3), {"threads": 32})
+    assert got == [{"block_M": 32}, {"block_M": 64}]  # distinct remainders, in order
 
 
-def test_config_may_not_override_an_explicit_positional_argument():
-    with pytest.raises(ConfigSpaceError, match="block_M"):
-        resolve_configs([{"block_M": 32}], matmul, (1, 2, 3, 16), {})
+def test_an_explicit_positional_argument_fixes_that_tunable():
+    got = resolve_configs([{"block_M": 32}, {"block_M": 64}], matmul, (1, 2, 3, 16), {})
+    assert got == [{}]  # every config collapses to the default of the rest
 
 
 def test_config_id_is_stable_and_order_free():

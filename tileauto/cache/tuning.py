@@ -96,7 +96,7 @@ def _explicit_arguments(
     """The call's arguments by parameter name, defaults not applied."""
     import inspect
 
-    return dict(inspect.signature(factory).bind(*args, **kwargs).arguments)
+    return dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
 
 
 def _plain(value: Any) -> bool:
@@ -160,7 +160,7 @@ class TuningStore:
         if not settings.tuning_cache_enabled:
             return None
         tuned = {k for cfg in space for k in cfg}
-        bound = bind_arguments(factory, args, kwargs)
+        bound = bind_arguments(factory, args, kwargs, partial=True)  # tunables may lack defaults
         problem = {
             "versions": versions(),
             "factory": function_fingerprint(factory),
