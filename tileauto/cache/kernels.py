@@ -16,7 +16,14 @@ from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.cache import disk
 from tileauto.cache.entry import KIND_KERNEL, REQUIRED, read_artifact, write_kernel_dir
-from tileauto.cache.key import describe_arguments, digest, function_fingerprint, versions
+from tileauto.cache.key import (
+    UnkeyableError,
+    describe_arguments,
+    digest,
+    function_fingerprint,
+    report_unkeyable,
+    versions,
+)
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings
 
@@ -26,7 +33,7 @@ K = TypeVar("K")
 
 
 class KernelStore:
-    """The cache entry of one ``@jit`` call. :meth:`open` returns None when the cache is off."""
+    """The cache entry of one ``@jit`` call. :meth:`open` returns None when there is none."""
 
     def __init__(self, settings: Settings, key: str, meta: dict[str, Any]) -> None:
         self.settings = settings
@@ -47,21 +54,29 @@ class KernelStore:
         target: str,
         device: dict[str, Any],
     ) -> KernelStore | None:
-        """The store for ``factory`` called with ``bound`` (its arguments, defaults applied)."""
+        """The store for ``factory`` called with ``bound`` (its arguments, defaults applied).
+
+        None when the kernel cache is off, or when something the factory reaches cannot be
+        keyed (logged once): that call compiles without the disk cache.
+        """
         if not settings.kernel_cache_enabled:
             return None
         name = getattr(factory, "__qualname__", "kernel")
-        key = digest(
-            {
-                "versions": versions(),
-                "factory": function_fingerprint(factory),
-                "name": name,
-                "args": describe_arguments(bound),
-                "compile": compile_args.fingerprint(),
-                "target": target,
-                "device": device,
-            }
-        )
+        try:
+            key = digest(
+                {
+                    "versions": versions(),
+                    "factory": function_fingerprint(factory),
+                    "name": name,
+                    "args": describe_arguments(bound),
+                    "compile": compile_args.fingerprint(),
+                    "target": target,
+                    "device": device,
+                }
+            )
+        except UnkeyableError as exc:
+            report_unkeyable(name, exc)
+            return None
         meta = {
             **versions(),
             "kind": KIND_KERNEL,

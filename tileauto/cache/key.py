@@ -1,11 +1,26 @@
 """Cache keys: everything that changes the answer, nothing that does not.
 
-A function counts by its normalized source: the AST with comments, docstrings, formatting and
-its own decorators removed (decorators of functions nested in it stay: ``@T.prim_func(s_tir=
-True)`` matters). The values it closes over and the globals it reads count too: the user's
-helper functions by their own normalized source, library functions by their qualified name,
-tensors and arrays by layout and content, other values by their description. Lambdas and
-functions without source count by bytecode, which formatting does not change either.
+A factory's key covers everything it can reach, found by walking its code and values:
+
+- a function counts by its normalized source (the AST with comments, docstrings, formatting
+  and its own decorators removed; decorators of functions nested in it stay), or by its
+  bytecode when it has no source (lambdas); plus its default arguments (positional and
+  keyword-only), its closure cells, and the module globals its code reads at any depth
+  (names read by nested functions, lambdas, comprehensions and classes included);
+- what those values are, in turn: the user's functions and classes are walked the same way
+  (a class by its bases and its attributes: methods, class attributes), a user module by the
+  attributes the code reads from it (``cfg.OFFSET``: ``OFFSET``, not the whole module);
+- installed code (the standard library, third-party packages, tileauto) is not walked: it
+  counts by qualified name and the version of the distribution that provides it;
+- tensors and arrays by layout and a hash of their bytes; containers by their items; other
+  objects by their type and their attributes (the user's classes), or by what pickle would save
+  of them (``__reduce_ex__``: the installed libraries' objects).
+
+Every object met gets a number; meeting it again (a helper used twice, a recursive function,
+a self-referencing list) is a reference to that number, so the walk ends and the key does not
+depend on ids, addresses, set order or the hash seed. A value that has no stable description
+(an open file, a lock, an object whose only description names a memory address) raises
+:class:`UnkeyableError`: the stores then cache nothing for that call rather than guess.
 
 Nothing here imports torch or TVM: the TVM version is read from the loaded module.
 """
@@ -17,22 +32,95 @@ import enum
 import functools
 import hashlib
 import inspect
+import io
 import json
 import re
 import sys
+import sysconfig
 import textwrap
 import types
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from tileauto._logging import get_logger
+from tileauto.errors import TileautoError
 from tileauto.keys import describe_value, is_tensor
 
 FORMAT_VERSION = 1
 
-# Modules whose functions count by name (their code changes only with their version).
-_LIBRARIES = {"tvm", "tvm_ffi", "torch", "numpy", "tileauto", "scipy", "cloudpickle"}
 _MAX_HASHED_BYTES = 256 << 20  # bigger captured arrays count by layout only
-_MAX_DEPTH = 4
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+# Class attributes that are bookkeeping, not behaviour; some are caches that appear later
+# (pickle's ``__slotnames__``, ABC's and Protocol's caches), and would make keys unstable.
+_CLASS_BOOKKEEPING = frozenset(
+    {
+        "__dict__",
+        "__weakref__",
+        "__module__",
+        "__doc__",
+        "__qualname__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__slotnames__",
+        "_abc_impl",
+        "__non_callable_proto_members__",
+        "__protocol_attrs__",
+    }
+)
+# Callables implemented in C: they count by name, never by their (absent) code.
+_BUILTIN_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+)
+# State that changes as it is used (a stream's contents and position, a suspended frame).
+_UNKEYABLE = (io.IOBase, types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+
+log = get_logger("cache")
+
+Where = tuple[str, str]  # (what the walk started from: "global", "argument"...; dotted path)
+
+
+class UnkeyableError(TileautoError):
+    """A value a factory can reach has no stable description: its results are not cached.
+
+    Attributes:
+        path: where the value was found, e.g. ``global 'STATE'`` or ``global 'helper.LOCK'``.
+        reason: why it cannot be described.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot key {path} ({reason})")
+        self.path = path
+        self.reason = reason
+
+
+class _Reported:
+    """The unkeyable messages logged so far: each is said once per process, not per call."""
+
+    def __init__(self) -> None:
+        self.messages: set[str] = set()
+
+    def __call__(self, message: str) -> None:
+        if message not in self.messages:
+            self.messages.add(message)
+            log.warning("%s", message)
+            # seen without a logging set-up too, like the cache's other warnings
+            warnings.warn(f"tileauto cache: {message}", RuntimeWarning, stacklevel=4)
+
+
+_REPORTED = _Reported()
+
+
+def report_unkeyable(kernel: str, error: UnkeyableError) -> None:
+    """Log (once per process and message) that ``kernel``'s results are not cached, and why."""
+    _REPORTED(f"{kernel}: {error}: results are not cached")
 
 
 def digest(payload: Any) -> str:
@@ -43,9 +131,12 @@ def digest(payload: Any) -> str:
 
 def versions() -> dict[str, str]:
     """Cache format, tileauto and TVM versions (a change in any of them is a miss)."""
+    return {"format": str(FORMAT_VERSION), "tileauto": _tileauto_version(), "tvm": tvm_version()}
+
+
+def _tileauto_version() -> str:
     # The package is loaded (this module is part of it); no import edge back to its root.
-    tileauto_version = str(getattr(sys.modules.get("tileauto"), "__version__", "unknown"))
-    return {"format": str(FORMAT_VERSION), "tileauto": tileauto_version, "tvm": tvm_version()}
+    return str(getattr(sys.modules.get("tileauto"), "__version__", "unknown"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,7 +153,54 @@ def tvm_version() -> str:
         return "unknown"
 
 
-# -- functions ----------------------------------------------------------------------------------
+# -- public entry points ------------------------------------------------------------------------
+def function_fingerprint(fn: Any, *, owner: str | None = None) -> Any:
+    """Everything ``fn`` can reach (see the module docstring), as JSON.
+
+    Also handles ``functools.partial``, bound methods, callable objects and ``@jit`` /
+    ``@autotune`` wrappers (their factory). ``owner`` names ``fn`` in an error (``ref_prog``).
+
+    Raises:
+        UnkeyableError: something ``fn`` reaches has no stable description.
+    """
+    try:
+        return _Walker().walk(_factory_of(fn) or fn, ("", ""))
+    except UnkeyableError as exc:
+        if owner is None:
+            raise
+        raise UnkeyableError(f"{exc.path} of {owner}", exc.reason) from None
+
+
+def describe_key_value(value: Any, *, content: bool = True) -> Any:
+    """A JSON-able, process-independent description of a value for a cache key.
+
+    With ``content=False`` tensors and arrays count by layout only (call arguments: the
+    kernel is compiled for a shape, not for values).
+
+    Raises:
+        UnkeyableError: the value (or something in it) has no stable description.
+    """
+    return _Walker(content).walk(value, ("", ""))
+
+
+def describe_arguments(bound: dict[str, Any]) -> dict[str, Any]:
+    """Bound call arguments for a key: tensors by shape, dtype, strides and device.
+
+    Raises:
+        UnkeyableError: an argument (or something in it) has no stable description.
+    """
+    return {k: _Walker(content=False).walk(v, ("argument", k)) for k, v in bound.items()}
+
+
+def normalized_source(fn: Any) -> Any:
+    """A function's identity as code: its normalized AST, or its bytecode when no source."""
+    fn = inspect.unwrap(_factory_of(fn) or fn)
+    if isinstance(fn, types.FunctionType):
+        return _source_of(fn)
+    return describe_key_value(fn)
+
+
+# -- code ---------------------------------------------------------------------------------------
 def _strip_docstrings(tree: ast.AST) -> None:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
@@ -94,93 +232,429 @@ def _source_dump(fn: types.FunctionType) -> str | None:
 
 def _code_fingerprint(code: types.CodeType) -> dict[str, Any]:
     """Bytecode, constants and names: stable across processes and formatting."""
-    consts = []
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            consts.append(_code_fingerprint(c))
-        elif isinstance(c, frozenset):
-            consts.append(sorted(repr(v) for v in c))  # set order varies with the hash seed
-        else:
-            consts.append(repr(c))
     return {
         "code": code.co_code.hex(),
-        "consts": consts,
+        "consts": [_constant(c) for c in code.co_consts],
         "names": list(code.co_names),
         "vars": list(code.co_varnames),
     }
 
 
-def normalized_source(fn: Any) -> Any:
-    """A function's identity as code: its normalized AST, or its bytecode when no source."""
-    fn = inspect.unwrap(getattr(fn, "factory", fn))
-    if isinstance(fn, types.FunctionType):
-        dump = _source_dump(fn)
-        return dump if dump is not None else _code_fingerprint(fn.__code__)
-    return describe_key_value(fn)
+def _constant(value: Any) -> Any:
+    if isinstance(value, types.CodeType):
+        return _code_fingerprint(value)
+    if isinstance(value, tuple):
+        return [_constant(v) for v in value]
+    if isinstance(value, frozenset):  # set order varies with the hash seed
+        return sorted((_constant(v) for v in value), key=repr)
+    return repr(value)
 
 
-def _is_library(obj: Any) -> bool:
-    module = (getattr(obj, "__module__", None) or "").split(".")[0]
-    return module in _LIBRARIES or module in getattr(sys, "stdlib_module_names", ()) or not module
+def _source_of(fn: types.FunctionType) -> Any:
+    dump = _source_dump(fn)
+    return dump if dump is not None else _code_fingerprint(fn.__code__)
 
 
-def function_fingerprint(fn: Any, depth: int = 0) -> dict[str, Any]:
-    """Normalized source, defaults, closure values and read globals of a function.
+def _code_names(code: types.CodeType) -> frozenset[str]:
+    """Every name the code reads, its nested functions, lambdas, comprehensions and classes too.
 
-    Also handles ``functools.partial``, bound methods and callable objects (their ``__call__``
-    and their attributes), and ``@jit`` / ``@autotune`` wrappers (their factory).
+    ``co_names`` holds globals and attribute names alike, and identifier-like string constants
+    may be names too (``getattr(cfg, "OFFSET")``); the walk keeps those that resolve.
     """
-    fn = inspect.unwrap(getattr(fn, "factory", fn))
-    if isinstance(fn, functools.partial):
-        return {
-            "partial": function_fingerprint(fn.func, depth + 1),
-            "args": [describe_key_value(a, depth + 1) for a in fn.args],
-            "kwargs": {k: describe_key_value(v, depth + 1) for k, v in sorted(fn.keywords.items())},
-        }
-    if isinstance(fn, types.MethodType):
-        return {
-            "method": function_fingerprint(fn.__func__, depth + 1),
-            "self": describe_key_value(fn.__self__, depth + 1),
-        }
-    if not isinstance(fn, types.FunctionType):
-        call = next(
-            (c.__dict__["__call__"] for c in type(fn).__mro__ if "__call__" in c.__dict__), None
-        )
-        out: dict[str, Any] = {"callable": _qualname(type(fn))}
-        if isinstance(call, types.FunctionType) and not _is_library(type(fn)):
-            out["call"] = function_fingerprint(call, depth + 1)
-            out["state"] = describe_key_value(getattr(fn, "__dict__", {}), depth + 1)
-        return out
-    out = {"source": normalized_source(fn)}
-    try:
-        cv = inspect.getclosurevars(fn)
-        out["nonlocals"] = {
-            k: describe_key_value(v, depth + 1) for k, v in sorted(cv.nonlocals.items())
-        }
-        out["globals"] = {
-            k: describe_key_value(v, depth + 1) for k, v in sorted(cv.globals.items())
-        }
-    except (TypeError, ValueError):  # an empty closure cell
-        pass
-    out["defaults"] = {
-        k: describe_key_value(v, depth + 1) for k, v in sorted(_defaults(fn).items())
-    }
-    return out
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+        elif isinstance(const, str) and const.isidentifier():
+            names.add(const)
+    return frozenset(names)
 
 
-def _defaults(fn: types.FunctionType) -> dict[str, Any]:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+def _defaults(fn: types.FunctionType) -> list[tuple[str, Any]]:
+    """Default arguments by parameter name: positional ones, then keyword-only ones."""
+    code = fn.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    values = fn.__defaults__ or ()
+    pairs = list(zip(positional[len(positional) - len(values) :], values))
+    return pairs + sorted((fn.__kwdefaults__ or {}).items())
+
+
+def _factory_of(value: Any) -> Any:
+    """The factory of a ``@jit`` (``.factory``) or ``@autotune`` (``.jit_impl``) wrapper."""
+    if not callable(value) or isinstance(value, type):
+        return None
+    inner = getattr(value, "jit_impl", value)
+    factory = getattr(inner, "factory", None)
+    return factory if callable(factory) else None
+
+
+# -- installed code -----------------------------------------------------------------------------
+def _library(module_name: Any, module: types.ModuleType | None = None) -> str | None:
+    """``name==version`` of the installed code ``module_name`` belongs to; None for user code.
+
+    Installed means the standard library, a package under a ``site-packages`` folder, or
+    tileauto itself (whose version is in every key anyway). Anything else is the user's code
+    (an editable install included) and is walked.
+    """
+    if not isinstance(module_name, str) or not module_name:
+        return None
+    root = module_name.partition(".")[0]
+    if root == "tileauto":
+        return f"tileauto=={_tileauto_version()}"
+    top = sys.modules.get(root, module)
+    file = _file_of(top) if top is not None else None
+    if file is None:
+        builtin = root in getattr(sys, "stdlib_module_names", ()) or root == "builtins"
+        return _python() if builtin else None
+    parts = Path(file).parts
+    if "site-packages" in parts or "dist-packages" in parts:
+        return _distribution(root)
+    if any(file.startswith(p) for p in _stdlib_dirs()):
+        return _python()
+    return None
+
+
+def _file_of(module: Any) -> str | None:
+    file = getattr(module, "__file__", None)
+    if not file:
+        paths = list(getattr(module, "__path__", None) or [])  # a namespace package
+        file = paths[0] if paths else None
+    return str(file) if file else None
+
+
+def _python() -> str:
+    return "python==" + ".".join(str(v) for v in sys.version_info[:3])
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(str(Path(paths[k]).resolve()) for k in ("stdlib", "platstdlib") if k in paths)
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    from importlib.metadata import packages_distributions
+
+    return dict(packages_distributions())
+
+
+@functools.lru_cache(maxsize=256)
+def _distribution(root: str) -> str:
+    """The versions of the distributions that provide the top-level package ``root``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for dist in sorted(set(_distributions().get(root, []))):
+        try:
+            found.append(f"{dist}=={version(dist)}")
+        except PackageNotFoundError:
+            continue
+    if found:
+        return ",".join(found)
+    return f"{root}=={getattr(sys.modules.get(root), '__version__', 'unknown')}"
+
+
+def _module_of(obj: Any) -> str:
+    module = getattr(obj, "__module__", None)
+    if module is None:  # a method of a C type: its type's module
+        module = getattr(getattr(obj, "__objclass__", None), "__module__", None)
+    return module if isinstance(module, str) else "builtins"
 
 
 def _qualname(obj: Any) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    return f"{_module_of(obj)}.{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
-# -- values -------------------------------------------------------------------------------------
+def _is_atom(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _at(where: Where, kind: str, name: str) -> Where:
+    """The place of a value found as ``name`` under ``where``: ``helper.STATE``, ``W[0]``."""
+    start, dotted = where
+    if not dotted:
+        return start or kind, name
+    return start, f"{dotted}{'' if name.startswith('[') else '.'}{name}"
+
+
+def _render(where: Where) -> str:
+    start, dotted = where
+    return f"{start or 'value'} '{dotted}'" if dotted else start or "the value itself"
+
+
+# -- the walk -----------------------------------------------------------------------------------
+class _Walker:
+    """One key's walk over everything a value reaches.
+
+    Every non-scalar object met gets a number in meeting order (deterministic: names, keys and
+    set items are visited sorted); meeting it again is ``{"ref": number}``, which ends cycles.
+    A user module counts by the names read from it, so it is numbered per set of names.
+    """
+
+    def __init__(self, content: bool = True) -> None:
+        self.content = content
+        self.seen: dict[tuple[int, frozenset[str] | None], int] = {}
+        self.alive: list[Any] = []  # keeps every walked object alive, so no id is reused
+
+    def walk(self, value: Any, where: Where, names: frozenset[str] = frozenset()) -> Any:
+        try:
+            return self.describe(value, where, names)
+        except RecursionError:
+            raise UnkeyableError(_render(where), "nested too deeply to describe") from None
+
+    def fork(self) -> _Walker:
+        other = _Walker(self.content)
+        other.seen, other.alive = dict(self.seen), list(self.alive)
+        return other
+
+    def describe(self, value: Any, where: Where, names: frozenset[str] = frozenset()) -> Any:
+        if _is_atom(value):
+            return value
+        mark = (id(value), names if isinstance(value, types.ModuleType) else None)
+        if mark in self.seen:
+            return {"ref": self.seen[mark]}
+        self.seen[mark] = len(self.seen)
+        self.alive.append(value)
+        return self._describe_new(value, where, names)
+
+    def _describe_new(self, value: Any, where: Where, names: frozenset[str]) -> Any:
+        if isinstance(value, types.ModuleType):
+            return self._module(value, where, names)
+        if isinstance(value, type):
+            return self._class(value, where, names)
+        if is_tensor(value) or _is_ndarray(value):
+            return self._array(value)
+        if type(value) is list:
+            return self._items(value, where, names)
+        if type(value) is tuple:
+            return {"tuple": self._items(value, where, names)}
+        if type(value) in (dict, types.MappingProxyType):
+            return {"dict": self._mapping(value, where, names)}
+        if type(value) in (set, frozenset):
+            return {"set": self._unordered(value, where, names)}
+        if isinstance(value, bytes):
+            return {"bytes": hashlib.sha256(value).hexdigest()}
+        if isinstance(value, enum.Enum):
+            return {
+                "enum": self.describe(type(value), _at(where, "", "__class__"), names),
+                "name": value.name,
+                "value": self.describe(value.value, _at(where, "", "value"), names),
+            }
+        factory = _factory_of(value)
+        if factory is not None:
+            return {"factory": self.describe(factory, where, names)}
+        if isinstance(value, types.FunctionType):
+            return self._function(value, where, names)
+        return self._callable_or_object(value, where, names)
+
+    def _callable_or_object(self, value: Any, where: Where, names: frozenset[str]) -> Any:
+        if isinstance(value, functools.partial):
+            return {
+                "partial": self.describe(value.func, where, names),
+                "args": self._items(value.args, where, names),
+                "kwargs": self._mapping(value.keywords, where, names),
+            }
+        if isinstance(value, types.MethodType):
+            return {
+                "method": self.describe(value.__func__, where, names),
+                "self": self.describe(value.__self__, _at(where, "", "__self__"), names),
+            }
+        if isinstance(value, (staticmethod, classmethod)):
+            return {type(value).__name__: self.describe(value.__func__, where, names)}
+        if isinstance(value, property):
+            parts = (value.fget, value.fset, value.fdel)
+            return {"property": [self.describe(f, where, names) for f in parts]}
+        if isinstance(value, functools.cached_property):  # its lock is not behaviour
+            return {"cached_property": self.describe(value.func, where, names)}
+        if isinstance(value, _BUILTIN_CALLABLES):
+            out: dict[str, Any] = {"fn": _qualname(value), "lib": _library(_module_of(value))}
+            owner = getattr(value, "__self__", None)
+            if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+                out["self"] = self.describe(owner, _at(where, "", "__self__"), names)
+            return out
+        if isinstance(value, types.CodeType):
+            return {"code": _code_fingerprint(value)}
+        library = _library(getattr(value, "__module__", None))
+        if callable(value) and isinstance(getattr(value, "__qualname__", None), str) and library:
+            return self._library_function(value, library, where, names)
+        return self._object(value, where, names)
+
+    # -- code -----------------------------------------------------------------------------------
+    def _function(self, fn: types.FunctionType, where: Where, names: frozenset[str]) -> Any:
+        # The module the code runs in, which functools.wraps does not overwrite as __module__
+        library = _library(fn.__globals__.get("__name__"))
+        if library is not None:
+            return self._library_function(fn, library, where, names)
+        code = fn.__code__
+        reads = _code_names(code)
+        space = fn.__globals__
+        out: dict[str, Any] = {"source": _source_of(fn)}
+        out["globals"] = {
+            name: self.describe(space[name], _at(where, "global", name), reads)
+            for name in sorted(reads)
+            if name in space
+        }
+        cells: dict[str, Any] = {}
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # not assigned yet
+                cells[name] = {"empty": True}
+                continue
+            cells[name] = self.describe(contents, _at(where, "closure cell", name), reads)
+        out["closure"] = cells
+        out["defaults"] = [
+            [name, self.describe(v, _at(where, "default argument", name), reads)]
+            for name, v in _defaults(fn)
+        ]
+        return out
+
+    def _library_function(self, fn: Any, library: str, where: Where, names: frozenset[str]) -> Any:
+        out: dict[str, Any] = {"fn": _qualname(fn), "lib": library}
+        wrapped = getattr(fn, "__wrapped__", None)  # a library decorator around user code
+        if wrapped is not None:
+            out["wrapped"] = self.describe(wrapped, where, names)
+        return out
+
+    def _module(self, module: types.ModuleType, where: Where, names: frozenset[str]) -> Any:
+        library = _library(module.__name__, module)
+        if library is not None:
+            return {"module": module.__name__, "lib": library}
+        space = vars(module)
+        # The names the code reads from it; with no code in sight, all of its own names.
+        read = names or frozenset(n for n in space if not n.startswith("__"))
+        return {
+            "user_module": {
+                name: self.describe(space[name], _at(where, "global", name), read)
+                for name in sorted(read)
+                if name in space
+            }
+        }
+
+    def _class(self, cls: type, where: Where, names: frozenset[str]) -> Any:
+        library = _library(cls.__module__)
+        if library is not None:
+            return {"type": _qualname(cls), "lib": library}
+        out: dict[str, Any] = {"class": cls.__qualname__}
+        out["bases"] = [self.describe(b, _at(where, "", "__bases__"), names) for b in cls.__bases__]
+        if type(cls) is not type:
+            out["metaclass"] = self.describe(type(cls), _at(where, "", "__class__"), names)
+        space = vars(cls)
+        out["attrs"] = {
+            name: self.describe(space[name], _at(where, "", name), names)
+            for name in sorted(space)
+            if name not in _CLASS_BOOKKEEPING
+        }
+        return out
+
+    # -- data -----------------------------------------------------------------------------------
+    def _array(self, value: Any) -> Any:
+        if is_tensor(value):
+            layout = describe_value(value)
+        else:
+            layout = {"ndarray": list(value.shape), "dtype": str(value.dtype)}
+        return _array_fingerprint(value, layout) if self.content else layout
+
+    def _items(self, values: Iterable[Any], where: Where, names: frozenset[str]) -> list[Any]:
+        return [self.describe(v, _at(where, "", f"[{i}]"), names) for i, v in enumerate(values)]
+
+    def _mapping(
+        self, mapping: Any, where: Where, names: frozenset[str], attributes: bool = False
+    ) -> Any:
+        items = list(mapping.items())
+        if all(isinstance(k, str) for k, _ in items):
+            return {
+                k: self.describe(v, _at(where, "", k if attributes else f"[{k}]"), names)
+                for k, v in sorted(items)
+            }
+        order = self._order([k for k, _ in items], where, names)
+        return [
+            [
+                self.describe(items[i][0], _at(where, "", "[key]"), names),
+                self.describe(items[i][1], _at(where, "", f"[{items[i][0]!r}]"), names),
+            ]
+            for i in order
+        ]
+
+    def _unordered(self, values: Iterable[Any], where: Where, names: frozenset[str]) -> list[Any]:
+        items = list(values)
+        return [
+            self.describe(items[i], _at(where, "", "[item]"), names)
+            for i in self._order(items, where, names)
+        ]
+
+    def _order(self, items: list[Any], where: Where, names: frozenset[str]) -> list[int]:
+        """Indices of ``items`` sorted by their description (a trial walk), not by hash."""
+        texts = []
+        for item in items:
+            trial = item if _is_atom(item) else self.fork().describe(item, where, names)
+            texts.append(json.dumps([type(item).__name__, trial], sort_keys=True, default=repr))
+        return sorted(range(len(items)), key=lambda i: texts[i])
+
+    def _object(self, value: Any, where: Where, names: frozenset[str]) -> Any:
+        kind = type(value)
+        if isinstance(value, _UNKEYABLE):
+            reason = "an I/O stream or a generator, whose state changes as it is used"
+            raise UnkeyableError(_render(where), f"object of type {_qualname(kind)}: {reason}")
+        out: dict[str, Any] = {"object": self.describe(kind, _at(where, "", "__class__"), names)}
+        if isinstance(value, (list, tuple)):
+            out["items"] = self._items(value, where, names)
+        elif isinstance(value, dict):
+            out["items"] = self._mapping(value, where, names)
+        elif isinstance(value, (set, frozenset)):
+            out["items"] = self._unordered(value, where, names)
+        if _library(kind.__module__) is None:  # the user's class: its attributes are its state
+            out["state"] = self._mapping(_attributes(value), where, names, attributes=True)
+            return out
+        wrapped = getattr(value, "__wrapped__", None)
+        if wrapped is not None:  # a library decorator's object (lru_cache) around user code
+            out["wrapped"] = self.describe(wrapped, _at(where, "", "__wrapped__"), names)
+            return out
+        try:
+            reduced = value.__reduce_ex__(4)  # what pickle saves: the library's own description
+        except Exception:  # noqa: BLE001 - not picklable: a C object with hidden state
+            reduced = None
+        if isinstance(reduced, str):  # a module-level singleton, named
+            out["global"] = reduced
+            return out
+        if isinstance(reduced, tuple) and len(reduced) >= 2:
+            parts = list(reduced[:3]) + [
+                None if part is None else list(part) for part in reduced[3:5]
+            ]
+            out["reduce"] = self._items(parts, where, names)
+            return out
+        text = describe_value(value)
+        if isinstance(text, str) and not _ADDRESS.search(text):
+            out["repr"] = text
+            return out
+        raise UnkeyableError(
+            _render(where), f"object of type {_qualname(kind)} without a stable description"
+        )
+
+
+def _attributes(value: Any) -> dict[str, Any]:
+    """An object's ``__dict__`` and the slots it has set, by name."""
+    state = dict(getattr(value, "__dict__", None) or {})
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            name = f"_{cls.__name__.lstrip('_')}{slot}" if slot.startswith("__") else slot
+            try:
+                state[slot] = getattr(value, name)
+            except AttributeError:  # an unset slot
+                continue
+    return state
+
+
+def _is_ndarray(value: Any) -> bool:
+    return (
+        type(value).__module__ == "numpy" and hasattr(value, "tobytes") and hasattr(value, "shape")
+    )
+
+
 def _array_fingerprint(value: Any, layout: Any) -> Any:
     """Layout plus a content hash (arrays a function closes over decide its results)."""
     try:
@@ -198,54 +672,3 @@ def _array_fingerprint(value: Any, layout: Any) -> Any:
     except Exception:  # noqa: BLE001 - an exotic array: its layout must do
         return layout
     return {"array": layout, "sha256": hashlib.sha256(raw).hexdigest()}
-
-
-def describe_key_value(value: Any, depth: int = 0, *, content: bool = True) -> Any:
-    """A JSON-able, process-independent description of a value for a cache key.
-
-    With ``content=False`` tensors and arrays count by layout only (call arguments: the
-    kernel is compiled for a shape, not for values).
-    """
-    if depth > _MAX_DEPTH:
-        return {"deep": _qualname(type(value))}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, types.ModuleType):
-        return {"module": value.__name__}
-    if isinstance(value, type):
-        return {"type": _qualname(value)}
-    if is_tensor(value):
-        layout = describe_value(value)
-        return _array_fingerprint(value, layout) if content else layout
-    if type(value).__module__ == "numpy" and hasattr(value, "tobytes") and hasattr(value, "shape"):
-        layout = {"ndarray": list(value.shape), "dtype": str(value.dtype)}
-        return _array_fingerprint(value, layout) if content else layout
-    if isinstance(value, (list, tuple)):
-        return [describe_key_value(v, depth + 1, content=content) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((describe_key_value(v, depth + 1, content=content) for v in value), key=repr)
-    if isinstance(value, dict):
-        return {
-            str(k): describe_key_value(v, depth + 1, content=content)
-            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
-        }
-    if hasattr(value, "factory") and callable(value):  # a @jit / @autotune factory
-        return {"fn": function_fingerprint(value, depth)}
-    if callable(value) and "__qualname__" in dir(value) and _is_library(value):
-        return {"fn": _qualname(value)}  # a library function: its version decides its code
-    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
-        return {"fn": function_fingerprint(value, depth)}
-    if isinstance(value, enum.Enum):
-        return {"enum": _qualname(type(value)), "name": value.name}
-    state = getattr(value, "__dict__", None)
-    if isinstance(state, dict) and state:  # an object: its type and its attributes
-        return {"object": _qualname(type(value)), "state": describe_key_value(state, depth + 1)}
-    text = describe_value(value)
-    if isinstance(text, str) and _ADDRESS.search(text):  # a repr naming a memory address
-        return {"object": _qualname(type(value))}
-    return text
-
-
-def describe_arguments(bound: dict[str, Any]) -> dict[str, Any]:
-    """Bound call arguments for a key: tensors by shape, dtype, strides and device."""
-    return {k: describe_key_value(v, content=False) for k, v in bound.items()}

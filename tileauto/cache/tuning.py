@@ -31,10 +31,12 @@ from tileauto.cache.entry import (
     read_result,
 )
 from tileauto.cache.key import (
+    UnkeyableError,
     describe_arguments,
     describe_key_value,
     digest,
     function_fingerprint,
+    report_unkeyable,
     versions,
 )
 from tileauto.keys import bind_arguments
@@ -55,8 +57,8 @@ _TRANSIENT = {
 MEASUREMENTS = "measurements"
 
 
-def _callable_key(fn: Any) -> Any:
-    return function_fingerprint(fn) if fn is not None else None
+def _callable_key(fn: Any, owner: str) -> Any:
+    return function_fingerprint(fn, owner=owner) if fn is not None else None
 
 
 def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, Any]:
@@ -69,9 +71,9 @@ def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, An
         "warmup": profile.warmup,
         "rep": profile.rep,
         "supply_type": str(profile.supply_type),
-        "supply_prog": _callable_key(profile.supply_prog),
-        "ref_prog": _callable_key(profile.ref_prog),
-        "manual_check_prog": _callable_key(profile.manual_check_prog),
+        "supply_prog": _callable_key(profile.supply_prog, "supply_prog"),
+        "ref_prog": _callable_key(profile.ref_prog, "ref_prog"),
+        "manual_check_prog": _callable_key(profile.manual_check_prog, "manual_check_prog"),
         "skip_check": profile.skip_check,
         "rtol": profile.rtol,
         "atol": profile.atol,
@@ -149,7 +151,11 @@ class TuningStore:
         device: dict[str, Any],
         bucket: Any = None,
     ) -> TuningStore | None:
-        """The store for this problem, or None when the tuning cache is off.
+        """The store for this problem, or None when there is none for this run.
+
+        None when the tuning cache is off, or when something the factory (or a program of
+        the profile arguments) reaches cannot be keyed: that is logged once, and the run
+        tunes without the cache.
 
         Args:
             target: the resolved target as JSON text (``jit.target.target_json``).
@@ -161,30 +167,34 @@ class TuningStore:
             return None
         tuned = {k for cfg in space for k in cfg}
         bound = bind_arguments(factory, args, kwargs, partial=True)  # tunables may lack defaults
-        problem = {
-            "versions": versions(),
-            "factory": function_fingerprint(factory),
-            "name": getattr(factory, "__qualname__", "kernel"),
-            # The arguments the call gives; the others are the factory's defaults (fingerprinted).
-            "args": describe_arguments(_explicit_arguments(factory, args, kwargs))
-            if bucket is None
-            else {"bucket": describe_key_value(bucket, content=False)},
-            "compile": compile_args.fingerprint(),
-            "target": target,
-            "device": device,
-            # On a CPU the run worker's thread count decides which tiling wins.
-            "run_threads": settings.run_threads() if device.get("kind") == "cpu" else None,
-            "profile": profile_fingerprint(profile, timer),
-            # Captured inputs count by layout, not values: fresh random inputs still hit.
-            "inputs": describe_arguments(dict(enumerate(captured))) if captured else None,
-        }
-        problem_key = digest(problem)
         defaults = tunable_parameters(factory)
+        try:
+            problem = {
+                "versions": versions(),
+                "factory": function_fingerprint(factory),
+                "name": getattr(factory, "__qualname__", "kernel"),
+                # The arguments the call gives; the others are the factory's defaults.
+                "args": describe_arguments(_explicit_arguments(factory, args, kwargs))
+                if bucket is None
+                else {"bucket": describe_key_value(bucket, content=False)},
+                "compile": compile_args.fingerprint(),
+                "target": target,
+                "device": device,
+                # On a CPU the run worker's thread count decides which tiling wins.
+                "run_threads": settings.run_threads() if device.get("kind") == "cpu" else None,
+                "profile": profile_fingerprint(profile, timer),
+                # Captured inputs count by layout, not values: fresh random inputs still hit.
+                "inputs": describe_arguments(dict(enumerate(captured))) if captured else None,
+            }
+            # A measurement is named by every tunable argument's value, not only the space's
+            # keys, so that it is found again when a config with a new key joins the space.
+            base = {k: describe_key_value(bound[k], content=False) for k in defaults if k in bound}
+        except UnkeyableError as exc:  # no key: this run tunes without the cache
+            report_unkeyable(getattr(factory, "__qualname__", "kernel"), exc)
+            return None
+        problem_key = digest(problem)
         full = [full_config(c, defaults, tuned) for c in space]
         full_ids = {config_id(c): c for c in full}
-        # A measurement is named by every tunable argument's value, not only the space's keys,
-        # so that it is found again when a config with a new key joins the space.
-        base = {k: describe_key_value(bound[k], content=False) for k in defaults if k in bound}
         key = digest({"problem": problem_key, "space": [config_id(c) for c in full]})
         meta = {
             **versions(),
