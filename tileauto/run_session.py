@@ -100,8 +100,13 @@ class _Session:
 _SESSION: _Session | None = None
 
 
-def setup(spec: SessionSpec) -> SetupInfo:
-    """Make inputs, compute the reference, remember everything for the runs that follow."""
+def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
+    """Make inputs, compute the reference, remember everything for the runs that follow.
+
+    With ``reference=False`` the reference is left to :func:`compute_reference`, so that the
+    parent can time the two apart (a hung ``supply_prog`` and a hung ``ref_prog`` are told
+    apart in the error).
+    """
     global _SESSION
     torch.manual_seed(spec.seed)
     if spec.device == "cpu":
@@ -123,6 +128,16 @@ def setup(spec: SessionSpec) -> SetupInfo:
     if spec.reference_inplace is not None and session.inplace is None:
         session.inplace = spec.reference_inplace
     session.timer = spec.timer or default_timer(spec.device, spec.flush)
+    _SESSION = session
+    if reference:
+        return compute_reference()
+    return SetupInfo(None, None, tuple(spec.params[p].name for p in in_pos))
+
+
+def compute_reference() -> SetupInfo:
+    """Run ``ref_prog`` once on the session inputs (the expected outputs), if there is one."""
+    session = _require()
+    spec, inputs = session.spec, session.inputs
     ref_latency, ref_error = None, None
     if spec.ref_prog is not None and not spec.skip_check:
         n_results = len(spec.out_pos) + len(spec.inplace_args or ())
@@ -136,8 +151,7 @@ def setup(spec: SessionSpec) -> SetupInfo:
             except Exception as exc:  # noqa: BLE001 - reported to the user, tuning goes on
                 ref_error = f"ref_prog raised {type(exc).__name__}: {exc}"
             session.ref_error = ref_error
-    _SESSION = session
-    return SetupInfo(ref_latency, ref_error, tuple(spec.params[p].name for p in in_pos))
+    return SetupInfo(ref_latency, ref_error, tuple(spec.params[p].name for p in session.in_pos))
 
 
 def time_reference(warmup: int, rep: int) -> float | None:

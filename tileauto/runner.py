@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tileauto import run_session
@@ -15,8 +16,6 @@ from tileauto.artifact import KernelArtifact
 from tileauto.records import TrialStatus
 from tileauto.run_session import RunOutcome, RunRequest, SessionSpec, SetupInfo
 from tileauto.utils.procs import RemoteJobError, Worker, WorkerCrashed, WorkerTimeout
-
-_SETUP_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,7 @@ class Runner:
         self.timeout_s = timeout_s
         self.worker = worker or self.make_worker(spec.device, threads, memory_limit_mb)
         self._needs_setup = True
+        self._setup_error: Exception | None = None  # a failed setup fails every later run too
         self._setup_lock = threading.Lock()
         self.setup_info: SetupInfo | None = None
         self.replacements = 0
@@ -86,22 +86,61 @@ class Runner:
         return thread
 
     def ensure_setup(self) -> None:
-        """Set the worker up unless it already is (thread-safe)."""
+        """Set the worker up unless it already is (thread-safe).
+
+        A setup that failed is not tried again (a hung ``ref_prog`` would hang again): its
+        error is raised at once.
+        """
         with self._setup_lock:
+            if self._setup_error is not None:
+                raise self._setup_error
             if self._needs_setup or not self.worker.alive:
                 # (a worker that died between jobs comes back without the session)
                 self.setup()
 
     def setup(self) -> SetupInfo:
-        """Send the session (inputs, reference) to the worker. Errors propagate to the caller."""
+        """Send the session (inputs, then the reference) to the worker.
+
+        Making the inputs (``supply_prog``) and computing the reference (``ref_prog``) each
+        obey the tuning's ``timeout``; past it the worker is killed and the error says which.
+
+        Raises:
+            InputSupplyError: the inputs could not be made in time.
+            TileautoError: ``ref_prog`` did not return in time, or the worker crashed; or the
+                user's own error from ``supply_prog``.
+        """
         try:
-            info = self.worker.call(run_session.setup, self.spec, timeout_s=_SETUP_TIMEOUT_S)
-        except RemoteJobError as exc:
-            raise _unwrap(exc) from None
+            info = self._setup_step(run_session.setup, (self.spec, False), self._inputs_name())
+            if self.spec.ref_prog is not None and not self.spec.skip_check:
+                info = self._setup_step(run_session.compute_reference, (), "ref_prog")
+        except Exception as exc:
+            self._setup_error = exc
+            raise
         self._needs_setup = False
         if self.setup_info is None:
             self.setup_info = info
         return info
+
+    def _inputs_name(self) -> str:
+        return "supply_prog" if self.spec.supply_prog is not None else "making the inputs"
+
+    def _setup_step(self, fn: Callable[..., SetupInfo], args: tuple, what: str) -> SetupInfo:
+        """One setup job under the tuning's timeout, its failure turned into a clear error."""
+        from tileauto import errors
+
+        kind = errors.InputSupplyError if what != "ref_prog" else errors.TileautoError
+        try:
+            return self.worker.call(fn, *args, timeout_s=self.timeout_s)
+        except RemoteJobError as exc:
+            raise _unwrap(exc) from None
+        except WorkerTimeout:
+            raise kind(
+                f"{what} did not finish within the tuning's timeout of {self.timeout_s:g} s; the "
+                "run worker was killed. Make it faster, or raise timeout= in the profile "
+                "arguments"
+            ) from None
+        except WorkerCrashed as exc:
+            raise kind(f"{what} crashed the run worker: {exc}") from None
 
     def run(
         self,

@@ -65,28 +65,35 @@ class EntryInfo:
 
 
 def _info(kind: str, path: Path) -> EntryInfo:
-    try:
-        manifest: dict[str, Any] | None = disk.read_manifest(path)
-    except (OSError, ValueError):
-        manifest = None
+    manifest: dict[str, Any] | None = None
+    if path.is_dir() and not path.is_symlink():
+        try:
+            manifest = disk.read_manifest(path)
+        except (OSError, ValueError):
+            manifest = None
     created = (manifest or {}).get("created")
     if not isinstance(created, (int, float)):
         try:
             created = path.stat().st_mtime
         except OSError:
             created = 0.0
-    return EntryInfo(kind, path.name, path, manifest, disk.dir_size(path), float(created))
+    size = disk.dir_size(path) if not path.is_symlink() else 0
+    return EntryInfo(kind, path.name, path, manifest, size, float(created))
 
 
 def list_entries(root: Path, kinds: tuple[str, ...] = KINDS) -> list[EntryInfo]:
-    """Every entry under ``root`` (staging leftovers excluded), oldest first."""
+    """Every entry under ``root`` (staging leftovers excluded), oldest first.
+
+    A file or symbolic link sitting at an entry path is listed too, so that ``verify``
+    reports it and ``clear`` removes it (a cache write replaces it as well).
+    """
     out = []
     for kind in kinds:
         base = Path(root) / kind
         if not base.is_dir():
             continue
         for path in base.iterdir():
-            if path.is_dir() and not path.name.startswith(".") and not path.is_symlink():
+            if not path.name.startswith("."):
                 out.append(_info(kind, path))
     return sorted(out, key=lambda e: (e.created, e.kind, e.key))
 

@@ -34,15 +34,61 @@ log = get_logger("cache")
 MANIFEST = "manifest.json"
 KNOWN_FORMATS = ("1",)
 STALE_S = 3600.0  # staging leftovers older than this belong to dead writers
+MIN_FREE_BYTES = 1 << 20  # a staging folder with less room than this would fail half-way
 _STAGE_PREFIXES = (".stage-", ".trash-", "stage-")
+_FIX = (
+    "make it yours and private (chown, chmod 700), or point TILEAUTO_CACHE_DIR or "
+    "TILEAUTO_TMP_DIR at a folder of your own"
+)
 
 
-def make_private_dir(path: Path) -> Path:
-    """Create ``path`` and every missing parent with mode 0700 (``mkdir -p`` would use 0755)."""
+class UnsafeDirError(PermissionError):
+    """A cache folder another user could write, or swap for one of theirs: it is not used."""
+
+
+def folder_problem(path: Path, *, holder: bool = False) -> str | None:
+    """Why ``path`` is not a safe folder for this user's cache, or None when it is.
+
+    Decided by ownership and mode, never by trying to write (root may write anywhere). A
+    cache folder must be owned by this user and not writable by group or others; a
+    symbolic link counts as its owner and its target. With ``holder`` (the folder that holds
+    the cache root, such as ``/tmp``), root may own it and a sticky bit makes it safe.
+    """
+    me = os.getuid()
+    link = os.lstat(path)
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
+        return f"{path} is a symbolic link owned by uid {link.st_uid}, not by this user"
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder"
+    if st.st_uid != me and not (holder and st.st_uid == 0):
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {me})"
+    sticky = holder and st.st_mode & stat.S_ISVTX
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def check_private(path: Path, *, holder: bool = False) -> None:
+    """Raise :class:`UnsafeDirError` unless ``path`` is a safe folder (see :func:`folder_problem`)."""
+    reason = folder_problem(path, holder=holder)
+    if reason is not None:
+        raise UnsafeDirError(errno.EACCES, f"refusing {reason}: {_FIX}", str(path))
+
+
+def make_private_dir(path: Path, *, min_free_bytes: int = MIN_FREE_BYTES) -> Path:
+    """Create ``path`` and every missing parent with mode 0700 (``mkdir -p`` would use 0755).
+
+    Raises:
+        UnsafeDirError: ``path`` is foreign-owned, writable by others or a foreign link, or
+            the folder holding it lets others swap it (see :func:`folder_problem`).
+        OSError: ``path`` cannot be created, is not a folder, or its file system has less
+            than ``min_free_bytes`` free (ENOSPC: writes there would fail half-way).
+    """
     path = Path(path)
     missing = []
     probe = path
-    while not probe.exists() and probe != probe.parent:
+    while not os.path.lexists(probe) and probe != probe.parent:
         missing.append(probe)
         probe = probe.parent
     for directory in reversed(missing):
@@ -52,12 +98,40 @@ def make_private_dir(path: Path) -> Path:
             pass
     if not path.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+    check_private(path)
+    if path.parent != path:
+        check_private(path.parent, holder=True)
+    if min_free_bytes > 0:
+        try:
+            vfs = os.statvfs(path)
+        except OSError:
+            return path
+        if vfs.f_bavail * vfs.f_frsize < min_free_bytes:
+            free_kib = vfs.f_bavail * vfs.f_frsize // 1024
+            raise OSError(errno.ENOSPC, f"No space left on device ({free_kib} KiB free)", str(path))
     return path
 
 
+def private_fallback_dir(purpose: str) -> Path:
+    """A folder of this user's own in the system temp dir, for when the cache's is unusable.
+
+    ``<tmp>/tileauto-<uid>/<purpose>`` is shared by this user's processes (so locks still
+    exclude each other); if someone else holds that name, a new private temp folder is used.
+    """
+    base = Path(tempfile.gettempdir()) / f"tileauto-{os.getuid()}" / purpose
+    try:
+        return make_private_dir(base)
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=f"tileauto-{purpose}-"))
+
+
 def sha256_file(path: Path) -> str:
+    """The sha256 of a regular file, opened without following a link."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -89,13 +163,24 @@ def seal(entry_dir: Path, meta: dict[str, Any], *, shared: bool = False) -> dict
     """Fix permissions and write ``manifest.json`` (the sha256 of every file), last.
 
     Files become 0600 and folders 0700 (0644/0755 with ``shared``, for folders that users
-    ship); never writable by others, whatever the umask.
+    ship); never writable by others, whatever the umask. Every file must be this user's
+    and is hashed through a descriptor that follows no link, so what the manifest vouches
+    for is what this process staged in a folder nobody else can write.
+
+    Raises:
+        UnsafeDirError: the staging folder, or something in it, is not this user's own.
     """
     file_mode, dir_mode = (0o644, 0o755) if shared else (0o600, 0o700)
+    check_private(entry_dir)
     files = {}
     for path in sorted(entry_dir.rglob("*")):
-        if path.is_symlink():
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
             raise ValueError(f"{path} is a symbolic link: cache entries hold plain files only")
+        if st.st_uid != os.getuid():
+            raise UnsafeDirError(
+                errno.EACCES, f"refusing to seal {path}: it is owned by uid {st.st_uid}", str(path)
+            )
         if path.is_dir():
             path.chmod(dir_mode)
         elif path.name != MANIFEST or path.parent != entry_dir:
@@ -140,13 +225,29 @@ def verify(
 ) -> str | None:
     """Check an entry: safe, complete, of a known format, every hash matching.
 
+    With the default ``trusted_uids`` (an entry of this user's cache, ``<root>/<kind>/<key>``)
+    the two folders above it must be safe too (:func:`folder_problem`): otherwise another
+    user could swap the entry between this check and the load.
+
     Returns what is wrong (one line), or None when the entry can be loaded.
     """
     entry_dir = Path(entry_dir)
-    if not entry_dir.is_dir():
-        return "missing"
     try:
-        reason = unsafe_reason(entry_dir, trusted_uids)
+        st = entry_dir.lstat()
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link sits at the entry path, not an entry folder; it will be replaced"
+    if not stat.S_ISDIR(st.st_mode):
+        return "a file sits at the entry path, not an entry folder; it will be replaced"
+    try:
+        reason = None
+        if trusted_uids is None:
+            for folder in (entry_dir.parent, entry_dir.parent.parent):
+                reason = reason or folder_problem(folder)
+        reason = reason or unsafe_reason(entry_dir, trusted_uids)
     except OSError as exc:
         return f"unreadable ({exc})"
     if reason is not None:
@@ -199,54 +300,95 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def publish(staged: Path, final: Path) -> None:
+def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     """Move the complete, sealed folder ``staged`` to ``final`` atomically.
 
-    An existing ``final`` is swapped out in the same step and then removed. ``staged`` may
-    live on another file system (``TILEAUTO_TMP_DIR``): it is then copied next to ``final``
-    first, so the last step is still a rename.
+    An existing ``final`` (an entry, or a stray file or link) is swapped out in the same step
+    and then removed. ``staged`` may live on another file system (``TILEAUTO_TMP_DIR``, or a
+    private fallback): it is then copied next to ``final`` first, so the last step is still
+    a rename; a copy that fails (a full disk) is removed, not left to fill the disk.
+    ``private`` (cache entries, ``<root>/<kind>/<key>``): the kind folder and the root must
+    be this user's own (:func:`folder_problem`).
     """
     fsync_tree(staged)
-    parent = make_private_dir(final.parent)
-    if staged.parent != parent:
-        sibling = parent / f".stage-{uuid.uuid4().hex[:12]}"
-        try:
-            os.rename(staged, sibling)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            shutil.copytree(staged, sibling)
-            fsync_tree(sibling)
-            shutil.rmtree(staged, ignore_errors=True)
-        staged = sibling
+    if private:
+        root = final.parent.parent
+        if os.path.lexists(root):
+            check_private(root)  # before anything is created in it
+        parent = make_private_dir(final.parent)
+    else:
+        parent = final.parent
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    moved = None
     try:
-        os.rename(staged, final)  # replaces nothing, or an empty folder
-    except OSError as exc:
-        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-            raise
-        if _exchange(staged, final):
-            remove_tree(staged)  # it now holds the old entry
-        else:  # no atomic swap here: a crash between these renames leaves no entry (a miss)
-            trash = parent / f".trash-{uuid.uuid4().hex[:12]}"
-            os.rename(final, trash)
-            os.rename(staged, final)
-            shutil.rmtree(trash, ignore_errors=True)
+        if staged.parent != parent:
+            moved = parent / f".stage-{uuid.uuid4().hex[:12]}"
+            try:
+                os.rename(staged, moved)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.copytree(staged, moved)
+                fsync_tree(moved)
+                shutil.rmtree(staged, ignore_errors=True)
+            staged = moved
+        _replace(staged, final, parent)
+    except BaseException:
+        if moved is not None:
+            _discard(moved)  # a partial or unpublished copy must not stay in the cache
+        raise
     _fsync_dir(parent)
 
 
+def _replace(staged: Path, final: Path, parent: Path) -> None:
+    """Rename ``staged`` to ``final``, swapping out whatever is there (entry, file or link)."""
+    try:
+        os.rename(staged, final)  # replaces nothing, or an empty folder
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            raise
+    if _exchange(staged, final):
+        _discard(staged)  # it now holds the old entry (or the stray file)
+    else:  # no atomic swap here: a crash between these renames leaves no entry (a miss)
+        trash = parent / f".trash-{uuid.uuid4().hex[:12]}"
+        os.rename(final, trash)
+        os.rename(staged, final)
+        _discard(trash)
+
+
+def _discard(path: Path) -> None:
+    """Delete a folder, file or link; gone already is fine."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def remove_tree(path: Path) -> None:
-    """Delete a folder so that readers see it whole or not at all (rename, then delete)."""
+    """Delete an entry so that readers see it whole or not at all (rename, then delete).
+
+    A stray file or link at an entry path is removed the same way.
+    """
     path = Path(path)
     trash = path.parent / f".trash-{uuid.uuid4().hex[:12]}"
     try:
         os.rename(path, trash)
     except FileNotFoundError:
         return
-    shutil.rmtree(trash, ignore_errors=True)
+    _discard(trash)
 
 
 def stage_dir(tmp_root: Path) -> Path:
-    """A new private staging folder under ``tmp_root``."""
+    """A new private staging folder under ``tmp_root`` (which must be this user's own).
+
+    Raises:
+        UnsafeDirError: ``tmp_root`` is not this user's own (see :func:`make_private_dir`).
+        OSError: it cannot be created, or its file system is (nearly) full.
+    """
     make_private_dir(tmp_root)
     path = Path(tmp_root) / f"stage-{uuid.uuid4().hex[:12]}"
     path.mkdir(mode=0o700)
@@ -263,17 +405,40 @@ def write_entry(
 ) -> dict[str, Any]:
     """Stage, fill, seal and publish one entry folder. Returns its manifest.
 
+    Staging that cannot be written (a full disk, a read-only or unsafe ``staging_root``)
+    falls back to a private folder in the system temp dir; the publish then copies it over.
+
     Raises:
         OSError: the folder could not be written (full disk, read-only directory...).
     """
-    staged = stage_dir(staging_root)
     try:
-        fill(staged)
-        manifest = seal(staged, meta, shared=shared)
-        publish(staged, Path(final))
+        staged, manifest = _stage(fill, meta, shared, lambda: stage_dir(staging_root))
+    except OSError as exc:  # UnsafeDirError included: a refused folder is not written to
+        log.info("cannot stage in %s (%s); staging in the system temp dir", staging_root, exc)
+        staged, manifest = _stage(
+            fill, meta, shared, lambda: Path(tempfile.mkdtemp(prefix="tileauto-stage-"))
+        )
+    try:
+        publish(staged, Path(final), private=not shared)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return manifest
+
+
+def _stage(
+    fill: Callable[[Path], None],
+    meta: dict[str, Any],
+    shared: bool,
+    make: Callable[[], Path],
+) -> tuple[Path, dict[str, Any]]:
+    """A new staging folder from ``make``, filled and sealed (removed again on failure)."""
+    staged = make()
+    try:
+        fill(staged)
+        return staged, seal(staged, meta, shared=shared)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
 
 
 def sweep(directory: Path, max_age_s: float = STALE_S) -> int:
@@ -329,37 +494,70 @@ def key_lock(
 def best_effort_lock(
     lock_dir: Path, name: str, on_wait: Callable[[], None] | None = None
 ) -> Iterator[None]:
-    """:func:`key_lock`, or no lock where it cannot be created (a read-only cache still works)."""
+    """:func:`key_lock`, in a private fallback folder where ``lock_dir`` cannot be used.
+
+    An unusable ``.locks`` (a file, foreign-owned, writable by others, not writable) is warned
+    about once per process, and the lock is taken in ``<tmp>/tileauto-<uid>/locks``, which
+    this user's processes share, so concurrent tuners still exclude each other. A cache that
+    is read-only or full as a whole is not warned about here: its save warns, once.
+    """
     try:
         lock = key_lock(lock_dir, name, on_wait)
         lock.__enter__()
-    except OSError as exc:  # the save that follows will warn about the cache itself
-        log.info("cannot lock %s (%s); going on without the lock", name, exc)
-        yield
-        return
+    except OSError as exc:
+        if _whole_cache_unwritable(exc, Path(lock_dir)):
+            log.info("cannot lock %s in %s (%s); locking in a private folder", name, lock_dir, exc)
+        else:
+            warn_once(
+                f"cannot lock in {lock_dir} ({exc}); locking in a private folder instead "
+                "(remove or fix that folder: it should be a folder of yours, mode 700)"
+            )
+        try:
+            lock = key_lock(private_fallback_dir("locks"), name, on_wait)
+            lock.__enter__()
+        except OSError as again:
+            log.info("cannot lock %s in the fallback either (%s); going on without", name, again)
+            yield
+            return
     try:
         yield
     finally:
         lock.__exit__(None, None, None)
 
 
-def writable_staging(settings: Any) -> Any:
-    """``settings``, with staging moved to the system temp dir if its own is not writable.
+def _whole_cache_unwritable(exc: OSError, lock_dir: Path) -> bool:
+    """Whether a lock failure is the cache's as a whole (read-only, full), not ``.locks``'s."""
+    if isinstance(exc, UnsafeDirError) and str(lock_dir) not in str(exc):
+        return True  # the cache root itself is refused: the save says so
+    if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+        return True
+    return exc.errno == errno.EACCES and not os.access(lock_dir.parent, os.W_OK)
 
-    A read-only cache directory must not stop tuning: the kernel is built in a temp folder
-    and returned, and the cache write that follows fails with a warning.
+
+def writable_staging(settings: Any) -> Any:
+    """``settings``, with staging moved to a private temp folder if its own cannot be used.
+
+    A read-only or full cache directory must not stop tuning: the kernel is built in a temp
+    folder and returned, and the cache write that follows fails with a warning. A staging
+    folder another user could write (foreign-owned, writable by group or others) is refused
+    with a warning of its own: kernels staged there could be swapped before they are cached.
     """
     staging = settings.staging_dir
     try:
         make_private_dir(staging)
         fd, probe = tempfile.mkstemp(dir=staging, prefix=".probe-")
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.write(fd, b"\0" * 4096)  # an empty file fits on a full disk; a kernel does not
+        finally:
+            os.close(fd)
+            os.unlink(probe)
         return settings
     except OSError as exc:
         fallback = Path(tempfile.mkdtemp(prefix="tileauto-staging-"))
-        # Not warned: the cache write that follows fails and says so, once.
-        log.info("%s is not writable (%s); staging in %s instead", staging, exc, fallback)
+        if isinstance(exc, UnsafeDirError):
+            warn_once(f"{exc.strerror}; staging in {fallback} instead")
+        else:  # not warned: the cache write that follows fails and says so, once
+            log.info("%s is not writable (%s); staging in %s instead", staging, exc, fallback)
         return dataclasses.replace(settings, tmp_dir=fallback)
 
 
@@ -373,6 +571,14 @@ class OnceWarner:
         if message not in self._seen:
             self._seen.add(message)
             warn(message)
+
+
+_WARNED = OnceWarner()
+
+
+def warn_once(message: str) -> None:
+    """:func:`warn`, once per message in this process (a refused folder, an unusable lock)."""
+    _WARNED(message)
 
 
 def warn(message: str) -> None:

@@ -14,8 +14,11 @@ needs no pickle: the shared library and the JSON files are all there is.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,16 +62,43 @@ def required_files(kind: str) -> tuple[str, ...]:
 
 
 def write_kernel_dir(artifact: KernelArtifact, out: Path) -> None:
-    """Copy the artifact's library and sources into ``out/kernel/`` with its description."""
+    """Copy the artifact's library and sources into ``out/kernel/`` with its description.
+
+    Each source is opened without following a link and must be a file of this user's that
+    nobody else can write (in a folder nobody else can write): a kernel another user could
+    have swapped after it was validated is never cached.
+
+    Raises:
+        PermissionError: a file, or the artifact's folder, is not this user's own.
+    """
     kernel_dir = out / KERNEL_DIR
     kernel_dir.mkdir()
+    _check_own(artifact.directory, os.lstat(artifact.directory))
     for name in _KERNEL_FILES:
-        src = artifact.directory / name
-        if src.is_file():
-            shutil.copyfile(src, kernel_dir / name)
+        try:
+            fd = os.open(artifact.directory / name, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue
+        with open(fd, "rb") as src, open(kernel_dir / name, "xb") as dst:
+            _check_own(artifact.directory / name, os.fstat(src.fileno()))
+            shutil.copyfileobj(src, dst)
     meta = artifact.to_json()
     meta.pop("directory")
     (kernel_dir / KernelArtifact.META).write_text(json.dumps(meta, indent=1, default=repr))
+
+
+def _check_own(path: Path, st: os.stat_result) -> None:
+    """Refuse ``path`` unless it is a file or folder of this user's (or root's) that nobody
+    else can write."""
+    if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise PermissionError(errno.EACCES, "not a plain file or folder: not cached", str(path))
+    if st.st_uid not in (os.getuid(), 0) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(
+            errno.EACCES,
+            f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: another user "
+            "could have replaced it, so it is not cached",
+            str(path),
+        )
 
 
 def read_artifact(entry_dir: Path) -> KernelArtifact:

@@ -12,8 +12,10 @@ configs are already measured, so only the new one is measured.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import stat
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -224,11 +226,18 @@ class TuningStore:
         return None
 
     def known_trials(self) -> dict[str, Trial]:
-        """Trials measured before for the configs of this space, by config id."""
+        """Trials measured before for the configs of this space, by config id.
+
+        A measurement is used only from folders and files of this user's that nobody else
+        can write, and only when its sha256 matches: an edited file is measured again.
+        """
         out: dict[str, Trial] = {}
         if not self.measure_dir.is_dir():
             return out
-        unsafe = disk.unsafe_reason(self.measure_dir)
+        try:
+            unsafe = self._unsafe_measurements()
+        except OSError as exc:
+            unsafe = f"unreadable ({exc})"
         if unsafe is not None:
             self.report(f"ignoring measurements/{self.problem_key}: {unsafe}")
             return out
@@ -238,21 +247,25 @@ class TuningStore:
             path = self.measure_dir / f"{digest(identity)}.json"
             if not path.exists():
                 continue
-            try:
-                data = json.loads(path.read_text())
-                trial = Trial.from_json(data["trial"])
-                same = data["config"] == identity
-            except (OSError, ValueError, KeyError, TypeError):
+            trial = _read_measurement(path, identity)
+            if trial is None:
                 bad += 1
-                continue
-            if same and trial.status not in _TRANSIENT:
+            elif trial.status not in _TRANSIENT:
                 out[cid] = replace(trial, config=dict(config))  # named as this space names it
         if bad:
             self.report(
-                f"{bad} measurement file(s) in measurements/{self.problem_key} are corrupt; "
-                "those configs are measured again"
+                f"{bad} measurement file(s) in measurements/{self.problem_key} are corrupt, "
+                "modified, unsigned (older tileauto) or not yours; those configs are measured again"
             )
         return out
+
+    def _unsafe_measurements(self) -> str | None:
+        """Why the measurement folders cannot be trusted (see ``disk.folder_problem``), or None."""
+        for folder in (self.root, self.measure_dir.parent):
+            reason = disk.folder_problem(folder)
+            if reason is not None:
+                return reason
+        return disk.unsafe_reason(self.measure_dir)
 
     # -- writing --------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -277,6 +290,8 @@ class TuningStore:
             result.extra["problem"] = self.problem_call
         try:
             disk.make_private_dir(self.measure_dir)
+            disk.check_private(self.measure_dir.parent)  # measurements/
+            disk.check_private(self.root)
             trials = [*result.trials, *([result.default_trial] if result.default_trial else [])]
             for trial in trials:
                 self._write_trial(trial)
@@ -304,13 +319,51 @@ class TuningStore:
         identity = self.measurement_id(trial.config)
         name = digest(identity)
         tmp = self.measure_dir / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        body = {"config": identity, "trial": trial.to_json()}
+        record = {"format": MEASUREMENT_FORMAT, **body, "sha256": _measurement_hash(body)}
         try:
-            with open(tmp, "w") as f:
-                record = {"format": 1, "config": identity, "trial": trial.to_json()}
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with open(fd, "w") as f:
                 json.dump(record, f, default=repr)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o600)
             os.replace(tmp, self.measure_dir / f"{name}.json")
         finally:
             Path(tmp).unlink(missing_ok=True)
+
+
+MEASUREMENT_FORMAT = 2  # 2: with the sha256 of its config and trial
+
+
+def _measurement_hash(body: dict[str, Any]) -> str:
+    """The sha256 of a measurement's config and trial, as JSON with sorted keys."""
+    text = json.dumps(body, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_measurement(path: Path, identity: str) -> Trial | None:
+    """The trial in a measurement file, or None if it is not this user's, modified or corrupt.
+
+    The file is opened without following a link and checked through its descriptor: a
+    regular file of this user's, writable by nobody else.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with open(fd) as f:
+            st = os.fstat(f.fileno())
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_uid != os.getuid()
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            ):
+                return None
+            data = json.load(f)
+        if data.get("format") != MEASUREMENT_FORMAT or data.get("config") != identity:
+            return None
+        body = {"config": data["config"], "trial": data["trial"]}
+        if data.get("sha256") != _measurement_hash(body):
+            return None
+        trial = Trial.from_json(data["trial"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return trial

@@ -56,6 +56,9 @@ _START_LOCK = threading.Lock()
 # Set when a forked worker failed its probe: this process forks no more workers.
 _FORK_BROKEN: str | None = None
 _PROBE_TIMEOUT_S = 10.0
+# A worker's log is cut back to its last _LOG_KEEP_BYTES once past _LOG_CAP_BYTES.
+_LOG_CAP_BYTES = 16 << 20
+_LOG_KEEP_BYTES = 1 << 20
 
 
 def _context() -> Any:
@@ -151,8 +154,46 @@ def _set_pdeathsig() -> None:
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+        # PR_SET_CHILD_SUBREAPER: orphans of the job (a daemonized child) stay our descendants,
+        # so that killing the worker finds and kills them too
+        libc.prctl(36, 1)
     except OSError:  # pragma: no cover - non-glibc systems
         pass
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    """Every living descendant of ``pid`` (children of children too), stopped where possible.
+
+    Each is sent SIGSTOP as it is found, so none can start another while the tree is walked;
+    the walk is repeated until it finds nothing new.
+    """
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return []
+    found: dict[int, psutil.Process] = {}
+    for _ in range(10):
+        try:
+            new = [c for c in root.children(recursive=True) if c.pid not in found]
+        except psutil.Error:
+            break
+        if not new:
+            break
+        for child in new:
+            found[child.pid] = child
+            try:
+                child.suspend()
+            except psutil.Error:
+                pass
+    return list(found.values())
+
+
+def _kill_all(processes: list[psutil.Process]) -> None:
+    for proc in processes:
+        try:
+            proc.kill()  # psutil checks the creation time: a reused pid is left alone
+        except psutil.Error:
+            pass
 
 
 def _settings_env() -> dict[str, str]:
@@ -400,11 +441,15 @@ class Worker:
                         status, value = pickle.loads(self._conn.recv_bytes())
                     except (EOFError, OSError):
                         raise self._crashed() from None
+                    # what the job started and left running (a setsid child) ends with it
+                    _kill_all(_descendants(self._proc.pid))
+                    self._cap_output()
                     if status == "ok":
                         return value
                     raise RemoteJobError(value)
                 if not self._proc.is_alive():
                     raise self._crashed()
+                self._cap_output()
                 if self._over_memory():
                     self.kill()
                     raise WorkerCrashed(
@@ -418,10 +463,17 @@ class Worker:
                     )
 
     def kill(self) -> None:
-        """Kill the worker and its whole process group now."""
+        """Kill the worker, its whole process group and every descendant (setsid ones too)."""
         proc = self._proc
         if proc is None:
             return
+        # walked before the worker dies (afterwards its orphans belong to init, out of reach),
+        # with the worker stopped so that it starts nothing new meanwhile
+        try:
+            os.kill(proc.pid, signal.SIGSTOP)
+        except (ProcessLookupError, PermissionError, TypeError):
+            pass
+        descendants = _descendants(proc.pid)
         for kill in (
             lambda: os.killpg(proc.pid, signal.SIGKILL),
             lambda: os.kill(proc.pid, signal.SIGKILL),
@@ -430,6 +482,7 @@ class Worker:
                 kill()
             except (ProcessLookupError, PermissionError, TypeError):
                 pass
+        _kill_all(descendants)
         self._reap()
         self.restarts += 1
 
@@ -439,12 +492,17 @@ class Worker:
         if proc is None:
             return
         try:
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
+        try:
             self._conn.close()
         except OSError:
             pass
         proc.join(timeout=1.0)
         if proc.is_alive():
             self.kill()
+        _kill_all(descendants)  # what the jobs left running ends with the worker
         self._reap()
 
     def _reap(self) -> None:
@@ -477,6 +535,27 @@ class Worker:
         except Exception:  # noqa: BLE001 - no log dir: the output goes to our stderr
             self.output_path = None
         return self.output_path
+
+    def _cap_output(self) -> None:
+        """Cut the worker's log back to its tail once it grows past ``_LOG_CAP_BYTES``.
+
+        The worker appends (``O_APPEND``), so its next write lands at the new end; a job that
+        prints without end keeps a log of a bounded size.
+        """
+        if not self.output_path:
+            return
+        try:
+            size = os.stat(self.output_path).st_size
+            if size <= _LOG_CAP_BYTES:
+                return
+            with open(self.output_path, "r+b") as f:
+                f.seek(size - _LOG_KEEP_BYTES)
+                tail = f.read(_LOG_KEEP_BYTES)
+                f.seek(0)
+                f.write(b"[tileauto: earlier output dropped, the log is capped]\n" + tail)
+                f.truncate()
+        except OSError:
+            pass
 
     def output_tail(self, lines: int = 3) -> str:
         """The last lines the worker printed (e.g. the signal report of a crash)."""
