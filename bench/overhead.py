@@ -12,13 +12,20 @@ round, so no variant always runs first or last):
 - (c) ``kernel(a)``: the JITKernel, which allocates and returns its output;
 - (c') ``kernel(a, out)``: the JITKernel given its output (destination passing), the like of (a);
 - (d) ``prepare``: ``p = kernel.prepare(a)`` once, then ``p()``;
-- (e) ``torch.mul(a, 2, out=out)`` and (f) ``a * 2``: torch doing the same work;
+- (e) ``torch.mul(a, b, out=out)``, (f) ``torch.mul(a, b)`` and ``torch.add(a, b)``: torch ops
+  on two tensors, the cheapest torch call there is (a Python scalar, as in ``a * 2``, costs
+  torch more than a second tensor does, so it would flatter tileauto);
+- a 16x16x16 GEMM: the example GEMM (``examples/gemm_cpu.py``) tuned over its config space
+  and called as a JITKernel, against ``torch.matmul`` on the same tensors; its tuned latency
+  (the kernel alone, timed by the native loop) splits the call into kernel and overhead;
 - ``torch.empty`` alone (the allocation every fresh-output call pays), a JITKernel with a
   symbolic shape (the general call path), and an empty loop (the loop's own cost, in every
   figure).
 
 Each figure is nanoseconds per call (the round's total over ``--calls``); ratios are taken
 within a round (both sides measured seconds apart) and the median over rounds is printed.
+Nothing sets ``TVM_NUM_THREADS``: the kernels run as in a user's process (tileauto's thread
+rule, ``docs/tuning.md``).
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 os.environ["TILEAUTO_AUTO_TUNING_DISABLE_CACHE"] = "1"
 os.environ["TILEAUTO_DISABLE_CACHE"] = "1"
 
@@ -39,6 +45,9 @@ import torch  # noqa: E402
 from tvm import s_tir, te  # noqa: E402
 
 import tileauto  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import gemm_cpu  # noqa: E402
 
 
 def scale(n: int, vec: int = 4):
@@ -62,9 +71,16 @@ def scale_symbolic():
 
 # Each variant is a loop written out in full, so that the only per-iteration work besides the
 # call is the loop itself (the "empty loop" row measures that).
-def _variants(kernel, dyn_kernel, n: int) -> dict[str, tuple[str, object]]:
+def _variants(kernel, dyn_kernel, gemms, n: int) -> dict[str, tuple[str, object]]:
     func = kernel.get_function()
     a = torch.randn(n)
+    b = torch.randn(n)
+    add = torch.add
+    matmul = torch.matmul
+    gemm, gemm_serial = gemms  # tuned, and the tuned config with parallel=False
+    ga, gb = torch.randn(16, 16), torch.randn(16, 16)
+    torch.testing.assert_close(gemm(ga, gb), ga @ gb, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gemm_serial(ga, gb), ga @ gb, rtol=1e-4, atol=1e-4)
     out = torch.empty(n)
     prepared = kernel.prepare(a)
     empty = torch.empty
@@ -96,11 +112,31 @@ def _variants(kernel, dyn_kernel, n: int) -> dict[str, tuple[str, object]]:
 
     def torch_out(calls):
         for _ in range(calls):
-            mul(a, 2, out=out)
+            mul(a, b, out=out)
 
     def torch_op(calls):
         for _ in range(calls):
+            mul(a, b)
+
+    def torch_add(calls):
+        for _ in range(calls):
+            add(a, b)
+
+    def torch_scalar(calls):
+        for _ in range(calls):
             a * 2  # noqa: B018 - the expression is the work being timed
+
+    def gemm_call(calls):
+        for _ in range(calls):
+            gemm(ga, gb)
+
+    def gemm_serial_call(calls):
+        for _ in range(calls):
+            gemm_serial(ga, gb)
+
+    def torch_matmul(calls):
+        for _ in range(calls):
+            matmul(ga, gb)
 
     def alloc_only(calls):
         for _ in range(calls):
@@ -120,8 +156,13 @@ def _variants(kernel, dyn_kernel, n: int) -> dict[str, tuple[str, object]]:
         "jit": ("(c) JITKernel k(a)", jit_call),
         "jit_out": ("(c') JITKernel k(a, out)", jit_out_call),
         "prepare": ("(d) p = k.prepare(a); p()", prepare_call),
-        "torch_out": ("(e) torch.mul(a, 2, out=out)", torch_out),
-        "torch": ("(f) a * 2", torch_op),
+        "torch_out": ("(e) torch.mul(a, b, out=out)", torch_out),
+        "torch": ("(f) torch.mul(a, b)", torch_op),
+        "torch_add": ("torch.add(a, b)", torch_add),
+        "torch_scalar": ("a * 2 (Python scalar)", torch_scalar),
+        "gemm16": ("GEMM 16^3 tuned JITKernel k(a, b)", gemm_call),
+        "gemm16_serial": ("GEMM 16^3 tuned, parallel=False", gemm_serial_call),
+        "matmul16": ("torch.matmul 16^3", torch_matmul),
         "alloc": (f"torch.empty({n}) alone", alloc_only),
         "jit_symbolic": ("JITKernel, symbolic shape", jit_symbolic),
         "loop": ("empty loop", empty_loop),
@@ -158,15 +199,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds = min(args.rounds, 5)
-    torch.set_num_threads(int(os.environ["TVM_NUM_THREADS"]))
-
     impl = tileauto.jit(out_idx=[-1], target="llvm")(scale)
     tuned = tileauto.autotune(
-        configs=[{"vec": v} for v in (4, 8, 16) if v <= args.n], warmup=10, rep=50, verbose=False
+        configs=[{"vec": v} for v in (4, 8, 16) if v <= args.n],
+        warmup_iters=10,
+        rep_iters=50,
+        verbose=False,
     )(impl)
     kernel = tuned(args.n)
     dyn_kernel = tileauto.jit(out_idx=[-1], target="llvm")(scale_symbolic)()
-    variants = _variants(kernel, dyn_kernel, args.n)
+    gemm_jit = tileauto.jit(out_idx=[-1], target="llvm")(gemm_cpu.gemm)
+    gemm_tuned = tileauto.autotune(
+        configs=gemm_cpu.configs(16, 16, 16), warmup_iters=10, rep_iters=50, verbose=False
+    )(gemm_jit)
+    gemm16 = gemm_tuned(16, 16, 16)
+    gemm16_ms = gemm_tuned.get_tuner_result(16, 16, 16).latency
+    gemms = (gemm16, gemm_jit(16, 16, 16, parallel=False, **gemm16.config))
+    variants = _variants(kernel, dyn_kernel, gemms, args.n)
     per_round = measure(variants, args.calls, args.rounds)
 
     print(
@@ -216,9 +265,34 @@ def main(argv: list[str] | None = None) -> int:
         f"prepare()() / (a) raw: {prep_raw:.2f} (target <= 1.1: "
         f"{'met' if prep_raw <= 1.1 else 'MISSED'})"
     )
+    vs_mul = _ratio(per_round, "jit", "torch")
+    vs_add = _ratio(per_round, "jit", "torch_add")
     print(
-        f"JITKernel call / (f) torch a * 2: {figures['jit']['median_ns'] / figures['torch']['median_ns']:.2f}"
+        f"JITKernel k(a) / torch.mul(a, b): {vs_mul:.2f}, / torch.add(a, b): {vs_add:.2f} "
+        f"(target <= 1: {'met' if max(vs_mul, vs_add) <= 1 else 'MISSED'})"
     )
+    gemm_vs = _ratio(per_round, "gemm16", "matmul16")
+    serial_vs = _ratio(per_round, "gemm16_serial", "matmul16")
+    print(
+        f"GEMM 16^3 JITKernel call / torch.matmul: {gemm_vs:.2f} (target <= 1: "
+        f"{'met' if gemm_vs <= 1 else 'MISSED'}); with parallel=False: {serial_vs:.2f} "
+        f"(threads {gemms[0].num_threads})"
+    )
+    kernel_ns = gemm16_ms * 1e6
+    print(
+        f"GEMM 16^3: the kernel alone (tuned latency) {kernel_ns:.0f} ns, so the call adds "
+        f"{figures['gemm16']['median_ns'] - kernel_ns:.0f} ns; torch.matmul takes "
+        f"{figures['matmul16']['median_ns']:.0f} ns in all; config {gemm16.config}"
+    )
+    figures["summary"] = {
+        "jit_vs_torch_mul": vs_mul,
+        "jit_vs_torch_add": vs_add,
+        "gemm16_vs_matmul": gemm_vs,
+        "gemm16_serial_vs_matmul": serial_vs,
+        "gemm16_kernel_ns": kernel_ns,
+        "label": "summary",
+        "load_average": os.getloadavg()[0],
+    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(

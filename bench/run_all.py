@@ -1,17 +1,25 @@
 """Run every benchmark in bench/, one after the other, and write the results and a plot.
 
-    python bench/run_all.py [--quick] [--only NAME ...] [--timeout-s 3600] [--replot]
+    python bench/run_all.py [--out DIR] [--quick] [--only NAME ...] [--load N] [--timeout-s 3600]
+                            [--replot] [--compare OTHER_DIR] [--docs-plot]
 
 Runs each ``bench/*.py`` script (this one and ``_*.py`` excepted) in its own process, never two
-at once (they would disturb each other's timings), echoes its output, and writes:
+at once (they would disturb each other's timings), echoes its output, and writes into the
+output folder ``--out`` (default: a new ``tileauto-bench-<date>`` folder in the system's
+temporary directory; nothing is written into the repository):
 
-- ``bench/results/results.md``: the date, the machine, a summary table of the headline figures
-  against their targets, then every script's full output;
-- ``bench/results/results.json``: the same, machine-readable (each script's figures too);
-- ``bench/results/performance.png``: one figure with a panel per benchmark, when matplotlib is
-  importable (``pip install 'tileauto[plot]'``); without it the plot is skipped with a message.
-  A full run (neither ``--quick`` nor ``--only``) also copies it to ``docs/img/performance.png``,
-  the plot of the performance page.
+- ``results.md``: the date, the machine, the load, a summary table of the headline figures
+  against their targets (a missed one says MISSED), then every script's full output;
+- ``results.json``: the same, machine-readable (each script's figures too);
+- ``performance.png``: one figure with a panel per benchmark, when matplotlib is importable
+  (``pip install 'tileauto[plot]'``); without it the plot is skipped with a message.
+  ``--docs-plot`` also copies it to ``docs/img/performance.png``, the plot of the performance
+  page (only from a complete run).
+
+``--load N`` runs the benchmarks under an artificial load: N busy processes (``while True``)
+for the whole run, stopped at the end. ``--compare OTHER_DIR`` prints, after the report, every
+verdict that differs between this run and the one in ``OTHER_DIR`` (for instance a run without
+and one with ``--load 2``: the verdicts should not flip).
 
 ``--quick`` passes small sizes and few rounds to every script (a smoke run of a few minutes;
 its figures are not the ones to report). ``--replot`` runs nothing: it rebuilds the report and
@@ -29,19 +37,20 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-RESULTS = BENCH / "results"
+RESULTS = Path(tempfile.gettempdir())  # replaced by --out in main()
 DOCS_PLOT = ROOT / "docs" / "img" / "performance.png"
 ORDER = ["overhead", "kernels_vs_torch", "tune_time", "warm_start", "stability"]
 JSON_SCRIPTS = {"overhead", "kernels_vs_torch", "stability"}  # accept --json PATH and --quick
 QUICK_ARGS = {
-    "tune_time": ["--size", "256", "--rep", "20", "--rounds", "1"],
-    "warm_start": ["--runs", "1"],
+    "tune_time": ["--size", "256", "--rep", "20", "--rounds", "2"],
+    "warm_start": ["--runs", "1", "--size", "256"],
 }
 
 
@@ -68,7 +77,7 @@ def run_script(path: Path, quick: bool, timeout_s: float) -> dict:
     elif quick:
         cmd += QUICK_ARGS.get(name, [])
     shown = " ".join(
-        ["python", *(os.path.relpath(c, ROOT) if c.startswith("/") else c for c in cmd[1:])]
+        ["python", *(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c for c in cmd[1:])]
     )
     print(f"\n=== {shown}", flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -117,6 +126,10 @@ def parse_tune_time(text: str) -> dict:
         out["wall_floor_cold"], out["wall_floor_warm"] = got
     if got := _floats(r"compile phase, 1 worker / 2 workers: .*= ([\d.]+)x", text):
         out["compile_speedup"] = got[0]
+    if got := _floats(r"CPU seconds per compile: 1 worker ([\d.]+), 2 workers ([\d.]+)", text):
+        out["compile_cpu_ratio"] = got[1] / got[0]
+    if got := _floats(r"compile phase, .*; load ([\d.]+)-([\d.]+)\)", text):
+        out["compile_load_min"], out["compile_load_max"] = got
     if got := _floats(r"whole tuning, 1 worker / 2 workers \(warm\): .*= ([\d.]+)x", text):
         out["tuning_speedup"] = got[0]
     if got := _floats(
@@ -130,15 +143,19 @@ def parse_tune_time(text: str) -> dict:
 def parse_warm_start(text: str) -> dict:
     out: dict[str, float | str] = {}
     for key, pattern in (
-        ("import_s", r"import tileauto only\s+([\d.]+) s"),
-        ("warm_s", r"warm cache\s+([\d.]+) s"),
-        ("cold_s", r"cold cache\s+([\d.]+) s"),
-        ("warm_minus_import_s", r"warm - import\s+([+-]?[\d.]+) s"),
+        ("cold_s", r"cold process: start -> ready ([\d.]+) s"),
+        ("import_s", r"warm process \(median of \d+\): import ([\d.]+) s"),
+        ("load_s", r"warm process .*, load ([\d.]+) s"),
+        ("first_call_s", r"warm process .*, first call ([\d.]+) s"),
+        ("ready_s", r"load \+ first call ([\d.]+) s"),
+        ("vs_tuned", r"warm median / tuned median ([\d.]+)"),
+        ("spread_limit", r"target <= p80 / median ([\d.]+)"),
+        ("one_thread_ratio", r"1 thread / tuned threads ([\d.]+)"),
     ):
         if got := _floats(pattern, text):
             out[key] = got[0]
-    if m := re.search(r"verdict: (.*)", text):
-        out["verdict"] = m.group(1).strip()
+    if m := re.search(r"thread count: tuned (\d+), TVM's pool runs (\d+)", text):
+        out["tuned_threads"], out["pool_threads"] = int(m.group(1)), int(m.group(2))
     return out
 
 
@@ -180,59 +197,77 @@ def machine() -> dict:
     }
 
 
-def _verdict(value: float | None, target: float | None) -> str:
+def _verdict(value: float | None, target: float | None, at_least: bool = False) -> str:
     if value is None or target is None:
         return ""
-    return "met" if value <= target else "MISSED"
+    return "met" if (value >= target if at_least else value <= target) else "MISSED"
 
 
 def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
     """(benchmark, figure, value, target, verdict) rows of the headline figures."""
     rows: list[tuple[str, str, str, str, str]] = []
 
-    def row(bench: str, what: str, value: float | None, target: float | None, fmt: str = ".2f"):
+    def row(
+        bench: str,
+        what: str,
+        value: float | None,
+        target: float | None,
+        fmt: str = ".2f",
+        at_least: bool = False,
+    ) -> None:
         shown = "n/a" if value is None else format(value, fmt)
+        sign = ">=" if at_least else "<="
         rows.append(
             (
                 bench,
                 what,
                 shown,
-                "" if target is None else f"<= {target:g}",
-                _verdict(value, target),
+                "" if target is None else f"{sign} {target:g}",
+                _verdict(value, target, at_least),
             )
         )
 
     scripts_ = results.get("scripts", {})
     if f := (scripts_.get("overhead") or {}).get("figures"):
         v = f["variants"]
-        if "jit_out" in v:
-            row("overhead", "JITKernel k(a, out) / (a) raw f(a, out)", v["jit_out"]["vs_raw"], 1.5)
+        row("overhead", "JITKernel k(a, out) / (a) raw f(a, out)", v["jit_out"]["vs_raw"], 1.5)
         row("overhead", "JITKernel k(a) / (b) raw + torch.empty", v["jit"]["vs_raw_alloc"], 1.5)
-        row(
-            "overhead",
-            f"JITKernel k(a) / (a) raw, output preallocated (allocating alone: {v['alloc']['vs_raw']:.2f}x)",
-            v["jit"]["vs_raw"],
-            None,
-        )
         row("overhead", "prepare()() / (a) raw", v["prepare"]["vs_raw"], 1.1)
-        row("overhead", "torch.empty alone / (a) raw", v["alloc"]["vs_raw"], None)
-        row(
-            "overhead",
-            "JITKernel call / torch a * 2",
-            v["jit"]["median_ns"] / v["torch"]["median_ns"],
-            None,
-        )
+        if summary := v.get("summary"):
+            row("overhead", "JITKernel k(a) / torch.mul(a, b)", summary["jit_vs_torch_mul"], 1.0)
+            row("overhead", "JITKernel k(a) / torch.add(a, b)", summary["jit_vs_torch_add"], 1.0)
+            row(
+                "overhead",
+                f"GEMM 16^3 tuned k(a, b) / torch.matmul (kernel alone {summary['gemm16_kernel_ns']:.0f} ns)",
+                summary["gemm16_vs_matmul"],
+                1.0,
+            )
     if f := (scripts_.get("kernels_vs_torch") or {}).get("figures"):
         for c in f["cases"]:
-            row(
-                "kernels_vs_torch",
-                f"{c['label']} / {c['torch_op']} (min; median {c['ratio']:.2f})",
-                c["ratio_min"],
-                c["target"],
+            rows.append(
+                (
+                    "kernels_vs_torch",
+                    f"{c['label']} / {c['torch_op']}: min / median (load "
+                    f"{c.get('load_before', float('nan')):.1f}-{c.get('load_after', float('nan')):.1f}, "
+                    f"threads {c.get('kernel_threads') or 'none (serial)'})",
+                    f"{c['ratio_min']:.2f} / {c['ratio']:.2f}",
+                    f"<= {c['target']:g}",
+                    c.get("verdict") or _verdict(max(c["ratio_min"], c["ratio"]), c["target"]),
+                )
             )
     if f := (scripts_.get("tune_time") or {}).get("figures"):
-        row("tune_time", "tuning wall / floor, cold process", f.get("wall_floor_cold"), 1.25)
-        row("tune_time", "tuning wall / floor, warm process", f.get("wall_floor_warm"), 1.25)
+        row(
+            "tune_time",
+            "tuning wall / independent floor, cold process",
+            f.get("wall_floor_cold"),
+            1.25,
+        )
+        row(
+            "tune_time",
+            "tuning wall / independent floor, warm process",
+            f.get("wall_floor_warm"),
+            1.25,
+        )
         if "wall_floor_cold_forkserver" in f:
             row(
                 "tune_time",
@@ -246,29 +281,57 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
                 f["cold_fork_speedup"],
                 None,
             )
-        row("tune_time", "compile phase speedup, 2 workers vs 1", f.get("compile_speedup"), None)
+        load = ""
+        if "compile_load_min" in f:
+            load = f" (load {f['compile_load_min']:.1f}-{f['compile_load_max']:.1f})"
+        row(
+            "tune_time",
+            f"compile phase speedup, 2 workers vs 1, interleaved{load}",
+            f.get("compile_speedup"),
+            1.6,
+            at_least=True,
+        )
+        row("tune_time", "CPU s per compile, 2 workers / 1", f.get("compile_cpu_ratio"), None)
         row("tune_time", "whole tuning speedup, 2 workers vs 1", f.get("tuning_speedup"), None)
     if f := (scripts_.get("warm_start") or {}).get("figures"):
+        row("warm_start", "warm process: load + first call (s)", f.get("ready_s"), 0.3, ".3f")
+        if "pool_threads" in f:
+            same = f["pool_threads"] == f["tuned_threads"]
+            rows.append(
+                (
+                    "warm_start",
+                    "warm process, nothing set: threads TVM's pool runs / tuned with",
+                    f"{f['pool_threads']} / {f['tuned_threads']}",
+                    "equal",
+                    "met" if same else "MISSED",
+                )
+            )
         row(
             "warm_start",
-            "warm start - import tileauto (s)",
-            f.get("warm_minus_import_s"),
-            0.3,
-            ".3f",
+            "warm process, nothing set: median call / tuned median",
+            f.get("vs_tuned"),
+            f.get("spread_limit"),
         )
-        row("warm_start", "cold start (tuning) (s)", f.get("cold_s"), None, ".2f")
+        row(
+            "warm_start",
+            "the same kernel forced to 1 thread / as loaded",
+            f.get("one_thread_ratio"),
+            None,
+        )
+        row("warm_start", "cold process, start to ready, tuning (s)", f.get("cold_s"), None)
     if f := (scripts_.get("stability") or {}).get("figures"):
-        for size, s in f["sizes"].items():
+        for size, st in f["sizes"].items():
+            gap = st.get("worst_gap") or 0.0
             rows.append(
                 (
                     "stability",
-                    f"GEMM {size}^3, {f['runs']} tunings: winners",
-                    s["verdict"],
-                    "same or within spread",
-                    "met" if s["verdict"] != "UNSTABLE" else "MISSED",
+                    f"GEMM {size}^3, {f['runs']} tunings: winners (head-to-head gap {gap * 100:.1f}%)",
+                    st["verdict"],
+                    "same, or within 5% head to head",
+                    "met" if st["verdict"] != "UNSTABLE" else "MISSED",
                 )
             )
-            for name, e in (s.get("experiment") or {}).items():
+            for name, e in (st.get("experiment") or {}).items():
                 rows.append(
                     (
                         "stability",
@@ -289,7 +352,9 @@ def write_report(results: dict) -> Path:
         f"- date: {results['date']}",
         f"- machine: {m['cpu']}, {m['cores']} cores; {m['platform']}",
         f"- python {m['python']}, torch {m['torch']}, apache-tvm {m['tvm']}, tileauto {m['tileauto']}",
-        f"- load average at the start: {m['load_average']:.2f}"
+        f"- load average at the start: {m['load_average']:.2f}, at the end: "
+        f"{m.get('load_average_end', float('nan')):.2f}; artificial load: "
+        f"{results.get('busy_processes', 0)} busy process(es)"
         + (" (quick run: smoke figures)" if results.get("quick") else ""),
         "",
         "| benchmark | figure | value | target | verdict |",
@@ -313,7 +378,7 @@ def write_report(results: dict) -> Path:
 
 
 # -- the plot ------------------------------------------------------------------------------------
-def make_plot(results: dict) -> list[Path]:
+def make_plot(results: dict, docs_plot: bool = False) -> list[Path]:
     try:
         import matplotlib
 
@@ -348,8 +413,10 @@ def make_plot(results: dict) -> list[Path]:
     out = RESULTS / "performance.png"
     fig.savefig(out, dpi=90)
     plt.close(fig)
+    if not docs_plot:
+        return [out]
     if not results.get("complete"):
-        print(f"{DOCS_PLOT.relative_to(ROOT)} left as it is: a quick or partial run")
+        print(f"{DOCS_PLOT} left as it is: a quick or partial run")
         return [out]
     DOCS_PLOT.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out, DOCS_PLOT)
@@ -494,15 +561,43 @@ def _plot_experiment(ax, f: dict) -> None:
 
 
 # -- main ----------------------------------------------------------------------------------------
+def start_load(n: int) -> list[subprocess.Popen]:
+    """``n`` busy processes: the artificial load of ``--load``."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def compare(results: dict, other_dir: Path) -> list[str]:
+    """Lines naming every summary verdict that differs from the run in ``other_dir``."""
+    other = json.loads((other_dir / "results.json").read_text())
+    theirs = {(r[0], r[1].split(" (")[0]): r for r in summary_rows(other)}
+    lines = []
+    for r in summary_rows(results):
+        o = theirs.get((r[0], r[1].split(" (")[0]))
+        if o is not None and r[4] and o[4] and r[4] != o[4]:
+            lines.append(f"FLIPPED {r[0]}: {r[1]}: {o[4]} ({o[2]}) there, {r[4]} ({r[2]}) here")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
+    global RESULTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="output folder (default: a new temporary one)")
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds (smoke run)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="limit per script")
+    parser.add_argument("--load", type=int, default=0, metavar="N", help="N busy processes")
     parser.add_argument(
-        "--replot", action="store_true", help="rebuild report and plot, run nothing"
+        "--replot", action="store_true", help="rebuild report and plot from --out, run nothing"
+    )
+    parser.add_argument("--compare", type=Path, metavar="DIR", help="flag verdicts that differ")
+    parser.add_argument(
+        "--docs-plot", action="store_true", help="copy the plot to docs/img (complete runs only)"
     )
     args = parser.parse_args(argv)
+    if args.replot and args.out is None:
+        parser.error("--replot needs --out, the folder of the run to report again")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    RESULTS = args.out or Path(tempfile.gettempdir()) / f"tileauto-bench-{stamp}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     results_path = RESULTS / "results.json"
     if args.replot:
@@ -516,17 +611,27 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "quick": args.quick,
             "complete": not args.quick and not args.only,  # only such a run updates the docs plot
+            "busy_processes": args.load,
             "machine": machine(),
             "scripts": {},
         }
-        for path in scripts(args.only):
-            results["scripts"][path.stem] = run_script(path, args.quick, args.timeout_s)
+        busy = start_load(args.load)
+        try:
+            for path in scripts(args.only):
+                results["scripts"][path.stem] = run_script(path, args.quick, args.timeout_s)
+        finally:
+            for proc in busy:
+                proc.kill()
+                proc.wait()
         results["machine"]["load_average_end"] = os.getloadavg()[0]
         results_path.write_text(json.dumps(results, indent=1, default=str))
     report = write_report(results)
-    print(f"\nwrote {report.relative_to(ROOT)} and {results_path.relative_to(ROOT)}")
-    for path in make_plot(results):
-        print(f"wrote {path.relative_to(ROOT)}")
+    print(f"\nwrote {report} and {results_path}")
+    for path in make_plot(results, args.docs_plot):
+        print(f"wrote {path}")
+    if args.compare:
+        flips = compare(results, args.compare)
+        print("\n".join(flips) if flips else f"no verdict differs from {args.compare}")
     failed = [name for name, s in results["scripts"].items() if s["rc"] != 0]
     if failed:
         print(f"failed: {', '.join(failed)}")

@@ -10,11 +10,14 @@ that every run compiles and measures every config again, with tileauto's default
 run's winner with its median and p20-p80 spread, the configs that came close, and the verdict:
 
 - ``same winner``: every run picked the same config;
-- ``within spread``: the runs picked different configs, but in every run the p20-p80 intervals
-  of all the winners overlap, i.e. the timer could not tell them apart (any of them is a right
-  answer);
-- ``UNSTABLE``: in some run a winner's interval lies wholly above another winner's interval:
-  the runs disagree by more than their own measured noise.
+- ``within 5%``: the runs picked different configs, and timed head to head afterwards (the
+  distinct winners compiled again and timed in ``--h2h-rounds`` interleaved rounds, the order
+  alternating, each round's ratio of their medians) the slower winner's median ratio to the
+  faster is at most 1.05: any of them is a right answer;
+- ``UNSTABLE``: the head-to-head gap is larger than 5%: some run picked a config that is
+  measurably slower. The tolerance is fixed: unlike "p20-p80 intervals overlap", which gets
+  easier the noisier the machine, a noisy machine cannot make it pass (interleaved rounds put
+  a slow spell on both sides of a ratio).
 
 It also prints the load average around each run (other jobs on the machine are the main
 source of noise) and which configs would have won had the same samples been ranked by their
@@ -36,11 +39,11 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
-os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 os.environ["TILEAUTO_AUTO_TUNING_DISABLE_CACHE"] = "1"
 os.environ["TILEAUTO_DISABLE_CACHE"] = "1"
 
@@ -58,9 +61,9 @@ def label(config: dict) -> str:
 
 
 def tune_once(size: int, warmup: int, rep: int) -> dict:
-    tuned = tileauto.autotune(configs=gemm_cpu.configs, warmup=warmup, rep=rep, verbose=False)(
-        gemm_cpu.matmul
-    )
+    tuned = tileauto.autotune(
+        configs=gemm_cpu.configs, warmup_iters=warmup, rep_iters=rep, verbose=False
+    )(gemm_cpu.matmul)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     tuned(size, size, size)
@@ -93,11 +96,44 @@ def _overlap(a: dict, b: dict) -> bool:
     return a["p20_ms"] <= b["p80_ms"] and b["p20_ms"] <= a["p80_ms"]
 
 
-def verdict(runs: list[dict]) -> dict:
-    """Same winner, winners within each other's spread, or unstable (with the evidence)."""
+GAP_TOLERANCE = 0.05
+
+
+def head_to_head(size: int, configs: list[dict], rounds: int, calls: int) -> float:
+    """Largest gap (slower / faster - 1) between ``configs``, timed interleaved in this process."""
+    import torch
+
+    funcs = [gemm_cpu.matmul(size, size, size, **c).get_function() for c in configs]
+    torch.manual_seed(0)
+    args = [torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)]
+    per_round: list[list[float]] = [[] for _ in funcs]
+    for r in range(rounds):
+        order = list(range(len(funcs)))
+        order = order[r % len(order) :] + order[: r % len(order)]
+        for i in order:
+            funcs[i](*args)  # one untimed call: this side's caches and pool are warm
+            per_round[i].append(statistics.median(time_function(funcs[i], args, calls)))
+    medians = [
+        statistics.median(x / y for x, y in zip(per_round[i], per_round[0]))
+        for i in range(len(funcs))
+    ]
+    return max(medians) / min(medians) - 1.0
+
+
+def verdict(runs: list[dict], h2h: Callable[[list[dict]], float] | None = None) -> dict:
+    """Same winner, winners within 5% head to head, or unstable (with the evidence)."""
     winners = list(dict.fromkeys(r["winner"] for r in runs))
     if len(winners) == 1:
         return {"verdict": "same winner", "winners": winners, "worst_gap": 0.0}
+    if h2h is not None:
+        configs = [next(r["config"] for r in runs if r["winner"] == w) for w in winners]
+        gap = h2h(configs)
+        return {
+            "verdict": f"within {GAP_TOLERANCE:.0%}" if gap <= GAP_TOLERANCE else "UNSTABLE",
+            "winners": winners,
+            "worst_gap": gap,
+            "head_to_head": True,
+        }
     overlaps = True
     worst_gap = 0.0  # largest (median of another winner - median of this run's winner) / median
     for run in runs:
@@ -161,8 +197,12 @@ def report(size: int, runs: list[dict], result: dict) -> None:
     spread = (max(medians) - min(medians)) / min(medians)
     print(
         f"  verdict: {result['verdict']} ({len(result['winners'])} distinct winner(s); "
-        f"largest gap between winners within one run {result['worst_gap'] * 100:.1f}%; "
-        f"winner's median varies {spread * 100:.1f}% across runs)"
+        + (
+            f"head-to-head gap between the winners {result['worst_gap'] * 100:.1f}%; "
+            if result.get("head_to_head")
+            else ""
+        )
+        + f"winner's median varies {spread * 100:.1f}% across runs)"
     )
 
 
@@ -245,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--quick", action="store_true", help="one small size (a smoke run)")
     parser.add_argument("--slices", type=int, default=10, help="rounds of the interleaved timing")
+    parser.add_argument("--h2h-rounds", type=int, default=20, help="head-to-head rounds")
     parser.add_argument(
         "--no-experiment", action="store_true", help="skip the blocks vs interleaved experiment"
     )
@@ -255,12 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         f"\ntuning stability: examples/gemm_cpu.py space, {args.runs} runs in a row per size, "
         f"warmup {args.warmup}, rep {args.rep}, tuning cache off, native timer "
         f"{'on' if native_available() else 'off (Python loop)'}, "
-        f"TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}"
+        f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')} (as a user runs it)"
     )
     out = {}
     for size in args.sizes:
         runs = [tune_once(size, args.warmup, args.rep) for _ in range(args.runs)]
-        result = verdict(runs)
+        result = verdict(
+            runs, lambda cfgs, size=size: head_to_head(size, cfgs, args.h2h_rounds, 10)
+        )
         result["by_statistic"] = alternatives(runs)
         report(size, runs, result)
         out[str(size)] = {**result, "runs": runs}

@@ -13,14 +13,19 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
+
+# helpers shared by tests in several folders (e.g. second_user.py)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 GPU_SKIP_REASON = "needs a CUDA GPU (torch.cuda.is_available() is False)"
 
 # Variables a test may rely on from the outside (e.g. a CI switch); everything else is cleared.
 _KEEP = {"TILEAUTO_ALLOW_MISSING_NATIVE"}
+_ALIASES = {"DISABLE_AUTOTUNE"}  # other tuners' names that tileauto reads too
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,7 +40,7 @@ def cuda_available() -> bool:
 
 def _clear_tileauto_env(delete) -> None:
     for name in list(os.environ):
-        if name.startswith("TILEAUTO_") and name not in _KEEP:
+        if (name.startswith("TILEAUTO_") or name in _ALIASES) and name not in _KEEP:
             delete(name)
 
 

@@ -41,6 +41,15 @@ def _parse_int(name: str, raw: str, minimum: int) -> int:
     return value
 
 
+def _parse_tvm_threads(raw: str) -> int:
+    # TVM's variable, not ours: a value TVM would ignore is ignored here too, not an error.
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        return -1
+    return value if value > 0 else -1
+
+
 def _parse_fraction(name: str, raw: str) -> float:
     try:
         value = float(raw.strip())
@@ -77,8 +86,15 @@ def _parse_path(name: str, raw: str) -> Path:
     return Path(raw).expanduser()
 
 
-def _var(env: str, default: Any, parse: Callable[[str, str], Any], doc: str) -> Any:
-    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc})
+def _var(
+    env: str,
+    default: Any,
+    parse: Callable[[str, str], Any],
+    doc: str,
+    also: tuple[str, ...] = (),
+) -> Any:
+    # also: other names read when ``env`` is not set (the habits of other tuners' users)
+    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc, "also": also})
 
 
 @dataclass(frozen=True)
@@ -134,7 +150,10 @@ class Settings:
         "TILEAUTO_DISABLE_AUTOTUNE",
         False,
         _parse_bool,
-        "`1` skips tuning: `@autotune` compiles the factory's default config only.",
+        "`1` skips tuning: `@autotune` and `AutoTuner.run()` use the default config only "
+        "(checked when a check is given), with one warning. `DISABLE_AUTOTUNE=1` (cuTile's "
+        "and meTile's name) does the same when this one is unset.",
+        also=("DISABLE_AUTOTUNE",),
     )
     default_target: str = _var(
         "TILEAUTO_DEFAULT_TARGET",
@@ -172,7 +191,9 @@ class Settings:
         "TILEAUTO_NUM_THREADS",
         -1,
         lambda n, r: _parse_int(n, r, 1),
-        "CPU threads for running kernels while tuning; `-1` uses every core of this process.",
+        "CPU threads kernels are tuned with and run with (the thread-count rule in "
+        "`docs/tuning.md`); `-1`: `TVM_NUM_THREADS` if you set it, else every core of this "
+        "process (tileauto then sets `TVM_NUM_THREADS` to that when it loads a parallel kernel).",
     )
 
     @classmethod
@@ -185,9 +206,14 @@ class Settings:
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            raw = environ.get(f.metadata["env"])
-            if raw is not None:
-                values[f.name] = f.metadata["parse"](f.metadata["env"], raw)
+            for env in (f.metadata["env"], *f.metadata["also"]):
+                raw = environ.get(env)
+                if raw is not None:
+                    values[f.name] = f.metadata["parse"](env, raw)
+                    break
+        if values.get("num_threads", -1) <= 0 and "TVM_NUM_THREADS" in environ:
+            # the caller's own setting for TVM's pool: kernels are tuned with what they run with
+            values["num_threads"] = _parse_tvm_threads(environ["TVM_NUM_THREADS"])
         return cls(**values)
 
     @property
@@ -222,8 +248,18 @@ class Settings:
         return workers
 
     def run_threads(self) -> int:
-        """CPU threads a run worker gives TVM's thread pool."""
+        """CPU threads kernels are tuned with (the run worker) and run with (the caller).
+
+        The first that is set: the ``num_threads`` option (:meth:`with_num_threads`),
+        ``TILEAUTO_NUM_THREADS``, ``TVM_NUM_THREADS`` (both read by :meth:`from_env`), every core.
+        """
         return self.num_threads if self.num_threads > 0 else available_cpus()
+
+    def with_num_threads(self, num_threads: int | None) -> Settings:
+        """These settings with a kernel's ``num_threads`` option applied (None: unchanged)."""
+        if num_threads is None:
+            return self
+        return dataclasses.replace(self, num_threads=num_threads)
 
     def describe(self) -> dict[str, str]:
         """Every setting by variable name, as the effective value's text."""
@@ -256,7 +292,8 @@ def markdown_table() -> str:
         shown = "unset" if default is None else f"`{default}`"
         if isinstance(default, Path):
             shown = "`~/.tileauto/cache`"
-        lines.append(f"| `{f.metadata['env']}` | {shown} | {f.metadata['doc']} |")
+        names = ", ".join(f"`{n}`" for n in (f.metadata["env"], *f.metadata["also"]))
+        lines.append(f"| {names} | {shown} | {f.metadata['doc']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -181,6 +181,13 @@ def test_cache_switches():
     assert not s.tuning_cache_enabled and s.kernel_cache_enabled
 
 
+def test_disable_autotune_is_read_under_cutile_and_metile_name_too():
+    assert settings(DISABLE_AUTOTUNE="1").disable_autotune
+    assert not settings(DISABLE_AUTOTUNE="1", TILEAUTO_DISABLE_AUTOTUNE="0").disable_autotune
+    with pytest.raises(SettingsError, match="DISABLE_AUTOTUNE='maybe'"):
+        settings(DISABLE_AUTOTUNE="maybe")
+
+
 # -- integers -------------------------------------------------------------------------------------
 
 
@@ -335,7 +342,7 @@ def test_describe_names_every_variable():
 def test_markdown_table_lists_every_variable():
     table = markdown_table()
     for name in ALL_VARS:
-        assert f"| `{name}` |" in table
+        assert f"| `{name}` |" in table or f"| `{name}`, " in table
     assert "`~/.tileauto/cache`" in table
     assert str(Path.home()) not in table  # no machine-specific default in the docs
 

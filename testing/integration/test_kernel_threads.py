@@ -1,0 +1,90 @@
+"""A tuned CPU kernel runs with the thread count it was tuned with, in a fresh process too.
+
+TVM sizes its CPU thread pool from ``TVM_NUM_THREADS`` (one thread on a 2-core x86 machine when
+unset), while the tuner's run worker times with every core. These tests tune and call a
+row-parallel kernel in fresh processes (``threads_kernels.py``) with no ``TVM_NUM_THREADS`` and
+check the thread count TVM's pool actually runs with there, not a latency: a timed assertion
+would flake on a loaded machine, while the pool size is exactly what decides whether the
+kernel runs as tuned (``bench/warm_start.py`` reports the latency in a fresh process against
+the tuned one, with its target).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileauto.options import ProfileArgs
+from tileauto.settings import Settings, available_cpus
+
+SCRIPT = Path(__file__).with_name("threads_kernels.py")
+
+
+def _run(cache: Path, *args: str, **env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    clean.update(TILEAUTO_CACHE_DIR=str(cache), **env)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_tuned_kernel_runs_with_tuned_threads_in_a_fresh_process(tmp_path):
+    tuned = _run(tmp_path, "2")
+    assert not tuned["cache_hit"] and tuned["correct"]
+    assert tuned["env_before"] is None
+    assert tuned["kernel_threads"] == 2 and tuned["pool_threads"] == 2
+    # a fresh process finds the tuning in the cache and still runs with 2 threads, not TVM's default
+    loaded = _run(tmp_path, "2")
+    assert loaded["cache_hit"] and loaded["correct"]
+    assert loaded["env_before"] is None
+    assert loaded["kernel_threads"] == 2 and loaded["pool_threads"] == 2
+
+
+def test_default_is_every_core_and_the_thread_count_is_in_the_cache_key(tmp_path):
+    default = _run(tmp_path)
+    assert default["kernel_threads"] == available_cpus() == default["pool_threads"]
+    one = _run(tmp_path, "1")
+    if available_cpus() != 1:
+        assert not one["cache_hit"], "a tuning with another thread count must not be reused"
+    assert one["kernel_threads"] == 1 and one["pool_threads"] == 1
+
+
+def test_callers_tvm_num_threads_is_respected(tmp_path):
+    got = _run(tmp_path, TVM_NUM_THREADS="1")
+    assert got["env_before"] == "1" and got["env_after"] == "1"
+    assert got["kernel_threads"] == 1 and got["pool_threads"] == 1
+
+
+def test_a_pool_started_too_small_is_reported(tmp_path):
+    got = _run(tmp_path, "2", "--early-pool")
+    assert got["kernel_threads"] == 2 and got["correct"]
+    # TVM's default pool size depends on the machine: when it was smaller, a warning says so
+    assert got["warned"] == (got["pool_threads"] != 2)
+
+
+def test_thread_count_rule_in_settings():
+    assert Settings.from_env({}).run_threads() == available_cpus()
+    assert Settings.from_env({"TVM_NUM_THREADS": "3"}).run_threads() == 3
+    both = {"TVM_NUM_THREADS": "3", "TILEAUTO_NUM_THREADS": "5"}
+    assert Settings.from_env(both).run_threads() == 5
+    assert Settings.from_env(both).with_num_threads(7).run_threads() == 7
+    assert Settings.from_env(both).with_num_threads(None).run_threads() == 5
+    # TVM's variable is TVM's: a value TVM ignores is ignored, not an error
+    assert Settings.from_env({"TVM_NUM_THREADS": "zero"}).run_threads() == available_cpus()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_num_threads_option_is_checked(bad):
+    with pytest.raises(ValueError, match="num_threads"):
+        ProfileArgs(num_threads=bad)
