@@ -1,6 +1,6 @@
 """The README demo: tune the example GEMM on the CPU, print every config, check and compare.
 
-    python examples/demo_tune_gemm.py [--size 512] [--rep 20]
+    python examples/demo_tune_gemm.py [--size 512] [--rep 50]  (milliseconds per config)
 
 Tunes ``examples/gemm_cpu.py`` over its 16 configs with ``@tileauto.autotune`` over
 ``@tileauto.jit``: configs compile in parallel in worker processes, each is checked against
@@ -32,8 +32,8 @@ def reference(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=512, help="M = N = K (default 512)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rep", type=int, default=20)
+    parser.add_argument("--warmup", type=float, default=10, help="ms of warm-up per config")
+    parser.add_argument("--rep", type=float, default=50, help="ms of timing per config")
     args = parser.parse_args(argv)
     n = args.size
 

@@ -17,11 +17,13 @@ Dim = int | str  # a static extent, or a symbolic expression over the kernel's s
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One buffer parameter of a kernel: name, shape (ints or symbols) and dtype."""
+    """One parameter of a kernel: a buffer (name, shape of ints or symbols, dtype), or a
+    scalar (``scalar=True``, shape ``()``: an int or float argument such as an alpha)."""
 
     name: str
     shape: tuple[Dim, ...]
     dtype: str
+    scalar: bool = False
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -33,11 +35,19 @@ class ParamSpec:
         return tuple(d if isinstance(d, int) else evaluate_dim(d, bindings) for d in self.shape)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        data: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.scalar:
+            data["scalar"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ParamSpec:
-        return cls(name=data["name"], shape=tuple(data["shape"]), dtype=data["dtype"])
+        return cls(
+            name=data["name"],
+            shape=tuple(data["shape"]),
+            dtype=data["dtype"],
+            scalar=bool(data.get("scalar", False)),
+        )
 
 
 @dataclass(frozen=True)

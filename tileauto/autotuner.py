@@ -21,12 +21,21 @@ from tileauto.keys import (
     default_config,
     describe_value,
     freeze,
+    plain_arguments,
 )
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result import AutotuneResult
 from tileauto.search import resolve_search
 from tileauto.settings import Settings
-from tileauto.space import baseline_config, materialize, resolve_configs
+from tileauto.space import (
+    baseline_config,
+    config_id,
+    materialize,
+    merged_pass_configs,
+    prune_space,
+    resolve_configs,
+    split_pass_configs,
+)
 from tileauto.tuner import Tuner, TuningProblem
 
 log = get_logger("autotuner")
@@ -35,6 +44,69 @@ _KEEP: Any = type("Keep", (), {"__repr__": lambda self: "<keep>"})()  # an argum
 
 
 def tune(
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    configs: Any,
+    compile_args: CompileArgs,
+    profile_args: ProfileArgs,
+    **options: Any,
+) -> AutotuneResult:
+    """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
+
+    ``options`` are :func:`_tune`'s keywords (timer, verbose, jit_impl, bucket). The result
+    can compile its best config again (``result.rebuild``), so that saving it still works
+    when its cache entry has been removed since.
+    """
+    result = _tune(factory, args, kwargs, configs, compile_args, profile_args, **options)
+    if result.rebuild is None:
+        result.rebuild = functools.partial(
+            _rebuild_best, factory, tuple(args), dict(kwargs), compile_args, dict(result.config)
+        )
+    return result
+
+
+def _pruned(
+    space: list[dict[str, Any]],
+    profile_args: ProfileArgs,
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The space after ``prune_configs_by`` (Triton's semantics), logged when it shrank."""
+    kept = prune_space(space, profile_args.prune_configs_by, factory, args, kwargs)
+    if len(kept) < len(space):
+        log.info(
+            "%s: prune_configs_by kept %d of %d configs",
+            getattr(factory, "__name__", "kernel"),
+            len(kept),
+            len(space),
+        )
+    return kept
+
+
+def _rebuild_best(
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    compile_args: CompileArgs,
+    config: dict[str, Any],
+) -> Any:
+    """Compile ``config`` of ``factory`` into this process's scratch folder; its artifact."""
+    from tileauto.jit.compiler import compile_to_dir
+
+    args, kwargs = plain_arguments(args, kwargs)
+    out_dir = process_scratch_dir(Settings.from_env()) / f"rebuild-{uuid.uuid4().hex[:12]}"
+    arguments, own = split_pass_configs(config)
+    if own:
+        merged = merged_pass_configs(compile_args.pass_configs, own)
+        compile_args = dataclasses.replace(compile_args, pass_configs=merged)
+    return compile_to_dir(
+        factory, args, {**kwargs, **arguments}, compile_args, out_dir, config=dict(config)
+    )
+
+
+def _tune(
     factory: Callable[..., Any],
     args: tuple,
     kwargs: dict[str, Any],
@@ -54,18 +126,21 @@ def tune(
     """
     from tileauto.cache.disk import writable_staging
     from tileauto.cache.tuning import TuningStore
-    from tileauto.jit.target import device_fingerprint, device_type_of, resolve_target, target_json
+    from tileauto.jit.target_memo import resolve as resolve_target  # no compiler on a memo hit
 
     # the thread-count rule (docs/tuning.md): the option, then the variables, then every core
     settings = Settings.from_env().with_num_threads(profile_args.num_threads)
-    space = resolve_configs(configs, factory, args, kwargs)
+    args, kwargs = plain_arguments(args, kwargs)  # np.int64 sizes reach TVM as Python ints
+    space = _pruned(
+        resolve_configs(configs, factory, args, kwargs), profile_args, factory, args, kwargs
+    )
     if settings.disable_autotune:
         return _run_default(
             factory, args, kwargs, space, compile_args, profile_args, settings, timer, jit_impl
         )
     captured = captured_inputs()
-    target = resolve_target(compile_args.target, compile_args.target_host)
-    if profile_args.backend in ("cupti", "cudagraph") and device_type_of(target) == "cuda":
+    target = resolve_target(compile_args.target, compile_args.target_host, settings)
+    if profile_args.backend in ("cupti", "cudagraph") and target.device_type == "cuda":
         _say_once(
             f"backend={profile_args.backend!r} is timed with CUDA events (tileauto has no "
             f"{profile_args.backend} timer): pass backend='event' to silence this"
@@ -80,8 +155,8 @@ def tune(
         profile_args,
         captured,
         timer,
-        target=target_json(target),
-        device=device_fingerprint(device_type_of(target)),
+        target=target.json,
+        device=target.device,
         bucket=bucket,
     )
     if store is not None:
@@ -239,6 +314,31 @@ def _tune_now(
     return result
 
 
+def key_by_names(factory: Callable[..., Any], names: Any) -> Callable[..., Any]:
+    """``key=["M", "N"]``: the tuning key is the values of these arguments (Triton's form).
+
+    Raises:
+        ValueError: a name is not a string or not a parameter of the factory.
+    """
+    import inspect
+
+    params = inspect.signature(factory).parameters
+    for name in names:
+        if not isinstance(name, str) or name not in params:
+            raise ValueError(
+                f"key={list(names)!r}: {name!r} is not a parameter of "
+                f"{getattr(factory, '__qualname__', factory)}{inspect.signature(factory)}"
+            )
+    names = tuple(names)
+
+    def key(*args: Any, **kwargs: Any) -> tuple:
+        bound = bind_arguments(factory, args, kwargs, partial=True)
+        return tuple((n, bound.get(n)) for n in names)
+
+    key.__qualname__ = f"key_by_names{names}"
+    return key
+
+
 class AutoTuneImpl:
     """A ``@jit`` factory under ``@autotune``: tunes once per tuning key, then returns the kernel."""
 
@@ -264,11 +364,17 @@ class AutoTuneImpl:
         self.jit_impl = jit_impl
         self.configs = materialize(configs)
         self.profile_args = profile_args
-        self.key = key
+        self.key = key_by_names(jit_impl.factory, key) if isinstance(key, (list, tuple)) else key
+        if self.key is not None and not callable(self.key):
+            raise TypeError(
+                f"key must be a callable of the factory's arguments or a list of their names, "
+                f"got {type(key).__name__}"
+            )
         self.timer = timer
         self.verbose = verbose
         self.check_new_shapes = check_new_shapes
         self.results: dict[Any, AutotuneResult] = {}
+        self._with_passes: dict[str, JITImpl] = {}  # @jit variants for configs' pass_configs
         self._kernels = CallCache(jit_impl.factory)
         functools.update_wrapper(self, jit_impl.factory)
 
@@ -288,8 +394,14 @@ class AutoTuneImpl:
             )
             factory = self.jit_impl.factory
             space = resolve_configs(self.configs, factory, args, kwargs)
-            return self.jit_impl(*args, **{**default_of_space(factory, space), **kwargs})
+            return self._compile_config(args, kwargs, default_of_space(factory, space))
         bind_arguments(self.jit_impl.factory, args, kwargs, partial=True)  # fails before tuning
+        if self.profile_args.prune_configs_by and not self.profile_args.has_check:
+            factory = self.jit_impl.factory
+            space = resolve_configs(self.configs, factory, args, kwargs)
+            kept = _pruned(space, self.profile_args, factory, args, kwargs)
+            if len(kept) == 1:  # as Triton: one config left is used without benchmarking it
+                return self._compile_config(args, kwargs, kept[0])
         tkey = self._tuning_key(args, kwargs)
         result = self.results.get(tkey)
         if result is None:
@@ -312,7 +424,20 @@ class AutoTuneImpl:
         # another call in the same tuning bucket: reuse the config, compile for these arguments
         if self.check_new_shapes:
             return self._checked_reuse(args, kwargs, result)
-        return self.jit_impl(*args, **{**kwargs, **result.config})
+        return self._compile_config(args, kwargs, result.config)
+
+    def _compile_config(self, args: tuple, kwargs: dict[str, Any], config: dict[str, Any]) -> Any:
+        """``@jit``-compile one config for this call (its own ``pass_configs`` merged in)."""
+        arguments, own = split_pass_configs(config)
+        impl = self.jit_impl
+        if own:
+            key = config_id(own)
+            impl = self._with_passes.get(key)
+            if impl is None:
+                merged = merged_pass_configs(self.jit_impl.compile_args.pass_configs, own)
+                compile_args = dataclasses.replace(self.jit_impl.compile_args, pass_configs=merged)
+                impl = self._with_passes[key] = JITImpl(self.jit_impl.factory, compile_args)
+        return impl(*args, **{**kwargs, **arguments})
 
     def _checked_reuse(
         self, args: tuple, kwargs: dict[str, Any], bucket_result: AutotuneResult
@@ -354,8 +479,8 @@ def autotune(
     func: Callable[..., Any] | None = None,
     *,
     configs: Any = None,
-    warmup: int = 25,
-    rep: int = 100,
+    warmup: float = 25,
+    rep: float = 100,
     timeout: float = 60.0,
     supply_type: Any = None,
     supply_prog: Callable[..., Any] | None = None,
@@ -373,7 +498,13 @@ def autotune(
     search: Any = None,
     backend: str = "event",
     num_threads: int | None = None,
-    key: Callable[..., Any] | None = None,
+    warmup_iters: int | None = None,
+    rep_iters: int | None = None,
+    on_trial: Callable[..., Any] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    prune_configs_by: dict[str, Any] | None = None,
+    key: Callable[..., Any] | list[str] | None = None,
     check_new_shapes: bool = False,
     timer: Any = None,
     verbose: bool = True,
@@ -383,7 +514,10 @@ def autotune(
     Args:
         configs: a list of dicts of tunable arguments, or a callable of the factory's
             arguments returning one.
-        warmup: untimed runs before timing. rep: timed repetitions.
+        warmup / rep: milliseconds of warm-up and of timed repetitions per config, as in
+            TileLang and Triton: the counts come from a first estimate of one call (at least
+            3 timed runs, at most 1,000,000). ``warmup_iters`` / ``rep_iters`` give counts
+            instead.
         timeout: seconds one config may take to validate and time before it is killed.
         supply_type / supply_prog: how inputs are made when none are captured with
             :func:`set_autotune_inputs`.
@@ -399,11 +533,25 @@ def autotune(
             around each repetition on a GPU, the native loop on the CPU. ``"cupti"`` and
             ``"cudagraph"`` are accepted for TileLang code; on the CPU every backend is the
             native loop, and on CUDA they time with events too (with a warning).
+        on_trial: called in this process with each :class:`~tileauto.Trial` (complete, with
+            its index) as soon as it is measured, failures included: progress in your code.
+        pre_hook / post_hook: Triton's hooks, run in the run worker around every call of a
+            config's kernel (the check and each timed repetition): ``pre_hook(args)`` before
+            and ``post_hook(args, exception=None)`` after, ``args`` being a dict of parameter
+            name to tensor; when the call raises, ``post_hook`` gets the exception and the
+            error goes on. Timed repetitions include the hooks, as in Triton.
+        prune_configs_by: Triton's ``{"early_config_prune": fn(configs, named_args, **kwargs),
+            "perf_model": fn(**named_args, **config), "top_k": int or fraction}``: the early
+            prune keeps a sublist, then the ``top_k`` configs the perf model rates fastest are
+            kept (a fraction of the space keeps at least one). When one config is left and no
+            check is given, ``@autotune`` compiles it without benchmarking.
         search: which configs to measure: ``"exhaustive"`` (default, all of them) or a
             :class:`tileauto.search.SearchStrategy` such as ``RandomSearch(budget=8)``.
         num_threads: CPU threads to tune with and to run the returned kernel with (default:
             ``TILEAUTO_NUM_THREADS``, else ``TVM_NUM_THREADS``, else every core).
         key: maps the call's arguments to a tuning key; calls with equal keys share a tuning.
+            A callable of the factory's arguments, or a list of argument names (Triton's
+            ``key=["M", "N"]``: the values of those arguments are the key).
             By default a call whose arguments differ from the tuned ones reuses the bucket's
             config unchecked (compiled for its arguments).
         check_new_shapes: with ``key=``, check the bucket's config once per new set of
@@ -412,33 +560,23 @@ def autotune(
         timer: a custom timer (see :mod:`tileauto.timing`), e.g. a scripted one in tests.
         verbose: print the report table and a progress bar.
     """
-    profile_args = ProfileArgs(
-        warmup=warmup,
-        rep=rep,
-        timeout=timeout,
-        supply_type=supply_type,
-        supply_prog=supply_prog,
-        ref_prog=ref_prog,
-        manual_check_prog=manual_check_prog,
-        skip_check=skip_check,
-        rtol=rtol,
-        atol=atol,
-        max_mismatched_ratio=max_mismatched_ratio,
-        cache_input_tensors=cache_input_tensors,
-        inplace_args=tuple(inplace_args) if inplace_args is not None else None,
-        flush_cache=flush_cache,
-        seed=seed,
-        retime_top_k=retime_top_k,
-        search=search,
-        backend=backend,
-        num_threads=num_threads,
-    )
+    profile_args = ProfileArgs.from_arguments(locals())
     resolve_search(search)  # a bad strategy fails at decoration, not at the first call
+    _check_api_options(timer=timer, verbose=verbose, check_new_shapes=check_new_shapes)
 
     def wrap(jit_impl: JITImpl) -> AutoTuneImpl:
         return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose, check_new_shapes)
 
     return wrap(func) if func is not None else wrap
+
+
+def _check_api_options(*, timer: Any, verbose: Any, check_new_shapes: Any = False) -> None:
+    """The options that are not profile arguments, checked at the call (names the argument)."""
+    if timer is not None and not callable(timer):
+        raise TypeError(f"timer must be None or a callable timer, got {type(timer).__name__}")
+    for name, value in (("verbose", verbose), ("check_new_shapes", check_new_shapes)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
 class AutoTuner:
@@ -524,8 +662,8 @@ class AutoTuner:
 
     def set_profile_args(
         self,
-        warmup: int = 25,
-        rep: int = 100,
+        warmup: float = 25,
+        rep: float = 100,
         timeout: float = 60.0,
         supply_type: Any = None,
         ref_prog: Any = None,
@@ -544,49 +682,59 @@ class AutoTuner:
         See :func:`autotune` for each argument. Keyword-only extras: ``inplace_args``,
         ``flush_cache``, ``seed``, ``search``, ``retime_top_k`` and ``timer``.
         """
-        known = ("inplace_args", "flush_cache", "seed", "search", "retime_top_k", "num_threads")
-        extra = {k: more.pop(k) for k in known if k in more}
+        known = (
+            "inplace_args",
+            "flush_cache",
+            "seed",
+            "search",
+            "retime_top_k",
+            "num_threads",
+            "on_trial",
+            "pre_hook",
+            "post_hook",
+            "prune_configs_by",
+            "warmup_iters",
+            "rep_iters",
+        )
+        keywords = {k: more.pop(k) for k in known if k in more}
         timer = more.pop("timer", None)
+        _check_api_options(timer=timer, verbose=True)
         if more:
             raise TypeError(
                 f"set_profile_args got unexpected arguments {sorted(more)}; it takes TileLang's "
                 f"arguments and {sorted((*known, 'timer'))}"
             )
-        if "inplace_args" in extra and extra["inplace_args"] is not None:
-            extra["inplace_args"] = tuple(extra["inplace_args"])
-        self.profile_args = ProfileArgs(
-            warmup=warmup,
-            rep=rep,
-            timeout=timeout,
-            supply_type=supply_type,
-            supply_prog=supply_prog,
-            ref_prog=ref_prog,
-            manual_check_prog=manual_check_prog,
-            skip_check=skip_check,
-            rtol=rtol,
-            atol=atol,
-            max_mismatched_ratio=max_mismatched_ratio,
-            cache_input_tensors=cache_input_tensors,
-            backend=backend,
-            **extra,
-        )
+        given = {k: v for k, v in locals().items() if k not in ("self", "more", "keywords")}
+        self.profile_args = ProfileArgs.from_arguments({**given, **keywords})
         if timer is not None:
             self.timer = timer
         return self
 
     def run(
         self,
-        warmup: int | None = None,
-        rep: int | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
         timeout: float | None = None,
         verbose: bool | None = None,
+        *,
+        warmup_iters: int | None = None,
+        rep_iters: int | None = None,
     ) -> AutotuneResult:
-        """Tune and return the :class:`AutotuneResult` (with the best kernel loaded)."""
-        changes = {
-            k: v
-            for k, v in (("warmup", warmup), ("rep", rep), ("timeout", timeout))
-            if v is not None
-        }
+        """Tune and return the :class:`AutotuneResult` (with the best kernel loaded).
+
+        ``warmup``, ``rep`` (milliseconds), ``timeout``, ``warmup_iters`` and ``rep_iters``
+        given here override those of :meth:`set_profile_args` for this run.
+        """
+        if verbose is not None:
+            _check_api_options(timer=None, verbose=verbose)
+        given = (
+            ("warmup", warmup),
+            ("rep", rep),
+            ("timeout", timeout),
+            ("warmup_iters", warmup_iters),
+            ("rep_iters", rep_iters),
+        )
+        changes = {k: v for k, v in given if v is not None}
         profile = (
             dataclasses.replace(self.profile_args, **changes) if changes else self.profile_args
         )

@@ -35,11 +35,15 @@ def padded_buffer(
     return buf[PAD : PAD + numel].view(tuple(shape)), buf
 
 
-def padded_clones(
-    tensors: Sequence[torch.Tensor],
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    views, bufs = [], []
+def padded_clones(tensors: Sequence[Any]) -> tuple[list[Any], list[torch.Tensor | None]]:
+    """Guarded copies of the inputs (scalar arguments pass through, with no buffer)."""
+    views: list[Any] = []
+    bufs: list[torch.Tensor | None] = []
     for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            views.append(t)
+            bufs.append(None)
+            continue
         view, buf = padded_buffer(t.shape, t.dtype, str(t.device))
         view.copy_(t)
         views.append(view)
@@ -54,6 +58,9 @@ def padded_outputs(
 
     bindings: dict[str, int] = {}
     for spec, t in zip([p for i, p in enumerate(params) if i not in set(out_idx)], ins):
+        if spec.scalar:  # a length passed by value binds its size variable
+            bindings.setdefault(spec.name, int(t))
+            continue
         for d, dim in enumerate(spec.shape):
             if isinstance(dim, str) and dim.isidentifier():
                 bindings.setdefault(dim, int(t.shape[d]))

@@ -8,6 +8,7 @@ an exception, so one bad config cannot stop the batch.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import enum
 import functools
 import queue
@@ -22,6 +23,7 @@ from typing import Any
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.options import CompileArgs
+from tileauto.space import merged_pass_configs, split_pass_configs
 from tileauto.utils.procs import (
     RemoteJobError,
     Worker,
@@ -74,7 +76,12 @@ def _compile_job(
 ) -> KernelArtifact:
     from tileauto.jit.compiler import compile_to_dir
 
-    kwargs = {**request.kwargs, **request.config}
+    arguments, own = split_pass_configs(request.config)
+    if own:  # a config's own TVM pass options, over the call's
+        compile_args = dataclasses.replace(
+            compile_args, pass_configs=merged_pass_configs(compile_args.pass_configs, own)
+        )
+    kwargs = {**request.kwargs, **arguments}
     return compile_to_dir(
         factory, request.args, kwargs, compile_args, Path(out_dir), config=request.config
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import enum
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,19 +13,7 @@ import torch
 
 from tileauto.artifact import ParamSpec
 from tileauto.errors import InputSupplyError
-
-
-class TensorSupplyType(enum.Enum):
-    """Generators for tuning inputs (static shapes only). Seeded: the same seed, the same data."""
-
-    Auto = "auto"  # floats: randn; ints: small integers in [-2, 2]; bool: random
-    Integer = "integer"  # integers in [-2, 2] (0..3 for unsigned), cast to the dtype
-    Uniform = "uniform"  # uniform in [-1, 1)
-    Normal = "normal"  # normal(0, 1)
-    Randn = "randn"  # torch.randn
-    Zero = "zero"
-    One = "one"
-
+from tileauto.options import TensorSupplyType
 
 _CAPTURED: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
     "tileauto_autotune_inputs", default=None
@@ -44,9 +31,10 @@ def set_autotune_inputs(*tensors: Any) -> Iterator[None]:
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
     for i, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, (torch.Tensor, bool, int, float)):
             raise InputSupplyError(
-                f"set_autotune_inputs: argument {i} must be a torch.Tensor, got {type(t).__name__}"
+                f"set_autotune_inputs: argument {i} must be a torch.Tensor (or an int or float "
+                f"for a scalar parameter), got {type(t).__name__}"
             )
     token = _CAPTURED.set(tuple(tensors))
     try:
@@ -106,19 +94,23 @@ class KernelParam:
         dtype: its ``torch.dtype``.
         shape: a tuple of ints (a symbolic dimension stays its name, a string).
         is_output: whether the kernel allocates and returns it (``out_idx``).
+        is_scalar: an int or float passed by value (``shape`` is then ``()``).
     """
 
     name: str
     dtype: torch.dtype
     shape: tuple[int | str, ...]
     is_output: bool = False
+    is_scalar: bool = False
 
 
 def kernel_params(params: Sequence[ParamSpec], in_pos: Sequence[int]) -> list[KernelParam]:
     """Records for every parameter, in call order (outputs are those not in ``in_pos``)."""
     inputs = set(in_pos)
     return [
-        KernelParam(p.name, _dtype(p.dtype), tuple(p.shape), is_output=i not in inputs)
+        KernelParam(
+            p.name, _dtype(p.dtype), tuple(p.shape), is_output=i not in inputs, is_scalar=p.scalar
+        )
         for i, p in enumerate(params)
     ]
 
@@ -171,6 +163,13 @@ def make_inputs(
     supply = supply_type if supply_type is not None else TensorSupplyType.Auto
     if not isinstance(supply, TensorSupplyType):
         raise InputSupplyError(f"supply_type must be a TensorSupplyType, got {supply!r}")
+    scalars = [params[p].name for p in in_pos if params[p].scalar]
+    if scalars:
+        raise InputSupplyError(
+            f"the kernel takes the scalar parameter(s) {scalars}, whose values tileauto cannot "
+            "invent: pass the inputs with `with tileauto.set_autotune_inputs(...)` (tensors "
+            "and the scalars, in order) or return them from set_profile_args(supply_prog=...)"
+        )
     generator = torch.Generator().manual_seed(seed)
     return [generate(params[p], supply, generator, device) for p in in_pos]
 
@@ -187,8 +186,17 @@ def _pick_inputs(
             f"(or all {len(params)} parameters including outputs)"
         )
     for k, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor):
+        spec = params[in_pos[k]]
+        if spec.scalar:
+            if isinstance(t, torch.Tensor) and t.numel() == 1:
+                tensors[k] = t.item()  # a one-element tensor for a scalar: its value
+            elif not isinstance(t, (bool, int, float)):
+                raise InputSupplyError(
+                    f"{source}: input {k} ({spec.name}) is the scalar parameter {spec.name} "
+                    f"({spec.dtype}): give an int or float, got {type(t).__name__}"
+                )
+        elif not isinstance(t, torch.Tensor):
             raise InputSupplyError(
-                f"{source}: input {k} ({params[in_pos[k]].name}) is {type(t).__name__}, not a tensor"
+                f"{source}: input {k} ({spec.name}) is {type(t).__name__}, not a tensor"
             )
     return tensors

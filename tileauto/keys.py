@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,29 @@ def freeze(value: Any) -> Any:
 
 
 _PLAIN = (int, float, str, bool, type(None))
+
+
+def _plain_scalar(value: Any) -> Any:
+    """numpy (or other) scalar numbers as Python's: TVM rejects ``np.int64`` sizes."""
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, numbers.Integral):
+        return bool(value) if type(value).__name__ == "bool_" else int(value)
+    if isinstance(value, numbers.Real) and hasattr(value, "item"):
+        return float(value)
+    if type(value).__name__ == "bool_":
+        return bool(value)
+    return value
+
+
+def plain_arguments(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """A call's scalar arguments as Python numbers (shapes often come from numpy)."""
+    if all(type(v) in _PLAIN for v in args) and all(type(v) in _PLAIN for v in kwargs.values()):
+        return args, kwargs  # the common case, at no cost
+    return (
+        tuple(_plain_scalar(v) for v in args),
+        {k: _plain_scalar(v) for k, v in kwargs.items()},
+    )
 
 
 def fast_key(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
@@ -121,6 +145,9 @@ class CallCache:
         self, args: tuple, kwargs: dict[str, Any], make: Callable[[tuple, dict[str, Any]], Any]
     ) -> Any:
         fast = fast_key(args, kwargs)
+        if fast is None:
+            args, kwargs = plain_arguments(args, kwargs)  # np.int64(4096) is 4096
+            fast = fast_key(args, kwargs)
         if fast is not None:
             value = self._fast.get(fast)
             if value is not None:

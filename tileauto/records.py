@@ -42,6 +42,7 @@ class LatencyStats:
     min_ms: float
     mean_ms: float
     samples: int
+    stdev_ms: float = 0.0  # sample standard deviation (0 for one sample; absent in old entries)
 
     @classmethod
     def from_samples_ns(cls, samples_ns: Sequence[int | float]) -> LatencyStats:
@@ -56,7 +57,13 @@ class LatencyStats:
             min_ms=ms[0],
             mean_ms=statistics.fmean(ms),
             samples=len(ms),
+            stdev_ms=statistics.stdev(ms) if len(ms) > 1 else 0.0,
         )
+
+    @property
+    def margin_ms(self) -> float:
+        """Half-width of the 95% confidence interval of the mean (normal approximation)."""
+        return 1.96 * self.stdev_ms / self.samples**0.5 if self.samples > 1 else 0.0
 
     @property
     def spread_ms(self) -> float:
@@ -68,7 +75,7 @@ class LatencyStats:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LatencyStats:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:

@@ -8,22 +8,21 @@ the stored library cannot run there.
 
 from __future__ import annotations
 
-import re
 import shutil
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tileauto._logging import get_logger
 from tileauto.records import Trial
 
-# LLVM CPU features that are instructions (a kernel using one dies with SIGILL without it);
-# the others (fast-*, slow-*, prefer-*...) only steer code generation.
-_ISA_FEATURE = re.compile(
-    r"^(sse|ssse|avx|fma|f16c|amx|bmi|lzcnt|popcnt|movbe|aes|pclmul|sha|vaes|vpclmul|gfni|adx|"
-    r"cx16|xsave|sve|sme|neon|fp-armv8|dotprod|i8mm|bf16|fullfp16|fp16|rvv|zv|v$)"
-)
+log = get_logger("result")
+
+if TYPE_CHECKING:
+    from tileauto.summary import TuningResult
 
 
 @dataclass
@@ -55,6 +54,9 @@ class AutotuneResult:
     cache_hit: bool = False
     key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # compiles the best config again (set by the tuner; None for a loaded folder): used when
+    # the kernel's files are gone (a cache entry another process removed) and must be saved
+    rebuild: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def default_latency(self) -> float | None:
@@ -86,6 +88,16 @@ class AutotuneResult:
         best = self.best_trial
         return format_table(self.trials, best.index if best else None, self.default_trial)
 
+    def as_tuning_result(self) -> TuningResult:
+        """The cuTile-style view: best (mean, 95% margin, samples), successes, failures."""
+        from tileauto.summary import TuningResult
+
+        trials = list(self.trials)
+        best = self.best_trial
+        if best is not None and best not in trials:
+            trials.append(best)  # the default config, when it won and is not in the list
+        return TuningResult.from_trials(trials, self.config)
+
     # -- shipping ---------------------------------------------------------------------------
     def save_to_disk(self, path: str | Path, *, verbose: bool = False) -> Path:
         """Write this result to the folder ``path`` for another process or machine.
@@ -104,7 +116,7 @@ class AutotuneResult:
         from tileauto.cache.entry import KIND_TUNED, fill_result
         from tileauto.cache.key import versions
         from tileauto.errors import CacheError
-        from tileauto.jit.target import device_fingerprint
+        from tileauto.jit.target_memo import device_fingerprint
 
         path = Path(path).expanduser().absolute()
         if path.exists() and (not path.is_dir() or _foreign_folder(path)):
@@ -112,7 +124,8 @@ class AutotuneResult:
                 f"save_to_disk({str(path)!r}): the path exists and is not a saved tileauto "
                 "result; give a new or empty folder"
             )
-        artifact = self.kernel.artifact
+        artifact = self._complete_artifact(path)
+        to_save = replace(self, kernel=_Saved(artifact))
         meta = {
             **versions(),
             "kind": KIND_TUNED,
@@ -125,12 +138,43 @@ class AutotuneResult:
         staging = path.parent / f".{path.name}.stage-{uuid.uuid4().hex[:8]}"
         staging.mkdir(mode=0o700)
         try:
-            disk.write_entry(path, lambda out: fill_result(self, out), meta, staging, shared=True)
+            disk.write_entry(
+                path,
+                lambda out: _fill_complete(to_save, out, fill_result),
+                meta,
+                staging,
+                shared=True,
+            )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         if verbose:
             print(f"tileauto: saved {artifact.func_name} ({self.config}) to {path}", flush=True)
         return path
+
+    def _complete_artifact(self, path: Path) -> Any:
+        """The kernel's artifact with its library on disk, recompiled if its files are gone.
+
+        Raises:
+            CacheError: the library is gone and this result cannot compile it again.
+        """
+        from tileauto.errors import CacheError
+
+        artifact = self.kernel.artifact
+        if artifact.lib_path.is_file():
+            return artifact
+        if self.rebuild is None:
+            raise CacheError(
+                f"save_to_disk({str(path)!r}): the kernel's library {artifact.lib_path} is gone "
+                "(its cache entry was removed?) and this result cannot compile it again; tune "
+                "again, or load the result with load_from_disk(..., factory=...)"
+            )
+        log.warning(
+            "save_to_disk: the kernel's library %s is gone (its cache entry was removed?); "
+            "compiling the best config %s again",
+            artifact.lib_path,
+            self.config,
+        )
+        return self.rebuild()
 
     @classmethod
     def load_from_disk(
@@ -279,49 +323,15 @@ def _with_out_idx(artifact: Any, out_idx: tuple[int, ...]) -> Any:
     return replace(artifact, out_idx=resolve_out_idx(out_idx, len(artifact.params)))
 
 
-def _explicit_target(args: Any) -> Any:
-    if args is None or args.target is None:
-        return None
-    if isinstance(args.target, str) and args.target.strip() == "auto":
-        return None
-    from tileauto.jit.target import resolve_target
-
-    return resolve_target(args.target, args.target_host)
-
-
 def _cannot_run_here(artifact: Any, args: Any) -> str | None:
-    """Why the stored library cannot run on this machine, or None when it can."""
-    from tvm.target import Target, codegen
+    """Why the stored library cannot run on this machine, or None when it can.
 
-    from tileauto.jit.target import cuda_usable, host_cpu_target, resolve_target
+    Answered from the target memo when this machine has answered it before, so that loading
+    a result does not import TVM's compiler (see :mod:`tileauto.jit.target_memo`).
+    """
+    from tileauto.jit.target_memo import cannot_run_here
 
-    stored = Target(artifact.target)
-    wanted = _explicit_target(args)
-    if wanted is not None and wanted.kind.name != stored.kind.name:
-        return f"compile_args asks for a {wanted.kind.name} target; it was built for {stored.kind.name}"
-    if artifact.device_type == "cuda":
-        if not cuda_usable():
-            return "it is a CUDA kernel and no usable CUDA GPU is here"
-        here = str(resolve_target("cuda").attrs.get("arch", ""))
-        built = str(stored.attrs.get("arch", ""))
-        return None if not built or built == here else f"built for {built}, this GPU is {here}"
-    triple = str(stored.attrs.get("mtriple", "") or "")
-    arch_here = str(codegen.llvm_get_system_triple()).split("-")[0]
-    if triple and triple.split("-")[0] != arch_here:
-        return f"built for {triple.split('-')[0]}, this CPU is {arch_here}"
-    if stored.kind.name != "llvm":
-        return None
-    try:
-        with stored:
-            needed = set(codegen.llvm_get_cpu_features())
-        with host_cpu_target():
-            have = set(codegen.llvm_get_cpu_features())
-    except Exception:  # noqa: BLE001 - unknown features: let loading the library decide
-        return None
-    missing = sorted(f for f in needed - have if _ISA_FEATURE.match(f))
-    if missing:
-        return f"it uses CPU instructions this CPU lacks ({', '.join(missing[:6])})"
-    return None
+    return cannot_run_here(artifact, args)
 
 
 def _recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
@@ -332,6 +342,7 @@ def _recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
     from tileauto.jit.kernel import JITKernel
     from tileauto.options import CompileArgs
     from tileauto.settings import Settings
+    from tileauto.space import merged_pass_configs, split_pass_configs
 
     target = args.target if args is not None else "auto"
     if target is None or (isinstance(target, str) and target.strip() == "auto"):
@@ -346,7 +357,8 @@ def _recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
         fn = getattr(factory, "factory", factory)
         problem = stored.problem or {}
         call_args, call_kwargs = tuple(problem.get("args", ())), dict(problem.get("kwargs", {}))
-        call_kwargs.update(stored.config)
+        arguments, own = split_pass_configs(stored.config)
+        call_kwargs.update(arguments)
     else:
         script = artifact.directory / artifact.SCRIPT
         if not script.is_file():
@@ -362,8 +374,30 @@ def _recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
             return func
 
         call_args, call_kwargs = (), {}
+    _, own = split_pass_configs(stored.config)
+    if own:  # the best config's own TVM pass options (see the tuning guide)
+        compile_args = replace(
+            compile_args, pass_configs=merged_pass_configs(compile_args.pass_configs, own)
+        )
     out_dir = process_scratch_dir(Settings.from_env()) / f"reload-{uuid.uuid4().hex[:12]}"
     built = compile_to_dir(
         fn, call_args, call_kwargs, compile_args, out_dir, config=dict(stored.config)
     )
     return JITKernel(built)
+
+
+@dataclass(frozen=True)
+class _Saved:
+    """What ``fill_result`` reads of a kernel: its artifact (possibly recompiled)."""
+
+    artifact: Any
+
+
+def _fill_complete(result: AutotuneResult, out: Path, fill: Callable[[Any, Path], None]) -> None:
+    """Fill a saved folder, refusing to publish one without the kernel's library."""
+    from tileauto.errors import CacheError
+
+    fill(result, out)
+    lib = out / "kernel" / result.kernel.artifact.LIB_NAME
+    if not lib.is_file():
+        raise CacheError(f"save_to_disk: {lib.name} could not be written; nothing was published")

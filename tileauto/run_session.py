@@ -9,6 +9,8 @@ copies, and every config gets fresh clones of them).
 from __future__ import annotations
 
 import inspect
+import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ import torch
 from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.buffers import canaries_intact, interleave, padded_clones, padded_outputs
 from tileauto.inputs import TensorSupplyType, make_inputs
+from tileauto.options import MAX_ITERATIONS
 from tileauto.records import TrialStatus
 from tileauto.timing import Timer, default_timer
 from tileauto.validate import Verdict, as_list, check_bool, compare, unwritten
@@ -42,11 +45,15 @@ class SessionSpec:
     atol: float = 1e-2
     max_mismatched_ratio: float = 0.01
     inplace_args: tuple[int, ...] | None = None
-    warmup: int = 25
-    rep: int = 100
+    warmup: float = 25.0  # ms (see iterations())
+    rep: float = 100.0  # ms
+    warmup_iters: int | None = None
+    rep_iters: int | None = None
     flush: bool | None = None
     timer: Timer | None = None
     threads: int = 1
+    pre_hook: Callable[..., Any] | None = None
+    post_hook: Callable[..., Any] | None = None
     reference: list[torch.Tensor] | None = None
     reference_inplace: tuple[int, ...] | None = None
 
@@ -95,9 +102,27 @@ class _Session:
     timer: Timer | None = None
     ref_error: str | None = None
     modules: dict[str, Any] = field(default_factory=dict)
+    iters: dict[str, tuple[int, int]] = field(default_factory=dict)  # per config: warm-up, rep
 
 
-_SESSION: _Session | None = None
+_SESSIONS: dict[str, _Session] = {}  # one per kernel signature: its inputs and reference
+
+
+def signature(params: Sequence[ParamSpec], out_pos: Sequence[int]) -> str:
+    """A kernel's buffer signature: parameter names, shapes and dtypes, and its outputs.
+
+    Configs may differ in it (a buffer padded to the tile, a dtype chosen by a config): each
+    signature gets inputs of its own, made the same way whatever order configs arrive in.
+    """
+    return json.dumps([[[p.name, list(p.shape), p.dtype] for p in params], list(out_pos)])
+
+
+def spec_signature(spec: SessionSpec) -> str:
+    return signature(spec.params, spec.out_pos)
+
+
+def artifact_signature(artifact: KernelArtifact) -> str:
+    return signature(artifact.params, artifact.out_idx)
 
 
 def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
@@ -107,7 +132,6 @@ def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
     parent can time the two apart (a hung ``supply_prog`` and a hung ``ref_prog`` are told
     apart in the error).
     """
-    global _SESSION
     torch.manual_seed(spec.seed)
     if spec.device == "cpu":
         torch.set_num_threads(max(1, spec.threads))
@@ -121,22 +145,23 @@ def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
         seed=spec.seed,
         device=spec.device,
     )
-    inputs = [t.to(spec.device).contiguous() for t in inputs]
+    inputs = [t.to(spec.device).contiguous() if isinstance(t, torch.Tensor) else t for t in inputs]
     session = _Session(
         spec=spec, inputs=inputs, in_pos=in_pos, reference=spec.reference, inplace=spec.inplace_args
     )
     if spec.reference_inplace is not None and session.inplace is None:
         session.inplace = spec.reference_inplace
     session.timer = spec.timer or default_timer(spec.device, spec.flush)
-    _SESSION = session
+    key = spec_signature(spec)
+    _SESSIONS[key] = session
     if reference:
-        return compute_reference()
+        return compute_reference(key)
     return SetupInfo(None, None, tuple(spec.params[p].name for p in in_pos))
 
 
-def compute_reference() -> SetupInfo:
-    """Run ``ref_prog`` once on the session inputs (the expected outputs), if there is one."""
-    session = _require()
+def compute_reference(key: str | None = None) -> SetupInfo:
+    """Run ``ref_prog`` once on a session's inputs (the expected outputs), if there is one."""
+    session = _require(key)
     spec, inputs = session.spec, session.inputs
     ref_latency, ref_error = None, None
     if spec.ref_prog is not None and not spec.skip_check:
@@ -154,9 +179,9 @@ def compute_reference() -> SetupInfo:
     return SetupInfo(ref_latency, ref_error, tuple(spec.params[p].name for p in session.in_pos))
 
 
-def time_reference(warmup: int, rep: int) -> float | None:
-    """Median latency (ms) of the reference program on the session inputs."""
-    session = _require()
+def time_reference(warmup: int, rep: int, key: str | None = None) -> float | None:
+    """Median latency (ms) of the reference program on a session's inputs."""
+    session = _require(key)
     if session.spec.ref_prog is None or session.ref_checker:
         return None
     args = _clones(session.inputs)
@@ -178,32 +203,31 @@ def retime(requests: list[RunRequest], rounds: int) -> list[tuple[float, ...]]:
     every config in each round (starting at a different one each time) spreads a slow spell
     over all of them instead of letting it sink one. Returns nanosecond samples per request.
     """
-    session = _require()
-    spec = session.spec
-    timer = session.timer
-    assert timer is not None
     kernels = []
     for request in requests:
-        func = _load(session, request.artifact)
-        ins = [t.clone() for t in session.inputs]
+        session = _require(artifact_signature(request.artifact))
+        spec = session.spec
+        func = _with_hooks(_load(session, request.artifact), spec, request.artifact)
+        ins = _clones(session.inputs)
         outs, _ = padded_outputs(
             request.artifact.params, request.artifact.out_idx, ins, spec.device
         )
         full = interleave(
             len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
         )
-        kernels.append((func, full, request.config))
-    rounds = max(1, min(rounds, spec.rep))
+        counts = session.iters.get(_config_key(request.config)) or iterations(spec, func, full)
+        kernels.append((func, full, request.config, session.timer, counts[1]))
+    rounds = max(1, min(rounds, min(k[4] for k in kernels)))
     samples: list[list[float]] = [[] for _ in kernels]
     for r in range(rounds):
-        per_round = spec.rep // rounds + (1 if r < spec.rep % rounds else 0)  # rep in total
         for j in range(len(kernels)):
             k = (j + r) % len(kernels)
-            func, full, config = kernels[k]
+            func, full, config, timer, n_rep = kernels[k]
+            per_round = n_rep // rounds + (1 if r < n_rep % rounds else 0)  # n_rep in total
             got = timer(
                 func,
                 full,
-                warmup=min(2, spec.warmup),
+                warmup=min(2, n_rep),
                 rep=per_round,
                 config=config,
                 device=spec.device,
@@ -213,8 +237,8 @@ def retime(requests: list[RunRequest], rounds: int) -> list[tuple[float, ...]]:
 
 
 def run(request: RunRequest) -> RunOutcome:
-    """Load, validate and time one config in this worker."""
-    session = _require()
+    """Load, validate and time one config in this worker (in its signature's session)."""
+    session = _require(artifact_signature(request.artifact))
     start = time.perf_counter()
     outcome = _run(session, request)
     return RunOutcome(**{**outcome.__dict__, "run_s": time.perf_counter() - start})
@@ -223,7 +247,7 @@ def run(request: RunRequest) -> RunOutcome:
 def _run(session: _Session, request: RunRequest) -> RunOutcome:
     spec = session.spec
     try:
-        func = _load(session, request.artifact)
+        func = _with_hooks(_load(session, request.artifact), spec, request.artifact)
     except Exception as exc:  # noqa: BLE001
         return RunOutcome(TrialStatus.RUN_ERROR, error=f"loading the library failed: {exc}")
     ins, in_bufs = padded_clones(session.inputs)
@@ -241,13 +265,17 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
     spilled = [
         p
         for p, buf in zip(list(session.in_pos) + list(request.artifact.out_idx), in_bufs + out_bufs)
-        if not canaries_intact(buf)
+        if buf is not None and not canaries_intact(buf)
     ]
     if spilled:
         names = ", ".join(spec.params[p].name for p in spilled)
         return RunOutcome(TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {names}")
     mutated = tuple(k for k, (a, b) in enumerate(zip(ins, session.inputs)) if not _same(a, b))
     notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
+    if spec.ref_prog is None and not request.is_reference and session.reference is None:
+        other = _reference_signature_differs(session)
+        if other is not None:
+            notes += (other,)
     inplace = session.inplace if session.inplace is not None else mutated
     results = list(outs) + [ins[k] for k in inplace]
     names = [spec.params[p].name for p in request.artifact.out_idx] + [
@@ -256,6 +284,7 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
     reference, reference_inplace = None, None
     if request.is_reference and spec.ref_prog is None:
         session.reference = [r.detach().clone() for r in results]
+        _REFERENCE_KEY[0] = spec_signature(spec)
         session.inplace = inplace
         reference, reference_inplace = [r.cpu() for r in results], inplace
         # the default config is its own reference; a manual check still sees its results
@@ -272,12 +301,14 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
     if request.time_it:
         timer = session.timer
         assert timer is not None
+        n_warmup, n_rep = iterations(spec, func, full)
+        session.iters[_config_key(request.config)] = (n_warmup, n_rep)
         samples = tuple(
             timer(
                 func,
                 full,
-                warmup=spec.warmup,
-                rep=spec.rep,
+                warmup=n_warmup,
+                rep=n_rep,
                 config=request.config,
                 device=spec.device,
             )
@@ -360,10 +391,103 @@ def _check(
     )
 
 
-def _require() -> _Session:
-    if _SESSION is None:
-        raise RuntimeError("run worker has no session: setup() was not called")
-    return _SESSION
+def _with_hooks(func: Any, spec: SessionSpec, artifact: KernelArtifact) -> Any:
+    """The kernel with Triton's ``pre_hook``/``post_hook`` around each call (if any is set).
+
+    Each hook gets a dict of parameter name to tensor; ``post_hook`` also gets
+    ``exception=``: None after a call that returned, the exception of one that raised.
+    """
+    pre, post = spec.pre_hook, spec.post_hook
+    if pre is None and post is None:
+        return func
+    names = [p.name for p in artifact.params]
+
+    def hooked(*args: Any) -> Any:
+        named = dict(zip(names, args))
+        if pre is not None:
+            pre(named)
+        try:
+            out = func(*args)
+        except Exception as exc:
+            if post is not None:
+                post(named, exception=exc)
+            raise
+        if post is not None:
+            post(named, exception=None)
+        return out
+
+    return hooked
+
+
+MIN_REP_ITERS = 3  # a median and a spread need a few samples, however slow the kernel
+ESTIMATE_CALLS = 3
+
+
+def iterations(spec: SessionSpec, func: Any, args: Sequence[Any]) -> tuple[int, int]:
+    """Warm-up and timed iteration counts for one kernel, as TileLang and Triton resolve them.
+
+    ``warmup_iters``/``rep_iters`` are used as given; otherwise the counts are ``warmup`` and
+    ``rep`` milliseconds divided by a first estimate of one call (the median of a few calls),
+    at least ``MIN_REP_ITERS`` timed runs and at most ``MAX_ITERATIONS`` of each, so a slow
+    config costs bounded time and a fast one is timed long enough to be measured.
+    """
+    if spec.warmup_iters is not None and spec.rep_iters is not None:
+        return spec.warmup_iters, spec.rep_iters
+    one_ms = max(_estimate_ms(func, args, spec.device), 1e-5)
+    n_warmup = spec.warmup_iters
+    if n_warmup is None:
+        n_warmup = min(MAX_ITERATIONS, math.ceil(spec.warmup / one_ms)) if spec.warmup > 0 else 0
+    n_rep = spec.rep_iters
+    if n_rep is None:
+        n_rep = min(MAX_ITERATIONS, max(MIN_REP_ITERS, math.ceil(spec.rep / one_ms)))
+    return n_warmup, n_rep
+
+
+def _estimate_ms(func: Any, args: Sequence[Any], device: str) -> float:
+    """The median wall time of a few calls, in ms (the kernel ran once already, in the check)."""
+    times = []
+    for _ in range(ESTIMATE_CALLS):
+        start = time.perf_counter_ns()
+        func(*args)
+        _sync(device)
+        times.append(time.perf_counter_ns() - start)
+    return sorted(times)[len(times) // 2] / 1e6
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=repr)
+
+
+_REFERENCE_KEY: list[str | None] = [None]  # the signature of the default config's run
+
+
+def _reference_signature_differs(session: _Session) -> str | None:
+    """A note when the default config ran with other buffers, so these results have no reference."""
+    key = _REFERENCE_KEY[0]
+    if key is None or key == spec_signature(session.spec):
+        return None
+    ref = _SESSIONS.get(key)
+    theirs = {p.name: (list(p.shape), p.dtype) for p in (ref.spec.params if ref else ())}
+    diffs = [
+        f"{p.name} {list(p.shape)} {p.dtype} (default: {theirs[p.name][0]} {theirs[p.name][1]})"
+        for p in session.spec.params
+        if p.name in theirs and theirs[p.name] != (list(p.shape), p.dtype)
+    ]
+    what = "; ".join(diffs) if diffs else "other parameters"
+    return (
+        f"not compared with the default config, whose buffers differ ({what}): only checked "
+        "for unwritten outputs; give a ref_prog to check it"
+    )
+
+
+def _require(key: str | None = None) -> _Session:
+    """The session of signature ``key`` (the only one when ``key`` is None)."""
+    if key is None and len(_SESSIONS) == 1:
+        return next(iter(_SESSIONS.values()))
+    session = _SESSIONS.get(key) if key is not None else None
+    if session is None:
+        raise RuntimeError("run worker has no session for this kernel: setup() was not called")
+    return session
 
 
 def _load(session: _Session, artifact: KernelArtifact) -> Any:
@@ -388,11 +512,13 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
     )
 
 
-def _clones(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return [t.clone() for t in tensors]
+def _clones(tensors: Sequence[Any]) -> list[Any]:
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in tensors]
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _same(a: Any, b: Any) -> bool:
+    if not isinstance(a, torch.Tensor):
+        return True  # a scalar argument is passed by value: the kernel cannot change it
     if a.is_floating_point():
         return bool(torch.equal(a, b) or ((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
     return bool(torch.equal(a, b))

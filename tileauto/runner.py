@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from tileauto import run_session
 from tileauto.artifact import KernelArtifact
 from tileauto.records import TrialStatus
-from tileauto.run_session import RunOutcome, RunRequest, SessionSpec, SetupInfo
+from tileauto.run_session import (
+    RunOutcome,
+    RunRequest,
+    SessionSpec,
+    SetupInfo,
+    spec_signature,
+)
 from tileauto.utils.procs import RemoteJobError, Worker, WorkerCrashed, WorkerTimeout
 
 
@@ -52,8 +58,13 @@ class Runner:
         self.spec = spec
         self.timeout_s = timeout_s
         self.worker = worker or self.make_worker(spec.device, threads, memory_limit_mb)
-        self._needs_setup = True
-        self._setup_error: Exception | None = None  # a failed setup fails every later run too
+        # One session per kernel signature (configs may differ in a buffer's shape or dtype),
+        # each set up in the worker the first time a config of that signature runs.
+        self.first = spec_signature(spec)
+        self.specs: dict[str, SessionSpec] = {self.first: spec}
+        self._ready: set[str] = set()  # signatures set up in the current worker
+        self._setup_errors: dict[str, Exception] = {}  # a failed setup fails its later runs too
+        self.reference_signature = self.first  # where the default config ran
         self._setup_lock = threading.Lock()
         self.setup_info: SetupInfo | None = None
         self.replacements = 0
@@ -85,20 +96,22 @@ class Runner:
         thread.start()
         return thread
 
-    def ensure_setup(self) -> None:
-        """Set the worker up unless it already is (thread-safe).
+    def ensure_setup(self, key: str | None = None) -> None:
+        """Set up the session of signature ``key`` unless it already is (thread-safe).
 
         A setup that failed is not tried again (a hung ``ref_prog`` would hang again): its
         error is raised at once.
         """
+        key = self.first if key is None else key
         with self._setup_lock:
-            if self._setup_error is not None:
-                raise self._setup_error
-            if self._needs_setup or not self.worker.alive:
-                # (a worker that died between jobs comes back without the session)
-                self.setup()
+            if key in self._setup_errors:
+                raise self._setup_errors[key]
+            if not self.worker.alive:
+                self._ready.clear()  # a worker that died between jobs lost its sessions
+            if key not in self._ready:
+                self.setup(key)
 
-    def setup(self) -> SetupInfo:
+    def setup(self, key: str | None = None) -> SetupInfo:
         """Send the session (inputs, then the reference) to the worker.
 
         Making the inputs (``supply_prog``) and computing the reference (``ref_prog``) each
@@ -109,17 +122,32 @@ class Runner:
             TileautoError: ``ref_prog`` did not return in time, or the worker crashed; or the
                 user's own error from ``supply_prog``.
         """
+        key = self.first if key is None else key
+        spec = self.specs[key]
         try:
-            info = self._setup_step(run_session.setup, (self.spec, False), self._inputs_name())
-            if self.spec.ref_prog is not None and not self.spec.skip_check:
-                info = self._setup_step(run_session.compute_reference, (), "ref_prog")
+            info = self._setup_step(run_session.setup, (spec, False), self._inputs_name())
+            if spec.ref_prog is not None and not spec.skip_check:
+                info = self._setup_step(run_session.compute_reference, (key,), "ref_prog")
         except Exception as exc:
-            self._setup_error = exc
+            self._setup_errors[key] = exc
             raise
-        self._needs_setup = False
+        self._ready.add(key)
         if self.setup_info is None:
             self.setup_info = info
         return info
+
+    def _spec_for(self, artifact: KernelArtifact) -> str:
+        """The signature of ``artifact``, with a session spec made for it if it is new."""
+        key = run_session.artifact_signature(artifact)
+        if key not in self.specs:
+            self.specs[key] = dataclasses.replace(
+                self.spec,
+                params=artifact.params,
+                out_pos=artifact.out_idx,
+                reference=None,
+                reference_inplace=None,
+            )
+        return key
 
     def _inputs_name(self) -> str:
         return "supply_prog" if self.spec.supply_prog is not None else "making the inputs"
@@ -151,7 +179,10 @@ class Runner:
         time_it: bool = True,
     ) -> RunResult:
         """Validate and time one compiled config; failures come back as statuses."""
-        self.ensure_setup()
+        key = self._spec_for(artifact)
+        self.ensure_setup(key)
+        if is_reference:
+            self.reference_signature = key
         request = RunRequest(
             artifact=artifact, config=config, is_reference=is_reference, time_it=time_it
         )
@@ -174,8 +205,10 @@ class Runner:
             return RunResult(status, error=f"{exc.remote.type_name}: {exc.remote.message}")
         if outcome.reference is not None:
             # Kept so a replacement worker gets the same reference without re-running the default.
-            self.spec = dataclasses.replace(
-                self.spec, reference=outcome.reference, reference_inplace=outcome.reference_inplace
+            self.specs[key] = dataclasses.replace(
+                self.specs[key],
+                reference=outcome.reference,
+                reference_inplace=outcome.reference_inplace,
             )
         return RunResult(
             outcome.status, outcome.samples_ns, outcome.error, outcome.notes, outcome.run_s
@@ -187,26 +220,25 @@ class Runner:
         """Interleaved re-timing of validated configs (None if the worker failed meanwhile)."""
         requests = [RunRequest(artifact=a, config=c) for a, c in items]
         try:
-            self.ensure_setup()
+            for key in dict.fromkeys(self._spec_for(a) for a, _ in items):
+                self.ensure_setup(key)
             return self.worker.call(
                 run_session.retime, requests, rounds, timeout_s=self.timeout_s * len(items)
             )
         except Exception:  # noqa: BLE001 - keep the first measurements
-            self._needs_setup = not self.worker.alive
             return None
 
     def time_reference(self, warmup: int, rep: int) -> float | None:
         """Median latency (ms) of ref_prog, or None without one (or if it fails)."""
         if self.spec.ref_prog is None:
             return None
+        key = self.reference_signature
         try:
-            if self._needs_setup:
-                self.setup()
+            self.ensure_setup(key)
             return self.worker.call(
-                run_session.time_reference, warmup, rep, timeout_s=self.timeout_s
+                run_session.time_reference, warmup, rep, key, timeout_s=self.timeout_s
             )
         except Exception:  # noqa: BLE001 - the reference latency is informative only
-            self._needs_setup = not self.worker.alive
             return None
 
     def close(self) -> None:
@@ -214,7 +246,7 @@ class Runner:
 
     def _replaced(self, status: TrialStatus, message: str) -> RunResult:
         self.worker.kill()
-        self._needs_setup = True
+        self._ready.clear()
         self.replacements += 1
         return RunResult(status, error=message)
 

@@ -62,7 +62,15 @@ def resolve_configs(
             raise ConfigSpaceError(
                 f"configs[{i}] must be a dict of parameter values, got {type(cfg).__name__}: {cfg!r}"
             )
-        unknown = [k for k in cfg if k not in params]
+        if PASS_CONFIGS in cfg and not (
+            isinstance(cfg[PASS_CONFIGS], dict)
+            and all(isinstance(k, str) for k in cfg[PASS_CONFIGS])
+        ):
+            raise ConfigSpaceError(
+                f"configs[{i}]['pass_configs'] must be a dict of TVM pass options, "
+                f"got {cfg[PASS_CONFIGS]!r}"
+            )
+        unknown = [k for k in cfg if k not in params and k != PASS_CONFIGS]
         if unknown:
             raise ConfigSpaceError(
                 f"configs[{i}] = {cfg!r} sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
@@ -113,6 +121,99 @@ def _plain(value: Any) -> Any:
     if not isinstance(value, (bool, int, float)) and isinstance(value, numbers.Number):
         return value.item() if hasattr(value, "item") else value
     return value
+
+
+PASS_CONFIGS = "pass_configs"  # a config may carry TVM pass options of its own
+
+
+def split_pass_configs(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A config's factory arguments, and its own ``pass_configs`` (None when it has none)."""
+    if PASS_CONFIGS not in config:
+        return config, None
+    rest = {k: v for k, v in config.items() if k != PASS_CONFIGS}
+    own = config[PASS_CONFIGS]  # None in a filled config that sets none of its own
+    return rest, (dict(own) if own else None)
+
+
+def merged_pass_configs(base: dict[str, Any] | None, own: dict[str, Any] | None) -> Any:
+    """The call's ``pass_configs`` with a config's own merged over them."""
+    if not own:
+        return base
+    return {**(base or {}), **own}
+
+
+PRUNE_KEYS = ("early_config_prune", "perf_model", "top_k")
+
+
+def check_prune_configs_by(prune: Any) -> None:
+    """Check Triton's ``prune_configs_by`` dict at the call.
+
+    Raises:
+        ValueError: an unknown key, a non-callable function or a bad ``top_k`` (named).
+    """
+    if prune is None:
+        return
+    if not isinstance(prune, dict):
+        raise ValueError(
+            f"prune_configs_by must be a dict with keys {PRUNE_KEYS}, got {type(prune).__name__}"
+        )
+    unknown = sorted(set(prune) - set(PRUNE_KEYS))
+    if unknown:
+        raise ValueError(f"prune_configs_by has unknown keys {unknown}; it takes {PRUNE_KEYS}")
+    for name in ("early_config_prune", "perf_model"):
+        if prune.get(name) is not None and not callable(prune[name]):
+            raise ValueError(f"prune_configs_by[{name!r}] must be callable")
+    top_k = prune.get("top_k")
+    if prune.get("perf_model") is not None:
+        is_int = isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 1
+        is_fraction = isinstance(top_k, float) and 0.0 < top_k <= 1.0
+        if not (is_int or is_fraction):
+            raise ValueError(
+                "prune_configs_by['top_k'] must be an int >= 1 or a fraction in (0, 1] when a "
+                f"perf_model is given, got {top_k!r}"
+            )
+
+
+def prune_space(
+    space: list[dict[str, Any]],
+    prune: dict[str, Any] | None,
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Triton's pruning: ``early_config_prune`` first, then the ``perf_model``'s ``top_k``.
+
+    ``early_config_prune(configs, named_args, **kwargs)`` returns the configs to keep (a
+    sublist); ``perf_model(**named_args, **config)`` estimates a config's time, and the
+    ``top_k`` lowest estimates of what the early prune left are kept. A fractional ``top_k``
+    is a share of the whole space, and keeps at least one config.
+
+    Raises:
+        ConfigSpaceError: pruning left nothing, or returned configs that are not in the space.
+    """
+    if not prune:
+        return space
+    named = dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
+    kept = list(space)
+    early = prune.get("early_config_prune")
+    if early is not None:
+        kept = [dict(c) for c in early([dict(c) for c in kept], dict(named), **kwargs)]
+        known = {config_id(c) for c in space}
+        strangers = [c for c in kept if config_id(c) not in known]
+        if strangers:
+            raise ConfigSpaceError(
+                f"early_config_prune returned configs that are not in the space: {strangers[:3]}"
+            )
+    model = prune.get("perf_model")
+    if model is not None:
+        top_k = prune["top_k"]
+        k = max(1, int(len(space) * top_k)) if isinstance(top_k, float) else top_k
+        if len(kept) > k:
+            estimate = {config_id(c): model(**{**named, **c}) for c in kept}
+            kept = sorted(kept, key=lambda c: estimate[config_id(c)])[:k]
+    if not kept:
+        raise ConfigSpaceError("prune_configs_by left no config to tune")
+    return kept
 
 
 def materialize(configs: Any) -> Any:

@@ -55,6 +55,8 @@ class Tuner:
         self.runner: Runner | None = None
         self._run_worker: Worker | None = None  # started early, handed to the runner
         self.by_id: dict[str, dict[str, Any]] = {}
+        self.index_of: dict[str, int] = {}
+        self._on_trial_failed = False
 
     def run(self) -> TuningOutcome:
         p = self.problem
@@ -64,6 +66,9 @@ class Tuner:
         default_id = config_id(self.default_full)
         unique = list(dict.fromkeys(ids))  # the space in order, each config once
         self.by_id = {config_id(c): c for c in [self.default_full, *self.full]}
+        self.index_of = {}  # config id -> first position in the space (-1: the default only)
+        for i, cid in enumerate(ids):
+            self.index_of.setdefault(cid, i)
         self.workers = max(1, min(p.settings.compile_workers(), len(unique) + 1))
         builder = Builder(
             p.factory,
@@ -100,7 +105,8 @@ class Tuner:
             if self.runner is not None:
                 self._retime(measured, artifacts, default_id)
                 ref_latency = self.runner.time_reference(
-                    min(3, p.profile_args.warmup), max(3, min(10, p.profile_args.rep))
+                    3,
+                    10,  # iterations: the reference's latency is informative only
                 )
         except BaseException:
             builder.cancel()  # an error or Ctrl-C: stop compiling too, not only running
@@ -175,7 +181,7 @@ class Tuner:
         start = time.perf_counter()
         for cid in round_ids:
             if cid in p.known_trials and cid != default_id:
-                measured[cid] = p.known_trials[cid]  # measured by an earlier run (cache)
+                self._record(measured, cid, p.known_trials[cid])  # measured by an earlier run
         to_build = [cid for cid in round_ids if cid not in measured]
         requests = [
             BuildRequest(index=k, config=self.by_id[cid], args=p.args, kwargs=p.kwargs)
@@ -212,7 +218,7 @@ class Tuner:
         if self.runner is not None:
             self._run_pending(self.runner, pending, measured, default_id, bar, round_ids)
         for cid, result in pending.items():
-            measured[cid] = self._trial(result, None)
+            self._record(measured, cid, self._trial(result, None))
 
     # -- phases ----------------------------------------------------------------------------
     def _start_workers(self, builder: Builder) -> None:
@@ -242,11 +248,15 @@ class Tuner:
     def _make_runner(self, artifact: KernelArtifact) -> Runner:
         p = self.problem
         pa = p.profile_args
+        inplace = _inplace_positions(pa.inplace_args, artifact)
         spec = SessionSpec(
             params=artifact.params,
             out_pos=artifact.out_idx,
             device=artifact.device_type,
-            captured=[t.detach().cpu().clone() for t in p.captured_inputs]
+            captured=[
+                t.detach().cpu().clone() if hasattr(t, "detach") else t  # scalars by value
+                for t in p.captured_inputs
+            ]
             if p.captured_inputs
             else None,
             supply_prog=pa.supply_prog,
@@ -258,12 +268,16 @@ class Tuner:
             rtol=pa.rtol,
             atol=pa.atol,
             max_mismatched_ratio=pa.max_mismatched_ratio,
-            inplace_args=pa.inplace_args,
+            inplace_args=inplace,
             warmup=pa.warmup,
             rep=pa.rep,
+            warmup_iters=pa.warmup_iters,
+            rep_iters=pa.rep_iters,
             flush=pa.flush_cache if artifact.device_type == "cuda" else (pa.flush_cache or None),
             timer=p.timer,
             threads=p.settings.run_threads(),
+            pre_hook=pa.pre_hook,
+            post_hook=pa.post_hook,
         )
         worker, self._run_worker = self._run_worker, None
         if worker is not None and artifact.device_type != "cpu":
@@ -293,7 +307,7 @@ class Tuner:
         for cid in sorted(pending, key=lambda c: (c != default_id, order.index(c))):
             result = pending.pop(cid)
             if not result.ok or result.artifact is None:
-                measured[cid] = self._trial(result, None)
+                self._record(measured, cid, self._trial(result, None))
                 bar.update(1)
                 continue
             is_default = cid == default_id
@@ -301,12 +315,26 @@ class Tuner:
             if reuse is not None and is_default:
                 # measured before (cache): run once only to produce the reference outputs
                 run = runner.run(result.artifact, result.config, is_reference=True, time_it=False)
-                measured[cid] = reuse if run.status.ok else self._trial(result, run)
+                self._record(measured, cid, reuse if run.status.ok else self._trial(result, run))
             else:
                 run = runner.run(result.artifact, result.config, is_reference=is_default)
-                measured[cid] = self._trial(result, run)
+                self._record(measured, cid, self._trial(result, run))
             bar.update(1)
             bar.set_postfix_str(_postfix(measured))
+
+    def _record(self, measured: dict[str, Trial], cid: str, trial: Trial) -> None:
+        """Keep a config's trial, at its index in the space, and report it to ``on_trial``."""
+        trial = trial.at_index(self.index_of.get(cid, -1))
+        measured[cid] = trial
+        on_trial = self.problem.profile_args.on_trial
+        if on_trial is None:
+            return
+        try:
+            on_trial(trial)
+        except Exception as exc:  # noqa: BLE001 - a progress callback must not stop tuning
+            if not self._on_trial_failed:
+                self._on_trial_failed = True
+                log.warning("on_trial raised %s: %s (tuning goes on)", type(exc).__name__, exc)
 
     def _trial(self, build: BuildResult, run: Any) -> Trial:
         if not build.ok:
@@ -432,3 +460,25 @@ def _progress(total: int, verbose: bool, name: str) -> Any:
         monitor_interval = 0
 
     return Bar(total=total, desc=f"autotune {name}", unit="step", leave=False, disable=None)
+
+
+def _inplace_positions(
+    inplace_args: tuple[int, ...] | None, artifact: KernelArtifact
+) -> tuple[int, ...] | None:
+    """``inplace_args`` checked against the kernel's inputs (negative counts from the end).
+
+    Raises:
+        ValueError: a position is not one of the kernel's inputs (names them), before any
+            config is run, instead of an IndexError in every config.
+    """
+    if inplace_args is None:
+        return None
+    inputs = [p.name for i, p in enumerate(artifact.params) if i not in set(artifact.out_idx)]
+    bad = [k for k in inplace_args if not -len(inputs) <= k < len(inputs)]
+    if bad:
+        raise ValueError(
+            f"inplace_args={list(inplace_args)}: {bad} {'is' if len(bad) == 1 else 'are'} not "
+            f"input positions; the kernel's {len(inputs)} inputs are "
+            f"{', '.join(f'{k}: {n}' for k, n in enumerate(inputs))}"
+        )
+    return tuple(dict.fromkeys(k % len(inputs) for k in inplace_args))

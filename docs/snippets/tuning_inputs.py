@@ -28,9 +28,9 @@ with tileauto.set_autotune_inputs(a, s):
 assert torch.equal(s, torch.tensor([4.0]))  # tuning never modifies the tensors you pass
 
 
-# 2. A supply program: gets every parameter (name, shape, dtype; outputs included).
+# 2. A supply program: gets the inputs' records (name, torch dtype, shape).
 def supply(params):
-    print([(p.name, p.shape, p.dtype) for p in params])  # [('A', (2048,), 'float32'), ...]
+    print([(p.name, p.shape, p.dtype) for p in params])  # [('A', (2048,), torch.float32), ...]
     return [torch.randn(n), torch.full((1,), 2.0)]  # the inputs, in order
 
 

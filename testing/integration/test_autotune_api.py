@@ -10,7 +10,7 @@ import tileauto
 from tileauto import TensorSupplyType, TrialStatus
 from tileauto.language import next_power_of_2
 
-FAST = {"warmup": 1, "rep": 3, "verbose": False}
+FAST = {"warmup_iters": 1, "rep_iters": 3, "verbose": False}
 
 
 def by_vec(func, args, *, warmup, rep, config, device):

@@ -19,6 +19,7 @@ import psutil
 import pytest
 import torch
 from cache_kernels import jit_scale_add, ref_scale_add, scale_add, tune_scale_add
+from second_user import OTHER_UID, needs_root
 
 import tileauto
 from tileauto.builder import compile_workers
@@ -26,27 +27,6 @@ from tileauto.errors import InputSupplyError, TileautoError
 from tileauto.utils import procs
 
 pytestmark = pytest.mark.timeout(300)
-
-OTHER_UID = 12345  # an unused uid: the "second user"
-needs_root = pytest.mark.skipif(
-    os.getuid() != 0, reason="a second user (chown, setuid) needs this process to be root"
-)
-
-
-def as_second_user(action) -> int:
-    """Run ``action()`` in a forked child as uid/gid ``OTHER_UID``; returns its exit code."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(OTHER_UID)
-            os.setuid(OTHER_UID)
-            code = int(action() or 0)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 def cache_messages(caught) -> list[str]:

@@ -54,7 +54,7 @@ class ScriptedTimer:
 def _tune(timer: ScriptedTimer, n: int = 1024, retime_top_k: int = 3):
     return (
         tileauto.AutoTuner.from_kernel(scale_jit(n), SPACE)
-        .set_profile_args(warmup=1, rep=REP, timer=timer, retime_top_k=retime_top_k)
+        .set_profile_args(warmup_iters=1, rep_iters=REP, timer=timer, retime_top_k=retime_top_k)
         .run(verbose=False)
     )
 

@@ -6,6 +6,7 @@ compile   a schedule error at elaboration (compile_error)
 wrong     B = A * 3 (mismatch)
 partial   writes only the first half of B (mismatch: NaN left in the output)
 tail      leaves the last 32 elements of B unwritten (0.8% of 4,000: under the 1% ratio)
+raise     computes B, then fails a runtime assert (the call raises: run_error)
 spill     writes 8 elements past the end of B (out_of_bounds, caught by canaries)
 segfault  writes far outside B (the run worker dies with SIGSEGV)
 hang      loops forever (timeout; the worker is killed)
@@ -51,6 +52,14 @@ def _script(n: int, mode: str):
         def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
             for i in range(n - 32):
                 B[i] = A[i] * T.float32(2)
+
+    elif mode == "raise":
+
+        @T.prim_func
+        def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+            for i in range(n):
+                B[i] = A[i] * T.float32(2)
+            assert A[0] > T.float32(1e30), "deliberate runtime failure"
 
     elif mode == "spill":
 
@@ -118,3 +127,27 @@ scale_jit = tileauto.jit(out_idx=[-1], target="llvm")(scale)
 def inplace_scale(n: int, vec: int = 8):
     """B = 2 * A, and A is doubled in place too (no output allocated: out_idx=None)."""
     return _script(n, "inplace")
+
+
+def scaled_by(n: int, vec: int = 8):
+    """B = A * alpha with alpha a scalar parameter (passed by value)."""
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), alpha: T.float32, B: T.Buffer((n,), "float32")):
+        for i in range(n):
+            B[i] = A[i] * alpha
+
+    return main
+
+
+def first_n(vec: int = 8):
+    """B[:n] = A[:n] * 2 with the length n a scalar parameter that sizes both buffers."""
+
+    @T.prim_func
+    def main(a: T.handle, n: T.int32, b: T.handle):
+        A = T.match_buffer(a, (n,), "float32")
+        B = T.match_buffer(b, (n,), "float32")
+        for i in range(n):
+            B[i] = A[i] * T.float32(2)
+
+    return main

@@ -318,8 +318,15 @@ def test_set_autotune_inputs_reset_after_an_exception():
 
 def test_set_autotune_inputs_rejects_non_tensors():
     with (
-        pytest.raises(InputSupplyError, match="argument 1 must be a torch.Tensor, got list"),
+        pytest.raises(
+            InputSupplyError, match=r"argument 1 must be a torch.Tensor \(or an int or float"
+        ),
         set_autotune_inputs(torch.zeros(1), [1, 2]),
     ):
         pass
     assert captured_inputs() is None
+
+
+def test_set_autotune_inputs_takes_numbers_for_scalar_parameters():
+    with set_autotune_inputs(torch.zeros(1), 2.5, 3):
+        assert captured_inputs()[1:] == (2.5, 3)

@@ -44,3 +44,91 @@ def test_compile_args_out_idx():
     assert CompileArgs(out_idx=-1).out_idx == (-1,)
     with pytest.raises(TypeError, match="out_idx must be"):
         CompileArgs(out_idx="C")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"seed": 2**70}, r"seed must be an int in \[0, 2\*\*63\)"),
+        ({"seed": -1}, "seed must be"),
+        ({"seed": 1.5}, "seed must be"),
+        ({"retime_top_k": "3"}, "retime_top_k must be an int >= 0"),
+        ({"retime_top_k": -1}, "retime_top_k must be"),
+        ({"rep": 10**9}, r"rep=1000000000 ms is more than 600,000 ms .* use rep_iters"),
+        ({"warmup": -1}, r"warmup must be a number of milliseconds >= 0"),
+        ({"rep": 0}, r"rep must be a number of milliseconds > 0"),
+        ({"rep": float("nan")}, "rep must be a number of milliseconds"),
+        ({"rep": "100"}, "rep must be a number of milliseconds"),
+        ({"rep_iters": 10**9}, r"rep_iters must be None or an int in \[1, 1,000,000\]"),
+        ({"rep_iters": 0}, "rep_iters must be"),
+        ({"warmup_iters": 2.5}, "warmup_iters must be"),
+    ],
+)
+def test_bad_profile_options_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ProfileArgs(**kwargs)
+
+
+@pytest.mark.parametrize("bad", [["a"], "0", [1.5]])
+def test_inplace_args_must_be_ints(bad):
+    with pytest.raises(TypeError, match="inplace_args must be None or a list of input positions"):
+        ProfileArgs(inplace_args=bad)
+
+
+def test_numpy_ints_are_accepted_and_become_python_ints():
+    args = ProfileArgs(seed=np.int64(7), rep_iters=np.int32(5), inplace_args=[np.int64(0)])
+    assert type(args.seed) is int and type(args.rep_iters) is int and args.inplace_args == (0,)
+    assert ProfileArgs(rep=np.int64(50)).rep == 50.0
+    assert ProfileArgs(inplace_args=0).inplace_args == (0,)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"supply_type": "randn"}, "supply_type must be None or a tileauto.TensorSupplyType"),
+        ({"skip_check": "yes"}, "skip_check must be True or False"),
+        ({"cache_input_tensors": 1}, "cache_input_tensors must be True or False"),
+        ({"flush_cache": "no"}, "flush_cache must be None, True or False"),
+        ({"ref_prog": 3}, "ref_prog must be callable"),
+    ],
+)
+def test_bad_kinds_name_the_argument(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        ProfileArgs(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"timer": 3}, "timer must be None or a callable timer"),
+        ({"verbose": "no"}, "verbose must be True or False"),
+        ({"check_new_shapes": None}, "check_new_shapes must be True or False"),
+    ],
+)
+def test_decorator_options_name_the_argument(kwargs, match):
+    import tileauto
+
+    with pytest.raises(TypeError, match=match):
+        tileauto.autotune(configs=[{}], **kwargs)
+
+
+@pytest.mark.parametrize("timeout", [True, float("nan"), 0, -1, "60"])
+def test_timeout_must_be_a_positive_number_of_seconds(timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        ProfileArgs(timeout=timeout)
+
+
+def test_compile_verbose_must_be_a_bool():
+    with pytest.raises(TypeError, match="verbose must be True or False"):
+        CompileArgs(verbose="yes")
+
+
+def test_the_api_builds_profile_args_from_its_own_arguments_only():
+    import tileauto
+
+    tuner = tileauto.AutoTuner(lambda block=1: None, [{"block": 1}])
+    tuner.set_profile_args(5, 10, rep_iters=3, seed=4)
+    args = tuner.profile_args
+    assert (args.warmup, args.rep, args.rep_iters, args.seed, args.extra) == (5, 10, 3, 4, {})
+    decorated = tileauto.autotune(configs=[{}], rep=7, seed=2)(tileauto.jit(lambda: None))
+    assert decorated.profile_args.rep == 7 and decorated.profile_args.extra == {}

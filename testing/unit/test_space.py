@@ -170,3 +170,57 @@ def test_a_generator_is_read_once_into_a_list():
         ]
     same = [{"block_M": 1}]
     assert materialize(same) is same
+
+
+# -- Triton's prune_configs_by --------------------------------------------------------------------
+from tileauto.space import check_prune_configs_by, prune_space  # noqa: E402
+
+SPACE = [{"block_M": b} for b in (16, 32, 64, 128)]
+
+
+def test_early_prune_then_perf_model_top_k():
+    seen = {}
+
+    def early(configs, named_args, **kwargs):
+        seen["named"] = named_args
+        return [c for c in configs if c["block_M"] != 16]
+
+    prune = {
+        "early_config_prune": early,
+        "perf_model": lambda M, N, K, block_M, **rest: abs(block_M - 64),
+        "top_k": 2,
+    }
+    kept = prune_space(SPACE, prune, matmul, (128, 128, 128), {})
+    assert kept == [{"block_M": 64}, {"block_M": 32}]  # ranked by the model, best first
+    assert seen["named"] == {"M": 128, "N": 128, "K": 128}
+
+
+@pytest.mark.parametrize("top_k, n", [(0.5, 2), (0.01, 1), (1.0, 4)])
+def test_fractional_top_k_is_a_share_of_the_space_and_keeps_one(top_k, n):
+    prune = {"perf_model": lambda **kw: kw["block_M"], "top_k": top_k}
+    assert len(prune_space(SPACE, prune, matmul, (1, 2, 3), {})) == n
+
+
+def test_prune_that_invents_or_empties_configs_is_an_error():
+    with pytest.raises(ConfigSpaceError, match="not in the space"):
+        prune_space(
+            SPACE, {"early_config_prune": lambda c, n: [{"block_M": 7}]}, matmul, (1, 2, 3), {}
+        )
+    with pytest.raises(ConfigSpaceError, match="left no config"):
+        prune_space(SPACE, {"early_config_prune": lambda c, n: []}, matmul, (1, 2, 3), {})
+
+
+@pytest.mark.parametrize(
+    "prune, match",
+    [
+        ({"perf_model": len}, r"top_k.*int >= 1 or a fraction"),
+        ({"perf_model": len, "top_k": 0}, r"top_k"),
+        ({"perf_model": len, "top_k": 1.5}, r"top_k"),
+        ({"early_prune": len}, r"unknown keys \['early_prune'\]"),
+        ({"perf_model": 3, "top_k": 1}, r"\['perf_model'\] must be callable"),
+        ([len], "must be a dict"),
+    ],
+)
+def test_bad_prune_configs_by_is_named(prune, match):
+    with pytest.raises(ValueError, match=match):
+        check_prune_configs_by(prune)

@@ -70,12 +70,18 @@ def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, An
     ``supply_prog`` keeps the cache on; ``timeout`` and ``cache_input_tensors`` do not count.
     """
     return {
-        "warmup": profile.warmup,
-        "rep": profile.rep,
+        # what timing means: milliseconds resolved to counts per kernel, or fixed counts
+        "warmup_ms": profile.warmup if profile.warmup_iters is None else None,
+        "rep_ms": profile.rep if profile.rep_iters is None else None,
+        "warmup_iters": profile.warmup_iters,
+        "rep_iters": profile.rep_iters,
         "supply_type": str(profile.supply_type),
         "supply_prog": _callable_key(profile.supply_prog, "supply_prog"),
         "ref_prog": _callable_key(profile.ref_prog, "ref_prog"),
         "manual_check_prog": _callable_key(profile.manual_check_prog, "manual_check_prog"),
+        # hooks run around every benchmarked call (Triton's): they can change what passes
+        "pre_hook": _callable_key(profile.pre_hook, "pre_hook"),
+        "post_hook": _callable_key(profile.post_hook, "post_hook"),
         "skip_check": profile.skip_check,
         "rtol": profile.rtol,
         "atol": profile.atol,

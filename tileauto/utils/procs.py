@@ -320,6 +320,7 @@ class Worker:
         self._conn: Any = None
         self._rss_at_start = 0
         self._lock = threading.RLock()  # start() may run in a background thread
+        self._reap_lock = threading.Lock()
         self.restarts = 0
         self.output_path: str | None = None
         _LIVE.add(self)
@@ -506,13 +507,18 @@ class Worker:
         self._reap()
 
     def _reap(self) -> None:
-        if self._proc is not None:
-            self._proc.join(timeout=5.0)
+        # kill() from the caller's thread (a cancel) may race a job thread that saw the worker
+        # die: each takes the handles out under the lock, so only one of them closes them
+        with self._reap_lock:
+            proc, conn = self._proc, self._conn
+            self._proc, self._conn = None, None
+        if proc is not None:
+            proc.join(timeout=5.0)
+        if conn is not None:
             try:
-                self._conn.close()
+                conn.close()
             except OSError:
                 pass
-        self._proc, self._conn = None, None
 
     def _over_memory(self) -> bool:
         try:

@@ -18,30 +18,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from second_user import OTHER_UID, as_second_user, needs_root
 
 from tileauto.cache import catalog, disk
 from tileauto.records import Trial, TrialStatus
-
-OTHER_UID = 12345  # an unused uid: the "second user"
-needs_root = pytest.mark.skipif(
-    os.getuid() != 0, reason="making files of a second user (chown, setuid) needs root"
-)
-
-
-def as_second_user(action) -> int:
-    """Run ``action()`` in a forked child as uid/gid ``OTHER_UID``; returns its exit code."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(OTHER_UID)
-            os.setuid(OTHER_UID)
-            code = int(action() or 0)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 def fill(out: Path, text: str = "new") -> None:

@@ -184,3 +184,39 @@ def test_kill_is_idempotent_and_start_is_lazy():
     w.kill()
     w.kill()
     assert not w.alive
+
+
+def test_two_threads_reaping_a_worker_close_its_pipe_once():
+    """A cancel's kill() and a job thread that saw the worker die both reap it: no crash."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+    closes = []
+
+    class Proc:
+        def join(self, timeout=None):
+            entered.set()
+            release.wait(10)
+
+    class Conn:
+        def close(self):
+            closes.append(1)
+
+    w = Worker("test-procs-reap")
+    w._proc, w._conn = Proc(), Conn()
+    errors = []
+
+    def reap():
+        try:
+            w._reap()
+        except Exception as exc:  # the bug: AttributeError: 'NoneType' ... 'close'
+            errors.append(exc)
+
+    first = threading.Thread(target=reap)
+    first.start()
+    assert entered.wait(10)  # the first reaper holds the handles and waits in join()
+    reap()  # the second one finds nothing left to close
+    release.set()
+    first.join(10)
+    assert not errors and closes == [1]
+    assert w._proc is None and w._conn is None
