@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-import tvm
-from tvm import te
 
 try:
     import tileauto  # noqa: F401  (only the fallback below matters)
@@ -51,6 +49,8 @@ def row_reduce(name, combine, value, M, N, width):
     ``N // width * width`` columns (vectorizable over ``w``); stage ``<name>[i]`` reduces those
     ``width`` partials and the remaining tail columns. Returns ``(result, part or None)``.
     """
+    from tvm import te  # TVM is imported by the factories that use it, not by importing this
+
     nk = N // width
     if nk < 2 or width < 2:  # a row of less than two steps: a plain reduction
         r = te.reduce_axis((0, N), name=f"{name}_r")
@@ -213,6 +213,8 @@ def cpu_check_and_time(
     out = kernel(*sizes)(*inputs)  # default config
     torch.testing.assert_close(out, ref, **tol)
     err = f" (max abs err {(out - ref).abs().max().item():.2e})" if show_err else ""
+    import tvm
+
     print(f"{header}{err}; TVM threads {tvm.runtime.num_threads()}")
     shown = [{}] + (candidates if show_all else candidates[:: max(1, len(candidates) // 5)])
     torch_row = (baseline, t_ref)

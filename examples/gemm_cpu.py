@@ -20,13 +20,18 @@ written back. Run ``python examples/gemm_cpu.py --size 512`` to check it against
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import _common
 import torch
-import tvm
-from tvm import s_tir, te
 
 import tileauto
+
+if TYPE_CHECKING:
+    import tvm
+
+# TVM is imported inside the factory: a process that loads the tuned kernel from the cache
+# never calls it, and so never imports TVM's compiler (seconds of start-up).
 
 
 def _ceildiv(a: int, b: int) -> int:
@@ -34,8 +39,21 @@ def _ceildiv(a: int, b: int) -> int:
 
 
 def _host_has_avx512() -> bool:
-    """Whether LLVM's view of this CPU has AVX-512 (32 zmm registers of 16 fp32 lanes)."""
+    """Whether this CPU has AVX-512 (32 zmm registers of 16 fp32 lanes).
+
+    Read from ``/proc/cpuinfo`` (the kernel lists only what the OS enables) where there is
+    one, so that importing this module does not import TVM; else LLVM's view of the CPU.
+    """
     try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    try:
+        import tvm
+
         with tvm.target.Target.from_device("cpu"):
             return bool(tvm.target.codegen.llvm_cpu_has_features(["avx512f"]))
     except Exception:  # not x86, or an LLVM without the query: assume 16 vector registers
@@ -77,6 +95,9 @@ def gemm(
         parallel: run the output tiles (and the packing of B) on the TVM thread pool.
         dtype: element type of A, B and C.
     """
+    import tvm
+    from tvm import s_tir, te
+
     sizes = {"M": M, "N": N, "K": K, "block_M": block_M, "block_N": block_N,
              "block_K": block_K, "micro_M": micro_M, "micro_N": micro_N, "vec": vec,
              "unroll": unroll}  # fmt: skip

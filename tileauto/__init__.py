@@ -6,29 +6,91 @@ import tileauto.language as T
 @tileauto.autotune(configs=[{"block": 32}, {"block": 64}])
 @tileauto.jit(out_idx=[-1])
 def kernel(n, block=32): ...
+
+Importing the package is cheap: each name below is imported the first time it is used
+(PEP 562), so the ``tileauto`` command and a process that only loads tuned kernels do not pay
+for the parts they never touch (torch, TVM's compiler). ``tileauto.jit`` is both the
+decorator and the ``tileauto.jit`` subpackage (see :mod:`tileauto.jit`).
 """
 
 from __future__ import annotations
 
-from tileauto.autotuner import AutoTuneImpl, AutoTuner, autotune
-from tileauto.errors import (
-    CacheError,
-    CompileError,
-    ConfigSpaceError,
-    InputSupplyError,
-    KernelArgumentError,
-    NoValidConfigError,
-    SettingsError,
-    TileautoError,
-)
-from tileauto.inputs import KernelParam, TensorSupplyType, set_autotune_inputs
-from tileauto.jit import CompileFailure, JITImpl, JITKernel, jit
-from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.records import LatencyStats, Trial, TrialStatus
-from tileauto.result import AutotuneResult
-from tileauto.settings import Settings
+# Nothing is imported at module level, not even ``typing`` (tens of milliseconds without
+# bytecode caches): ``tileauto --help`` pays only for what it uses. Type checkers treat a
+# name ``TYPE_CHECKING`` as true.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it (imported on first use)
+_EXPORTS = {
+    "AutoTuneImpl": "tileauto.autotuner",
+    "AutoTuner": "tileauto.autotuner",
+    "autotune": "tileauto.autotuner",
+    "CacheError": "tileauto.errors",
+    "CompileError": "tileauto.errors",
+    "ConfigSpaceError": "tileauto.errors",
+    "InputSupplyError": "tileauto.errors",
+    "KernelArgumentError": "tileauto.errors",
+    "NoValidConfigError": "tileauto.errors",
+    "SettingsError": "tileauto.errors",
+    "TileautoError": "tileauto.errors",
+    "KernelParam": "tileauto.inputs",
+    "TensorSupplyType": "tileauto.inputs",
+    "set_autotune_inputs": "tileauto.inputs",
+    "CompileFailure": "tileauto.jit",
+    "JITImpl": "tileauto.jit",
+    "JITKernel": "tileauto.jit",
+    "CompileArgs": "tileauto.options",
+    "ProfileArgs": "tileauto.options",
+    "LatencyStats": "tileauto.records",
+    "Trial": "tileauto.records",
+    "TrialStatus": "tileauto.records",
+    "AutotuneResult": "tileauto.result",
+    "Settings": "tileauto.settings",
+}
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
+    from typing import Any
+
+    from tileauto import jit
+    from tileauto.autotuner import AutoTuneImpl, AutoTuner, autotune
+    from tileauto.errors import (
+        CacheError,
+        CompileError,
+        ConfigSpaceError,
+        InputSupplyError,
+        KernelArgumentError,
+        NoValidConfigError,
+        SettingsError,
+        TileautoError,
+    )
+    from tileauto.inputs import KernelParam, TensorSupplyType, set_autotune_inputs
+    from tileauto.jit import CompileFailure, JITImpl, JITKernel
+    from tileauto.options import CompileArgs, ProfileArgs
+    from tileauto.records import LatencyStats, Trial, TrialStatus
+    from tileauto.result import AutotuneResult
+    from tileauto.settings import Settings
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use (PEP 562)."""
+    import importlib
+
+    if name == "jit":
+        # The subpackage, which is callable as the decorator; importing it binds it here.
+        return importlib.import_module("tileauto.jit")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tileauto' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "AutoTuneImpl",

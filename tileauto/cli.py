@@ -19,9 +19,15 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+
+# ``tileauto --help`` and the cache verbs import only what they use: no torch, no TVM, and
+# not even ``typing`` or ``pathlib`` before a verb needs them. Type checkers treat a name
+# ``TYPE_CHECKING`` as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+    from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -79,6 +85,7 @@ def _settings(args: argparse.Namespace) -> Any:
         raise _Failure(str(exc), EXIT_USAGE) from None
     if getattr(args, "cache_dir", None):
         import dataclasses
+        from pathlib import Path
 
         settings = dataclasses.replace(settings, cache_dir=Path(args.cache_dir).expanduser())
     return settings
@@ -267,6 +274,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog
 
     info = _find(args)
+    from pathlib import Path
+
     dest = catalog.export_entry(info, Path(args.dir))
     print(f"exported {info.kind}/{info.key} ({info.kernel}) to {dest}")
     return EXIT_OK
@@ -277,6 +286,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     disk.make_private_dir(settings.cache_dir)
+    from pathlib import Path
+
     done = catalog.import_entries(Path(args.dir), settings.cache_dir, settings.staging_dir)
     for kind, key, note in done:
         print(f"imported {kind}/{key}" + (f" (warning: {note})" if note else ""))
@@ -380,9 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from tileauto import __version__
-
-        print(f"tileauto {__version__}")
+        # the package this module belongs to is loaded; no import edge back to its root
+        print(f"tileauto {sys.modules['tileauto'].__version__}")
         return EXIT_OK
     if args.func is None:
         getattr(args, "parser", parser).print_help(sys.stderr)

@@ -7,8 +7,41 @@ things kernel authors keep rewriting.
 
 from __future__ import annotations
 
-from tvm.script.tirx import *  # noqa: F403  (the dialect is the public surface of this module)
-from tvm.script.tirx import prim_func  # noqa: F401  (explicit for readers and type checkers)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tvm.script.tirx import *  # noqa: F403  (the dialect is the public surface of this module)
+    from tvm.script.tirx import prim_func  # noqa: F401  (explicit for readers and type checkers)
+
+_HELPERS = ("ceildiv", "next_power_of_2", "divisors", "powers_of_2")
+
+
+def __getattr__(name: str) -> Any:
+    """The TVMScript dialect, imported on first use (PEP 562).
+
+    ``import tileauto.language as T`` at the top of a kernel module then costs nothing: TVM's
+    compiler is imported when a factory first uses ``T.prim_func``, ``T.Buffer``..., so a
+    process that only loads tuned kernels never imports it.
+    """
+    if name.startswith("__") and name != "__all__":
+        raise AttributeError(f"module 'tileauto.language' has no attribute {name!r}")
+    dialect = importlib.import_module("tvm.script.tirx")
+    if name == "__all__":  # ``from tileauto.language import *``: the dialect and the helpers
+        names = getattr(dialect, "__all__", None) or [n for n in vars(dialect) if n[0] != "_"]
+        return sorted(set(names) | set(_HELPERS))
+    try:
+        value = getattr(dialect, name)
+    except AttributeError:
+        raise AttributeError(
+            f"module 'tileauto.language' has no attribute {name!r} (nor has tvm.script.tirx)"
+        ) from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__getattr__("__all__")))
 
 
 def ceildiv(a, b):  # type: ignore[no-untyped-def]

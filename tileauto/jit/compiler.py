@@ -10,14 +10,17 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import tvm
+from typing import TYPE_CHECKING, Any
 
 from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.errors import CompileError
-from tileauto.jit.target import device_type_of, resolve_target, target_json
 from tileauto.options import CompileArgs
+
+if TYPE_CHECKING:
+    import tvm
+
+# TVM's compiler is imported by the functions that compile, not by importing this module: a
+# process that loads tuned kernels reads COMPILE_COUNT and resolve_out_idx without it.
 
 # Calls of compile_to_dir in this process (tests use it to prove a cache hit compiled nothing).
 COMPILE_COUNT = 0
@@ -27,6 +30,8 @@ def elaborate(
     factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
 ) -> tvm.tirx.PrimFunc:
     """Call the factory and return its single PrimFunc (named by its ``global_symbol``)."""
+    import tvm
+
     produced = factory(*args, **kwargs)
     if isinstance(produced, tvm.IRModule):
         funcs = [
@@ -52,15 +57,23 @@ def elaborate(
 
 
 def describe_params(func: tvm.tirx.PrimFunc) -> tuple[ParamSpec, ...]:
-    """Buffer parameters of a PrimFunc as plain records (symbolic extents become text)."""
+    """Parameters of a PrimFunc as plain records: buffers (symbolic extents become text) and
+    scalars (an int or float passed by value, such as an alpha or a length)."""
+    import tvm
+
     specs = []
     for param in func.params:
-        shape = getattr(param, "shape", None)
-        if shape is None:
-            raise CompileError(
-                f"parameter {param} of {func.attrs['global_symbol']} is a scalar: tileauto kernels "
-                f"take buffers only; make it a factory argument instead"
-            )
+        try:
+            shape = param.shape  # a buffer-typed Var (TVM 0.27: no buffer_map)
+        except AttributeError:
+            dtype = str(getattr(param, "ty", ""))
+            if not dtype or dtype == "handle" or "Buffer" in dtype:
+                raise CompileError(
+                    f"parameter {param} of {func.attrs['global_symbol']} is neither a buffer nor "
+                    f"an int or float scalar (type {dtype or 'unknown'})"
+                ) from None
+            specs.append(ParamSpec(str(param.name), (), dtype, scalar=True))
+            continue
         dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in shape)
         specs.append(ParamSpec(name=str(param.name), shape=dims, dtype=str(param.dtype)))
     return tuple(specs)
@@ -96,6 +109,10 @@ def compile_to_dir(
     Raises:
         CompileError: elaboration, compilation or export failed (message has TVM's first lines).
     """
+    import tvm
+
+    from tileauto.jit.target import device_type_of, resolve_target, target_json
+
     global COMPILE_COUNT
     COMPILE_COUNT += 1
     start = time.perf_counter()
@@ -104,6 +121,11 @@ def compile_to_dir(
         func = elaborate(factory, args, kwargs)
         params = describe_params(func)
         out_idx = resolve_out_idx(compile_args.out_idx, len(params))
+        scalars = [params[j].name for j in out_idx if params[j].scalar]
+        if scalars:
+            raise CompileError(
+                f"out_idx names the scalar parameter(s) {scalars}: outputs must be buffers"
+            )
         with tvm.transform.PassContext(config=compile_args.pass_configs or {}):
             executable = tvm.compile(func, target=target)
     except CompileError:

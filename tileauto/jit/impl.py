@@ -12,17 +12,20 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tileauto._logging import get_logger
-from tileauto.builder import Builder, BuildRequest, BuildStatus
 from tileauto.cache.disk import make_private_dir
 from tileauto.errors import CompileError
-from tileauto.jit.compiler import compile_to_dir
-from tileauto.jit.kernel import JITKernel
 from tileauto.keys import CallCache, bind_arguments
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings
+
+# Decorating a factory imports neither torch nor TVM: the kernel (torch), the builder and the
+# compiler (TVM) are imported by the calls that need them.
+if TYPE_CHECKING:
+    from tileauto.builder import BuildStatus
+    from tileauto.jit.kernel import JITKernel
 
 log = get_logger("jit")
 
@@ -84,17 +87,15 @@ class JITImpl:
     def _compile(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
         from tileauto.cache import disk
         from tileauto.cache.kernels import KernelStore
-        from tileauto.jit.target import (
-            device_fingerprint,
-            device_type_of,
-            resolve_target,
-            target_json,
-        )
+        from tileauto.jit import target_memo
+        from tileauto.jit.kernel import JITKernel
 
         settings = Settings.from_env()
         bound = bind_arguments(self.factory, args, kwargs)
 
         def build() -> Any:
+            from tileauto.jit.compiler import compile_to_dir
+
             out_dir = process_scratch_dir(settings) / f"jit-{uuid.uuid4().hex[:12]}"
             self.compile_count += 1
             artifact = compile_to_dir(
@@ -113,15 +114,16 @@ class JITImpl:
 
         store = None
         if settings.kernel_cache_enabled:
-            target = resolve_target(self.compile_args.target, self.compile_args.target_host)
+            ca = self.compile_args
+            resolved = target_memo.resolve(ca.target, ca.target_host, settings)
             try:
                 store = KernelStore.open(
                     settings,
                     self.factory,
                     bound,
                     self.compile_args,
-                    target=target_json(target),
-                    device=device_fingerprint(device_type_of(target)),
+                    target=resolved.json,
+                    device=resolved.device,
                 )
             except Exception as exc:  # noqa: BLE001 - no key: compile without the disk cache
                 disk.warn(f"cannot key {self.__name__} ({exc}); compiling without the disk cache")
@@ -145,6 +147,9 @@ class JITImpl:
         ones). A config that fails to compile comes back as a :class:`CompileFailure`.
         ``num_workers`` defaults to the CPU-fraction settings (``TILEAUTO_AUTO_TUNING_*``).
         """
+        from tileauto.builder import Builder, BuildRequest
+        from tileauto.jit.kernel import JITKernel
+
         settings = Settings.from_env()
         items = list(configs)
         requests = []

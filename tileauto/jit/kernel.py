@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import tvm
 
 from tileauto.artifact import KernelArtifact, ParamSpec, evaluate_dim
 from tileauto.errors import KernelArgumentError, TileautoError
+from tileauto.jit import runtime as tvm_runtime  # loads kernels without TVM's compiler
+from tileauto.settings import Settings, available_cpus
+
+if TYPE_CHECKING:
+    import tvm
 
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
@@ -40,6 +46,43 @@ _empty_like = torch.empty_like
 _CONTIGUOUS = torch.contiguous_format
 
 
+def configure_thread_pool(num_threads: int) -> int:
+    """Make TVM's CPU thread pool of the calling thread run ``num_threads`` threads.
+
+    TVM gives each thread its own pool, sized from ``TVM_NUM_THREADS`` when the pool starts
+    (by default half the cores on x86: one thread on a 2-core machine); afterwards it can be
+    set to any count up to that size (``runtime.config_threadpool``), never above it. So when
+    ``TVM_NUM_THREADS`` is unset, it is set here to every core (the pools the process starts
+    from now on, in any thread, can then run up to that) before this thread's pool is asked
+    for its size, which starts it. A variable the caller set is left alone.
+
+    Returns:
+        The thread count the calling thread's pool runs with now; less than ``num_threads``
+        when the pool had started smaller (see :meth:`JITKernel.use_threads`).
+    """
+    if "TVM_NUM_THREADS" in os.environ:
+        current = tvm_runtime.num_threads()
+    else:
+        cores = available_cpus()
+        os.environ["TVM_NUM_THREADS"] = str(max(num_threads, cores))
+        current = tvm_runtime.num_threads()  # starts this thread's pool if it has none
+        # what later pools get: the rule's default, so a later tuning reads no foreign count
+        os.environ["TVM_NUM_THREADS"] = str(cores)
+    if current != num_threads:
+        # mode 1 (kBig) is what TVM's pool starts with: every core on a homogeneous CPU
+        tvm_runtime.config_threadpool(1, num_threads)
+        current = tvm_runtime.num_threads()
+    return current
+
+
+def uses_thread_pool(lib_path: Path) -> bool:
+    """Whether a CPU kernel library has parallel loops (it calls TVM's thread pool)."""
+    try:
+        return b"TVMBackendParallelLaunch" in lib_path.read_bytes()
+    except OSError:
+        return False
+
+
 def torch_dtype(dtype: str) -> torch.dtype:
     """The torch dtype for a TVM dtype string."""
     try:
@@ -58,14 +101,17 @@ class JITKernel:
     without copying (DLPack). Wrong arguments raise :class:`KernelArgumentError`.
     """
 
-    def __init__(self, artifact: KernelArtifact, module: Any = None) -> None:
+    def __init__(
+        self, artifact: KernelArtifact, module: Any = None, num_threads: int | None = None
+    ) -> None:
         self.artifact = artifact
         self._module = module
+        self.num_threads: int | None = None  # set for parallel CPU kernels (use_threads)
         if module is None:
             try:
-                self._module = tvm.runtime.load_module(str(artifact.lib_path))
+                self._module = tvm_runtime.load_module(artifact.lib_path, artifact.device_type)
             except Exception as exc:
-                if artifact.device_type != "cuda" or tvm.runtime.enabled("cuda"):
+                if artifact.device_type != "cuda" or tvm_runtime.enabled("cuda"):
                     raise
                 # Compiled for CUDA on a machine without the CUDA runtime: sources stay readable.
                 self._func = _no_cuda_runtime(artifact.func_name, exc)
@@ -84,8 +130,40 @@ class JITKernel:
         self._target: Any = None
         self.origin: tuple | None = None  # (JITImpl, args, kwargs) when made by a @jit factory
         self._init_call_plan()
+        if (
+            artifact.device_type == "cpu"
+            and self._module is not None
+            and uses_thread_pool(artifact.lib_path)
+        ):
+            self.use_threads(num_threads)
 
     # -- public surface --------------------------------------------------------------------
+    def use_threads(self, num_threads: int | None = None) -> int:
+        """Run this kernel with ``num_threads`` CPU threads in the calling thread.
+
+        Called when the kernel is loaded, with the count it was tuned with (the thread-count
+        rule of ``docs/tuning.md``: ``num_threads`` option, ``TILEAUTO_NUM_THREADS``,
+        ``TVM_NUM_THREADS``, every core; None applies that rule). TVM's pool belongs to the
+        calling thread and is shared by every TVM kernel that thread runs; the last count set
+        holds. Returns the count the pool runs with, and warns when it differs (a pool started
+        smaller cannot grow: set ``TVM_NUM_THREADS`` before your first TVM kernel runs).
+        """
+        wanted = Settings.from_env().run_threads() if num_threads is None else num_threads
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
+            raise ValueError(f"num_threads must be an int >= 1, got {num_threads!r}")
+        self.num_threads = wanted
+        got = configure_thread_pool(wanted)
+        if got != wanted:
+            warnings.warn(
+                f"tileauto: kernel {self.func_name} was tuned with {wanted} threads but TVM's "
+                f"thread pool in this thread started smaller, before the kernel was loaded; it "
+                f"runs with {got}. Set TVM_NUM_THREADS={wanted} before the first TVM kernel "
+                f"runs, or tune with num_threads={got}.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return got
+
     @property
     def config(self) -> dict[str, Any]:
         """The tunable arguments this kernel was built with."""
@@ -95,6 +173,8 @@ class JITKernel:
     def target(self) -> tvm.target.Target:
         """The TVM target the kernel was compiled for."""
         if self._target is None:
+            import tvm  # the compiler's Target class: imported when asked for
+
             self._target = tvm.target.Target(self.artifact.target)
         return self._target
 
@@ -146,7 +226,7 @@ class JITKernel:
             )
         meta = json.loads(meta_path.read_text())
         artifact = KernelArtifact.from_json(meta, directory=path.parent)
-        module = tvm.runtime.load_module(str(path))
+        module = tvm_runtime.load_module(path, artifact.device_type)
         return cls(artifact, module)
 
     @classmethod
@@ -274,7 +354,11 @@ class JITKernel:
         spec = self.params[out]
         for k, pos in enumerate(self._in_pos):
             other = self.params[pos]
-            if other.dtype == spec.dtype and tuple(other.shape) == tuple(spec.shape):
+            if (
+                not other.scalar
+                and other.dtype == spec.dtype
+                and tuple(other.shape) == tuple(spec.shape)
+            ):
                 return k
         return None
 
@@ -309,7 +393,10 @@ class JITKernel:
             return [_empty_like(t) for t in templates]
         device = self._out_device
         if device is None:  # a GPU kernel: the outputs go where the inputs are
-            device = args[0].device if args else torch.device(self.artifact.device_type)
+            device = next(
+                (a.device for a in args if isinstance(a, torch.Tensor)),
+                torch.device(self.artifact.device_type),
+            )
         shapes = self._out_shapes
         if shapes is None:
             shapes = self._resolve_out_shapes(args)
@@ -328,18 +415,24 @@ class JITKernel:
                 if isinstance(dim, int):
                     shape.append(dim)
                 elif isinstance(dim, tuple):
-                    shape.append(args[dim[0]].shape[dim[1]])
+                    shape.append(_bound_size(args, dim))
                 else:
                     if bindings is None:
-                        bindings = {s: args[k].shape[d] for s, (k, d) in self._bind_sources.items()}
+                        bindings = {
+                            s: _bound_size(args, source) for s, source in self._bind_sources.items()
+                        }
                     shape.append(evaluate_dim(dim, bindings))
             shapes.append(tuple(shape))
         return shapes
 
     def _symbol_sources(self) -> dict[str, tuple[int, int]]:
-        """For each size variable, the (input index, dim) that binds it."""
+        """For each size variable, the (input index, dim) that binds it (dim -1: the input is
+        a scalar argument of that name, such as a length ``n: T.int32``)."""
         sources: dict[str, tuple[int, int]] = {}
         for k, pos in enumerate(self._in_pos):
+            if self.params[pos].scalar:
+                sources.setdefault(self.params[pos].name, (k, -1))
+                continue
             for d, dim in enumerate(self.params[pos].shape):
                 if isinstance(dim, str) and dim.isidentifier() and dim not in sources:
                     sources[dim] = (k, d)
@@ -395,9 +488,36 @@ def _no_cuda_runtime(name: str, exc: Exception) -> Any:
     return unavailable
 
 
+def _bound_size(args: tuple, source: tuple[int, int]) -> int:
+    """The size a variable takes: an input's dim, or a scalar argument's value (dim -1)."""
+    k, d = source
+    return int(args[k]) if d < 0 else args[k].shape[d]
+
+
+def _check_scalar(spec: ParamSpec, value: Any) -> str | None:
+    """Why ``value`` cannot be the scalar parameter ``spec``, or None."""
+    import numbers
+
+    kind = "int" if spec.dtype.startswith(("int", "uint")) else "number"
+    if spec.dtype == "bool":
+        ok = isinstance(value, (bool, numbers.Integral))
+    elif kind == "int":
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        return None
+    return (
+        f"parameter {spec.name!r}: expected a scalar {spec.dtype} (a Python {kind}), "
+        f"got {type(value).__name__}"
+    )
+
+
 def _check_tensor(
     spec: ParamSpec, value: Any, bindings: dict[str, int], device: torch.device
 ) -> str | None:
+    if spec.scalar:
+        return _check_scalar(spec, value)
     name = spec.name
     expected = f"expected a {list(spec.shape)} {spec.dtype} tensor on {device.type}"
     if not isinstance(value, torch.Tensor):

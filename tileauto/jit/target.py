@@ -1,9 +1,14 @@
-"""Turn the user's ``target`` argument into a TVM Target, and describe the device it runs on."""
+"""Turn the user's ``target`` argument into a TVM Target, and describe the device it runs on.
+
+This module imports TVM's compiler. The warm path asks :mod:`tileauto.jit.target_memo`
+instead, which remembers these answers on disk and calls here only on a miss.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import tvm
@@ -12,6 +17,13 @@ from tvm.target import Target
 from tileauto.settings import Settings
 
 TargetLike = str | dict | Target | None
+
+# LLVM CPU features that are instructions (a kernel using one dies with SIGILL without it);
+# the others (fast-*, slow-*, prefer-*...) only steer code generation.
+_ISA_FEATURE = re.compile(
+    r"^(sse|ssse|avx|fma|f16c|amx|bmi|lzcnt|popcnt|movbe|aes|pclmul|sha|vaes|vpclmul|gfni|adx|"
+    r"cx16|xsave|sve|sme|neon|fp-armv8|dotprod|i8mm|bf16|fullfp16|fp16|rvv|zv|v$)"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,3 +134,42 @@ def device_fingerprint(device_type: str) -> dict[str, Any]:
         if hasattr(codegen, "llvm_get_system_x86_vendor")
         else "",
     }
+
+
+def cannot_run_here(stored_json: str, device_type: str, wanted: Target | None) -> str | None:
+    """Why a library built for ``stored_json`` cannot run on this machine, or None when it can.
+
+    Args:
+        stored_json: the target the library was built for (JSON text).
+        device_type: ``"cpu"`` or ``"cuda"``.
+        wanted: the target the caller asks for (``load_from_disk(compile_args=...)``), if any:
+            another kind than the stored one is a reason.
+    """
+    from tvm.target import codegen
+
+    stored = Target(stored_json)
+    if wanted is not None and wanted.kind.name != stored.kind.name:
+        return f"compile_args asks for a {wanted.kind.name} target; it was built for {stored.kind.name}"
+    if device_type == "cuda":
+        if not cuda_usable():
+            return "it is a CUDA kernel and no usable CUDA GPU is here"
+        here = str(resolve_target("cuda").attrs.get("arch", ""))
+        built = str(stored.attrs.get("arch", ""))
+        return None if not built or built == here else f"built for {built}, this GPU is {here}"
+    triple = str(stored.attrs.get("mtriple", "") or "")
+    arch_here = str(codegen.llvm_get_system_triple()).split("-")[0]
+    if triple and triple.split("-")[0] != arch_here:
+        return f"built for {triple.split('-')[0]}, this CPU is {arch_here}"
+    if stored.kind.name != "llvm":
+        return None
+    try:
+        with stored:
+            needed = set(codegen.llvm_get_cpu_features())
+        with host_cpu_target():
+            have = set(codegen.llvm_get_cpu_features())
+    except Exception:  # noqa: BLE001 - unknown features: let loading the library decide
+        return None
+    missing = sorted(f for f in needed - have if _ISA_FEATURE.match(f))
+    if missing:
+        return f"it uses CPU instructions this CPU lacks ({', '.join(missing[:6])})"
+    return None

@@ -1,0 +1,125 @@
+"""Load and run compiled kernels with TVM's runtime alone: tvm-ffi and ``libtvm_runtime``.
+
+A process that only calls tuned kernels (a cache hit, ``load_from_disk``) needs no compiler:
+``import tvm`` loads ``libtvm_compiler`` (LLVM inside) and the whole Python compiler stack,
+seconds of start-up, while a kernel library needs only the runtime. So a library is loaded with
+``tvm_ffi.load_module`` after ``libtvm_runtime.so`` has been loaded with ``RTLD_GLOBAL`` (a
+kernel with parallel loops calls its thread pool, and segfaults without it); a CUDA kernel also
+needs ``libtvm_runtime_cuda.so``. Once ``tvm`` is imported anyway, its own loader is used.
+The libraries are found as ``import tvm`` finds them (``TVM_LIBRARY_PATH``, then the package's
+``lib`` folder), so importing ``tvm`` later loads the very same files.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+
+log = get_logger("jit")
+_LOCK = threading.Lock()
+
+
+def _lib_dirs() -> list[Path]:
+    """Where ``import tvm`` looks for its libraries (``tvm.libinfo.package_lib_paths``)."""
+    dirs = []
+    if os.environ.get("TVM_LIBRARY_PATH"):
+        dirs.append(Path(os.environ["TVM_LIBRARY_PATH"]))
+    spec = importlib.util.find_spec("tvm")  # finds the package without importing it
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        dirs.append(Path(location) / "lib")
+    return dirs
+
+
+def compiler_loaded() -> bool:
+    """Whether ``tvm`` (the compiler's Python package) is imported in this process."""
+    return "tvm" in sys.modules
+
+
+@functools.cache
+def _load_lib(name: str, mode: str) -> Any:
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    return load_lib_ctypes("tvm", name, mode, extra_lib_paths=_lib_dirs())
+
+
+def ensure_runtime() -> None:
+    """Load ``libtvm_runtime`` (global symbols: the thread pool, device APIs), once.
+
+    Raises:
+        RuntimeError / OSError: the library cannot be found or loaded.
+    """
+    if compiler_loaded():
+        return  # ``import tvm`` loaded it, from the same place
+    with _LOCK:
+        _load_lib("tvm_runtime", "RTLD_GLOBAL")
+
+
+def ensure_cuda_runtime() -> bool:
+    """Load TVM's CUDA runtime (``libtvm_runtime_cuda``); False when it cannot be loaded here."""
+    ensure_runtime()
+    if compiler_loaded():
+        return True  # tvm's CUDA backend loads it, when it can
+    with _LOCK:
+        try:
+            _load_lib("tvm_runtime_cuda", "RTLD_LOCAL")
+        except (OSError, RuntimeError, FileNotFoundError):  # no driver, or a CPU-only build
+            return False
+    return True
+
+
+def load_module(path: str | Path, device_type: str = "cpu") -> Any:
+    """Load a kernel library (a ``.so`` written by ``export_library``) without the compiler.
+
+    Raises:
+        ValueError: ``path`` is not a file.
+        RuntimeError: the library does not load.
+    """
+    path = os.path.realpath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"cannot find file {path}")
+    if not compiler_loaded():
+        try:
+            ensure_runtime()
+        except (OSError, RuntimeError) as exc:  # an unusual install: let ``import tvm`` find it
+            log.warning("loading TVM's runtime alone failed (%s); importing TVM", exc)
+        else:
+            if device_type == "cuda":
+                ensure_cuda_runtime()
+            import tvm_ffi
+
+            return tvm_ffi.load_module(path)
+    import tvm  # the same loader, with TVM's Module class (time_evaluator...)
+
+    return tvm.runtime.load_module(path)
+
+
+def get_global_func(name: str) -> Any:
+    """A function of TVM's runtime registry (the runtime is loaded first)."""
+    ensure_runtime()
+    import tvm_ffi
+
+    return tvm_ffi.get_global_func(name)
+
+
+def num_threads() -> int:
+    """The size of the calling thread's TVM thread pool (``tvm.runtime.num_threads``)."""
+    return int(get_global_func("runtime.NumThreads")())
+
+
+def config_threadpool(mode: int, count: int) -> None:
+    """Resize the calling thread's TVM thread pool (``runtime.config_threadpool``)."""
+    get_global_func("runtime.config_threadpool")(mode, count)
+
+
+def enabled(kind: str) -> bool:
+    """Whether TVM's runtime can run ``kind`` code here (``tvm.runtime.enabled``)."""
+    if kind == "cuda" and not ensure_cuda_runtime():
+        return False
+    return bool(get_global_func("runtime.RuntimeEnabled")(kind))
