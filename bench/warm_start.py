@@ -18,6 +18,13 @@ The figures are the medians over ``--runs`` warm processes of the child's own ti
 difference of two process start-up times, whose noise is larger than the figure). Targets:
 load + first call <= 0.3 s; the warm process's median call within the tuned p20-p80 spread
 (at most p80 / median of the tuned one, on the same machine minutes later).
+
+Then the start-up as a whole (``bench/_startup.py``, ``--startup-rounds`` rounds, 0 skips
+it): ``python -c "import torch"`` (the floor), ``import tileauto``, ``tileauto --help`` and a
+warm process (import, cache hit, first call, exit), from start to exit, with bytecode caches
+on and off; ``--baseline-tree DIR`` (a copy of ``tileauto/`` and ``examples/`` from before)
+runs side by side. Targets: warm process <= 1.15 x the floor + the library load;
+``tileauto --help`` <= 0.3 s.
 """
 
 from __future__ import annotations
@@ -47,10 +54,9 @@ def child(mode: str, size: int) -> None:
     import gemm_cpu
     import psutil
     import torch
-    import tvm
 
     from tileauto._native import time_function
-    from tileauto.jit import compiler
+    from tileauto.jit import compiler, runtime  # runtime: loads kernels without the compiler
 
     tuned = tileauto.autotune(configs=gemm_cpu.configs, verbose=False)(gemm_cpu.matmul)
     env_before = os.environ.get("TVM_NUM_THREADS")
@@ -72,6 +78,7 @@ def child(mode: str, size: int) -> None:
         "tvm_num_threads_env": env_before,
         "kernel_threads": kernel.num_threads,
         "configs": len(result.trials),
+        "tvm_imported": "tvm" in sys.modules,  # the compiler's package (the runtime is not)
     }
     if mode == "warm":
         best = next(t for t in result.trials if t.config == result.config and t.ok)
@@ -85,7 +92,7 @@ def child(mode: str, size: int) -> None:
                 per[threads].append(statistics.median(time_function(func, [a, b, out], 20)) / 1e6)
         kernel.use_threads(tuned_threads)
         report.update(
-            pool_threads=int(tvm.runtime.num_threads()),
+            pool_threads=runtime.num_threads(),
             median_ms=statistics.median(per[tuned_threads]),
             one_thread_ms=statistics.median(per[1]),
             tuned_median_ms=best.latency.median_ms,
@@ -121,6 +128,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="warm processes")
     parser.add_argument("--size", type=int, default=512, help="GEMM size (M = N = K)")
     parser.add_argument("--child", choices=("warm", "cold"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--startup-rounds", type=int, default=3, help="start-up rounds (0: skip the start-up)"
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a copy of tileauto/ and examples/ from before, measured side by side",
+    )
     args = parser.parse_args()
     if args.child:
         child(args.child, args.size)
@@ -174,6 +191,16 @@ def main() -> None:
         f"{spread_limit:.2f}: {'met' if vs_tuned <= spread_limit else 'MISSED'}); "
         f"1 thread / tuned threads {med('one_thread_ms') / med('median_ms'):.2f}"
     )
+    compiler = [r["tvm_imported"] for r in warm]
+    print(
+        f"  warm processes that imported TVM's compiler: {sum(compiler)} of {len(compiler)} "
+        f"(target 0: {'met' if not any(compiler) else 'MISSED'})"
+    )
+    if args.startup_rounds > 0:
+        from _startup import measure, report  # bench/ is this script's folder
+
+        lines, _ = report(measure(args.size, args.startup_rounds, args.baseline_tree))
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
