@@ -1,10 +1,13 @@
 """The ``tileauto`` command: inspect and manage the disk cache, show the effective settings.
 
     tileauto cache list [--kind K] [--json]     key, kernel, target, age, size, best latency
-    tileauto cache show KEY                     one entry: facts and the trial table
+    tileauto cache show KEY [--plot IMG]        one entry: facts, the trial table, a picture
     tileauto cache verify [--delete]            hash check of every entry
-    tileauto cache clear [--older-than AGE]     delete entries (all, or older than AGE)
+    tileauto cache clear [--older-than AGE]     delete entries (all, or older than AGE) and
+                                                what killed runs left in the staging dir
+    tileauto cache clear --logs                 delete the logs no running process writes
     tileauto cache export KEY DIR               copy one entry to DIR (to ship it)
+    tileauto cache export KEY --trials FILE     write its trials as JSON (tileauto-trials/1)
     tileauto cache import DIR                   copy an exported entry (or a folder of them) in
     tileauto env                                every TILEAUTO_* setting, as in effect now
 
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+_NO_MATPLOTLIB = '--plot needs matplotlib, an optional extra: pip install "tileauto[plot]"'
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -69,7 +73,7 @@ def format_size(n: int) -> str:
     return f"{n} B"
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -181,10 +185,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     for k, v in facts:
         print(f"{k.ljust(width)}  {v}")
     if info.kind == KIND_TUNED:
-        table = _trial_table(info.path)
+        table = _trial_table(info)
         if table:
             print()
             print(table)
+    if args.plot is not None:
+        print(f"plot: {_plot(info, args.plot)}")
     return EXIT_OK if problem is None else EXIT_FAIL
 
 
@@ -204,24 +210,51 @@ def _tuned_facts(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-def _trial_table(path: Path) -> str | None:
-    from tileauto.records import Trial
+def _trial_table(info: Any) -> str | None:
+    from tileauto.cache import catalog
+    from tileauto.errors import CacheError
     from tileauto.report import format_table
 
     try:
-        data = json.loads((path / "trials.json").read_text())
-        config = json.loads((path / "best_config.json").read_text())["config"]
-        trials = [Trial.from_json(t) for t in data["trials"]]
-        default = Trial.from_json(data["default"]) if data.get("default") else None
-    except (OSError, ValueError, KeyError, TypeError):
+        records = catalog.read_trials(info)
+    except CacheError:
         return None
-    best = next((t.index for t in trials if t.ok and t.config == config), None)
     return format_table(
-        trials,
-        best,
-        default,
-        title=f"{len(trials)} configs, tuned in {data.get('tuning_s', 0):.1f} s",
+        list(records.trials),
+        records.best_index,
+        records.default,
+        title=f"{len(records.trials)} configs, tuned in {records.tuning_s:.1f} s",
     )
+
+
+def _plot(info: Any, path: str) -> Path:
+    """Draw the entry's trials into the image ``path`` (matplotlib: the ``plot`` extra)."""
+    from tileauto.cache import catalog
+
+    records = catalog.read_trials(info)
+    try:
+        from tileauto.plot import plot_trials
+    except ImportError as exc:
+        raise _Failure(_missing_matplotlib(exc)) from None
+    ok = sum(t.ok for t in records.trials)
+    title = f"{info.kernel}, key {info.key[:8]}: {len(records.trials)} configs, {ok} passed"
+    try:
+        return plot_trials(
+            records.trials,
+            path,
+            best_index=records.best_index,
+            default=records.default,
+            title=title,
+        )
+    except ImportError as exc:
+        raise _Failure(_missing_matplotlib(exc)) from None
+    except ValueError as exc:  # an image format it cannot write, named by the suffix
+        raise _Failure(f"--plot: {exc}", EXIT_USAGE) from None
+
+
+def _missing_matplotlib(exc: ImportError) -> str:
+    cause = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
+    return f"{_NO_MATPLOTLIB} ({cause})"
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -252,7 +285,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_clear(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog
 
-    root = _settings(args).cache_dir
+    settings = _settings(args)
+    if args.logs:
+        return _clear_logs(settings, args)
+    root = settings.cache_dir
     if args.dry_run:
         now = time.time()
         chosen = [
@@ -263,21 +299,68 @@ def cmd_clear(args: argparse.Namespace) -> int:
         for e in chosen:
             print(f"would delete {e.kind}/{e.key} ({e.kernel}, {format_age(now - e.created)} old)")
         print(f"{len(chosen)} entries, {format_size(sum(e.size_bytes for e in chosen))}")
+        _clear_leftovers(settings.staging_dir, dry_run=True)
         return EXIT_OK
     count, size = catalog.clear(root, args.older_than, _kinds(args))
     what = f" older than {format_age(args.older_than)}" if args.older_than is not None else ""
     print(f"deleted {count} entries{what} ({format_size(size)}) from {root}")
+    _clear_leftovers(settings.staging_dir, dry_run=False)
+    return EXIT_OK
+
+
+def _clear_leftovers(staging: Path, *, dry_run: bool) -> None:
+    """Remove (or list) what killed runs left in the staging dir, and say so."""
+    from tileauto.cache import hygiene
+
+    done = hygiene.remove_leftovers(staging, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for item in done.removed:
+        print(f"{verb} {item.path} ({format_size(item.size_bytes)}): {item.why}")
+    line = (
+        f"{verb} {len(done.removed)} leftovers of ended runs "
+        f"({format_size(done.size_bytes)}) from {staging}"
+    )
+    if done.in_use:
+        line += f"; kept {len(done.in_use)} in use by running processes"
+    print(line)
+
+
+def _clear_logs(settings: Any, args: argparse.Namespace) -> int:
+    from tileauto.cache import hygiene
+
+    logs_dir = settings.logs_dir
+    deleted, kept = hygiene.clear_logs(logs_dir, args.older_than, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    if args.dry_run:
+        for item in deleted:
+            print(f"{verb} {item.path} ({format_size(item.size_bytes)})")
+    what = f" older than {format_age(args.older_than)}" if args.older_than is not None else ""
+    size = sum(item.size_bytes for item in deleted)
+    line = f"{verb} {len(deleted)} logs{what} ({format_size(size)}) from {logs_dir}"
+    if kept:
+        line += f"; kept {len(kept)} in use"
+    print(line)
     return EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog
 
+    if args.dir is None and args.trials is None:
+        raise _Failure("give DIR (to copy the entry), --trials FILE, or both", EXIT_USAGE)
     info = _find(args)
     from pathlib import Path
 
-    dest = catalog.export_entry(info, Path(args.dir))
-    print(f"exported {info.kind}/{info.key} ({info.kernel}) to {dest}")
+    if args.trials is not None:
+        text = json.dumps(catalog.trials_document(info), indent=1, sort_keys=True) + "\n"
+        if args.trials == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.trials).expanduser().write_text(text)
+            print(f"wrote the trials of {info.kind}/{info.key} ({info.kernel}) to {args.trials}")
+    if args.dir is not None:
+        dest = catalog.export_entry(info, Path(args.dir))
+        print(f"exported {info.kind}/{info.key} ({info.kernel}) to {dest}")
     return EXIT_OK
 
 
@@ -348,6 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p = add("show", "show one entry: its facts and the table of every config's trial", cmd_show)
     p.add_argument("key", metavar="KEY", help="the key, or a unique prefix of it")
+    p.add_argument(
+        "--plot",
+        metavar="IMG",
+        help='also draw the trials into IMG (.png, .svg or .pdf; needs pip install "tileauto[plot]")',
+    )
     p = add(
         "verify",
         "check the sha256 of every file of every entry, ownership and permissions",
@@ -356,20 +444,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", choices=("all", "autotuner", "kernels"), default="all")
     p.add_argument("--delete", action="store_true", help="delete the entries that fail")
     p.add_argument("-v", "--verbose", action="store_true", help="also list the entries that pass")
-    p = add("clear", "delete entries (all of them, or those older than --older-than)", cmd_clear)
+    p = add(
+        "clear",
+        "delete entries (all of them, or those older than --older-than) and what killed runs "
+        "left in the staging dir; with --logs, delete the logs instead",
+        cmd_clear,
+    )
     p.add_argument(
         "--older-than",
         type=parse_age,
         metavar="AGE",
-        help="only entries older than AGE (e.g. 7d, 12h, 30m, 90s)",
+        help="only entries (or logs) older than AGE (e.g. 7d, 12h, 30m, 90s)",
     )
     p.add_argument("--kind", choices=("all", "autotuner", "kernels"), default="all")
     p.add_argument(
+        "--logs",
+        action="store_true",
+        help="delete the tuning and worker logs no running process writes (entries are kept)",
+    )
+    p.add_argument(
         "--dry-run", action="store_true", help="list what would be deleted; delete nothing"
     )
-    p = add("export", "copy one entry to DIR, a new or empty folder, to ship it", cmd_export)
+    p = add(
+        "export",
+        "copy one entry to DIR, a new or empty folder, to ship it; or write its trials as JSON",
+        cmd_export,
+    )
     p.add_argument("key", metavar="KEY", help="the key, or a unique prefix of it")
-    p.add_argument("dir", metavar="DIR", help="destination folder (created)")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="destination folder (created)")
+    p.add_argument(
+        "--trials",
+        metavar="FILE",
+        help='write the trials of a tuned entry to FILE as JSON ("format": "tileauto-trials/1"; '
+        "- for stdout)",
+    )
     p = add(
         "import", "copy an exported entry, or every entry in a folder, into the cache", cmd_import
     )

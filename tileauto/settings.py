@@ -70,6 +70,16 @@ def _parse_positive_float(name: str, raw: str) -> float:
     return value
 
 
+def _parse_limit(name: str, raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a number >= 0 (0: no limit)") from None
+    if not value >= 0 or math.isinf(value):
+        raise SettingsError(f"{name}={raw!r}: expected a number >= 0 (0: no limit)")
+    return value
+
+
 def _parse_choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     def parse(name: str, raw: str) -> str:
         value = raw.strip().lower()
@@ -118,6 +128,20 @@ class Settings:
         None,
         _parse_path,
         "Where tuning logs are written. Default: `$TILEAUTO_CACHE_DIR/logs`.",
+    )
+    log_max_age_days: float = _var(
+        "TILEAUTO_LOG_MAX_AGE_DAYS",
+        14.0,
+        _parse_limit,
+        "Days a tuning log or worker log is kept after it was last written; older ones are "
+        "deleted when a tuning starts, never the log of a running process. `0`: kept forever.",
+    )
+    log_max_mb: float = _var(
+        "TILEAUTO_LOG_MAX_MB",
+        256.0,
+        _parse_limit,
+        "MiB the logs (logs dir and its `workers/`) may take together; past it, the oldest logs "
+        "not in use are deleted when a tuning starts. `0`: no size limit.",
     )
     disable_cache: bool = _var(
         "TILEAUTO_DISABLE_CACHE", False, _parse_bool, "`1` turns every disk cache off."

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -136,6 +138,87 @@ def test_clear_older_than_keeps_young_entries(cache, capsys):
     assert not any((root / "kernels").iterdir()) and not any((root / "measurements").iterdir())
 
 
+CLAIMANT = """
+import sys
+from pathlib import Path
+from tileauto.cache import hygiene
+claim = hygiene.claim_scratch_dir(Path(sys.argv[1]), sys.argv[2])
+(claim.path / "build-0").mkdir()
+(claim.path / "build-0" / "kernel.so").write_bytes(b"k" * 4096)
+print(claim.path, flush=True)
+sys.stdin.readline()
+"""
+
+
+def claimant(staging: Path, prefix: str) -> tuple[subprocess.Popen, Path]:
+    """A process that claimed a scratch folder, as a tuning does, and waits for its stdin."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLAIMANT, str(staging), prefix],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_clear_removes_what_killed_runs_left_and_keeps_running_ones(cache, capsys):
+    root, tuned, _ = cache
+    staging = root / "tmp"
+    live, live_dir = claimant(staging, "tune")
+    dead, dead_dir = claimant(staging, "proc")
+    dead.send_signal(signal.SIGKILL)
+    dead.wait(timeout=60)
+    interrupted = staging / ".trash-0123456789ab"
+    (interrupted / "kernel").mkdir(parents=True)
+    (interrupted / "kernel" / "kernel.so").write_bytes(b"t" * 1000)
+    try:
+        code, out, _ = run(capsys, "cache", "clear", "--kind", "kernels", "--dry-run")
+        # 4 KiB of kernel and the claim's few bytes
+        assert code == 0 and re.search(
+            rf"would remove {re.escape(str(dead_dir))} \(4\.\d KiB\)", out
+        )
+        assert dead_dir.is_dir()
+        code, out, _ = run(capsys, "cache", "clear", "--kind", "kernels")
+        assert code == 0 and f"removed {dead_dir} (4." in out
+        assert f"KiB): its process (pid {dead.pid}) has ended" in out
+        assert f"removed {interrupted} (1000 B): an interrupted delete" in out
+        assert re.search(r"removed 2 leftovers of ended runs \(5\.\d KiB\)", out)
+        assert "kept" in out and "in use by running processes" in out
+        assert not dead_dir.exists() and not interrupted.exists()
+        assert (live_dir / "build-0" / "kernel.so").is_file()
+        assert (root / "autotuner" / tuned).is_dir()  # --kind kernels: the tuned entry stays
+    finally:
+        live.stdin.close()
+        live.wait(timeout=60)
+        dead.stdout.close()
+        live.stdout.close()
+
+
+def test_clear_logs_deletes_logs_not_in_use_and_only_with_logs(cache, capsys):
+    root, tuned, kernel = cache
+    logs = root / "logs"
+    (logs / "workers").mkdir(parents=True, exist_ok=True)
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has this id
+    old = logs / f"autotune-scale_add-20250101-120000-{gone}.jsonl"
+    old_worker = logs / "workers" / f"compile-0-{gone}.log"
+    running = logs / "workers" / f"run-cpu-{os.getpid()}.log"  # this process writes it
+    for path, days in ((old, 30), (old_worker, 2), (running, 0)):
+        path.write_text("log line\n")
+        when = time.time() - days * 86400
+        os.utime(path, (when, when))
+    code, out, _ = run(capsys, "cache", "clear", "--kind", "kernels")
+    assert code == 0 and old.exists() and old_worker.exists()  # plain clear keeps the logs
+    code, out, _ = run(capsys, "cache", "clear", "--logs", "--older-than", "7d", "--dry-run")
+    assert code == 0 and f"would delete {old} (9 B)" in out and str(old_worker) not in out
+    assert old.exists()
+    code, out, _ = run(capsys, "cache", "clear", "--logs")
+    assert code == 0 and "deleted 2 logs (18 B)" in out and "in use" in out
+    assert not old.exists() and not old_worker.exists() and running.exists()
+    assert (root / "autotuner" / tuned).is_dir()  # --logs deletes logs only
+
+
 def test_clear_rejects_a_bad_age(cache, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["cache", "clear", "--older-than", "soon"])
@@ -163,6 +246,65 @@ def test_export_then_import_into_another_cache_then_load(cache, capsys, tmp_path
     assert disk.verify(other / "autotuner" / tuned) is None
     result = tune_scale_add()  # the imported entry answers: no tuning
     assert result.cache_hit and result.key == tuned
+
+
+def test_export_trials_writes_self_describing_json(cache, capsys, tmp_path):
+    root, tuned, kernel = cache
+    out_file = tmp_path / "trials.json"
+    code, out, _ = run(capsys, "cache", "export", tuned[:8], "--trials", str(out_file))
+    assert code == 0 and f"wrote the trials of autotuner/{tuned}" in out
+    doc = json.loads(out_file.read_text())
+    assert doc["format"] == "tileauto-trials/1"
+    assert (doc["kernel"], doc["key"], doc["kind"]) == ("scale_add", tuned, "autotuner")
+    assert doc["device"]["kind"] == "cpu" and doc["versions"]["tileauto"] == tileauto.__version__
+    trials = doc["trials"]
+    assert [t["index"] for t in trials] == list(range(len(trials))) and len(trials) >= 2
+    for t in trials:
+        assert {"index", "config", "status", "latency_ms", "compile_s", "run_s", "error"} <= set(t)
+    best = trials[doc["best_index"]]
+    assert best["status"] == "ok" and best["config"] == doc["best_config"]
+    assert best["latency_ms"] == min(t["latency_ms"] for t in trials if t["status"] == "ok")
+    result = tileauto.AutotuneResult.load_from_disk(root / "autotuner" / tuned)
+    assert best["config"] == result.config
+    code, out, _ = run(capsys, "cache", "export", tuned, "--trials", "-")
+    assert code == 0 and json.loads(out) == doc
+    code, _, err = run(capsys, "cache", "export", kernel, "--trials", str(tmp_path / "k.json"))
+    assert code == 1 and "no trials" in err and not (tmp_path / "k.json").exists()
+    code, _, err = run(capsys, "cache", "export", tuned)
+    assert code == 2 and "--trials" in err
+
+
+def test_show_plot_draws_the_trials(cache, capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    root, tuned, kernel = cache
+    image = tmp_path / "trials.png"
+    code, out, _ = run(capsys, "cache", "show", tuned, "--plot", str(image))
+    assert code == 0 and f"plot: {image}" in out
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = run(capsys, "cache", "show", tuned, "--plot", str(tmp_path / "trials.bmp"))
+    assert code == 2 and ".bmp" in err
+    code, _, err = run(capsys, "cache", "show", kernel, "--plot", str(image))
+    assert code == 1 and "no trials" in err
+
+
+def test_show_plot_without_matplotlib_names_the_extra(cache, tmp_path):
+    root, tuned, _ = cache
+    image = tmp_path / "trials.png"
+    blocked = (
+        "import sys; sys.modules['matplotlib'] = None; "  # as if it were not installed
+        "from tileauto.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked, "cache", "show", tuned, "--plot", str(image)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert 'pip install "tileauto[plot]"' in proc.stderr and "Traceback" not in proc.stderr
+    assert "best config" in proc.stdout and not image.exists()
 
 
 def test_import_a_folder_of_entries_and_reject_bad_ones(cache, capsys, tmp_path):

@@ -20,6 +20,8 @@ ALL_VARS = {
     "TILEAUTO_CACHE_DIR",
     "TILEAUTO_TMP_DIR",
     "TILEAUTO_LOG_DIR",
+    "TILEAUTO_LOG_MAX_AGE_DAYS",
+    "TILEAUTO_LOG_MAX_MB",
     "TILEAUTO_DISABLE_CACHE",
     "TILEAUTO_AUTO_TUNING_DISABLE_CACHE",
     "TILEAUTO_AUTO_TUNING_CPU_UTILITIES",
@@ -85,6 +87,7 @@ def test_defaults_without_environment():
     assert s.default_target == "auto"
     assert s.compile_isolation == "process"
     assert s.compile_timeout_s == 300.0
+    assert s.log_max_age_days == 14.0 and s.log_max_mb == 256.0
     assert s.tuning_cache_enabled and s.kernel_cache_enabled
 
 
@@ -271,6 +274,23 @@ def test_compile_timeout(raw, expected):
 def test_bad_compile_timeout(raw):
     with pytest.raises(SettingsError, match="TILEAUTO_COMPILE_TIMEOUT"):
         settings(TILEAUTO_COMPILE_TIMEOUT=raw)
+
+
+LOG_LIMITS = {"TILEAUTO_LOG_MAX_AGE_DAYS": "log_max_age_days", "TILEAUTO_LOG_MAX_MB": "log_max_mb"}
+
+
+@pytest.mark.parametrize("var", sorted(LOG_LIMITS))
+@pytest.mark.parametrize("raw, expected", [("0", 0.0), ("7", 7.0), (" 0.5 ", 0.5), ("1e3", 1e3)])
+def test_log_limits(var, raw, expected):
+    assert getattr(settings(**{var: raw}), LOG_LIMITS[var]) == expected
+
+
+@pytest.mark.parametrize("var", sorted(LOG_LIMITS))
+@pytest.mark.parametrize("raw", ["-1", "abc", "inf", "nan", ""])
+def test_bad_log_limit_names_the_variable(var, raw):
+    with pytest.raises(SettingsError, match=var) as info:
+        settings(**{var: raw})
+    assert "0: no limit" in str(info.value)
 
 
 def test_unrelated_variables_are_ignored():

@@ -1,6 +1,7 @@
 """The cache as a whole: list, find, verify, clear, export and import entries (for the CLI).
 
-Reads manifests and JSON only; never imports torch or TVM and never loads a kernel.
+Reads manifests and JSON only; never imports torch or TVM and never loads a kernel. The
+staging dir and the logs are :mod:`tileauto.cache.hygiene`'s.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, KINDS, required_files
 from tileauto.cache.key import versions
 from tileauto.cache.tuning import MEASUREMENTS
 from tileauto.errors import CacheError
+from tileauto.records import Trial
 
 _KEY = re.compile(r"^[0-9a-f]{32}$")
-STAGING_DIRS = ("tmp",)
+TRIALS_FORMAT = "tileauto-trials/1"
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,11 @@ def verify_entry(info: EntryInfo) -> str | None:
 def clear(
     root: Path, older_than_s: float | None = None, kinds: tuple[str, ...] = KINDS
 ) -> tuple[int, int]:
-    """Delete entries (all, or those older than ``older_than_s``) and stale staging folders.
+    """Delete entries (all, or those older than ``older_than_s``) and stale writes among them.
 
     Each entry is renamed away before it is deleted, so a process reading it sees it whole or
-    not at all. Per-config measurements follow the tuned entries. Returns (entries, bytes).
+    not at all. Per-config measurements follow the tuned entries. The staging dir is left to
+    :func:`tileauto.cache.hygiene.remove_leftovers`. Returns (entries, bytes).
     """
     now = time.time()
     count = size = 0
@@ -163,8 +166,6 @@ def clear(
                 disk.remove_tree(problem_dir)
     for kind in KINDS:
         disk.sweep(Path(root) / kind)
-    for name in STAGING_DIRS:
-        disk.sweep(Path(root) / name)
     return count, size
 
 
@@ -178,6 +179,88 @@ def _children(path: Path) -> list[Path]:
 def _newest_mtime(path: Path) -> float:
     times = [p.stat().st_mtime for p in path.rglob("*") if p.is_file()]
     return max(times, default=path.stat().st_mtime)
+
+
+@dataclass(frozen=True)
+class TrialRecords:
+    """The trials of a tuned entry, as ``cache show`` and ``cache export --trials`` give them."""
+
+    trials: tuple[Trial, ...]
+    default: Trial | None
+    best_index: int | None
+    best_config: dict[str, Any]
+    tuning_s: float
+
+
+def read_trials(info: EntryInfo) -> TrialRecords:
+    """Every trial of a tuned entry (read as JSON; the entry is not verified).
+
+    Raises:
+        CacheError: the entry is a plain ``@jit`` kernel, or its records are unreadable.
+    """
+    if info.kind != KIND_TUNED:
+        raise CacheError(
+            f"{info.kind}/{info.key} is a @jit kernel, not a tuned result: it has no trials"
+        )
+    try:
+        data = json.loads((info.path / "trials.json").read_text())
+        config = json.loads((info.path / "best_config.json").read_text())["config"]
+        trials = tuple(Trial.from_json(t) for t in data["trials"])
+        default = Trial.from_json(data["default"]) if data.get("default") else None
+        tuning_s = float(data.get("tuning_s") or 0.0)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CacheError(
+            f"{info.kind}/{info.key}: its trial records are unreadable ({exc}); "
+            "`tileauto cache verify` checks it"
+        ) from None
+    best = next((t.index for t in trials if t.ok and t.config == config), None)
+    return TrialRecords(trials, default, best, dict(config), tuning_s)
+
+
+def trials_document(info: EntryInfo) -> dict[str, Any]:
+    """A tuned entry's trials as one self-describing JSON object (``format``
+    ``tileauto-trials/1``), for ``cache export --trials`` and tools that replay a tuning.
+
+    Each trial holds ``index``, ``config``, ``status``, ``latency_ms`` (the median, None unless
+    ok), ``compile_s``, ``run_s``, ``error``, and also ``latency`` (every statistic) and
+    ``notes``, so that ``Trial.from_json`` reads it back.
+
+    Raises:
+        CacheError: as :func:`read_trials`.
+    """
+    records = read_trials(info)
+    manifest = info.manifest or {}
+    return {
+        "format": TRIALS_FORMAT,
+        "kernel": info.kernel,
+        "key": info.key,
+        "kind": info.kind,
+        "problem_key": manifest.get("problem_key"),
+        "target": manifest.get("target"),
+        "device": manifest.get("device"),
+        "versions": {k: manifest.get(k) for k in ("tileauto", "tvm", "format")},
+        "created": info.created,
+        "tuning_s": records.tuning_s,
+        "best_index": records.best_index,
+        "best_config": records.best_config,
+        "default": _trial_record(records.default) if records.default else None,
+        "trials": [_trial_record(t) for t in records.trials],
+    }
+
+
+def _trial_record(trial: Trial) -> dict[str, Any]:
+    data = trial.to_json()
+    return {
+        "index": trial.index,
+        "config": trial.config,
+        "status": trial.status.value,
+        "latency_ms": trial.latency_ms,
+        "compile_s": trial.compile_s,
+        "run_s": trial.run_s,
+        "error": trial.error,
+        "latency": data["latency"],
+        "notes": data["notes"],
+    }
 
 
 def export_entry(info: EntryInfo, dest: Path) -> Path:
@@ -284,11 +367,15 @@ def _copy_files(src: Path, out: Path) -> None:
 __all__ = [
     "KIND_KERNEL",
     "KIND_TUNED",
+    "TRIALS_FORMAT",
     "EntryInfo",
+    "TrialRecords",
     "clear",
     "export_entry",
     "find_entry",
     "import_entries",
     "list_entries",
+    "read_trials",
+    "trials_document",
     "verify_entry",
 ]

@@ -11,6 +11,7 @@ from tileauto.cache import catalog, disk
 from tileauto.cache.entry import KIND_TUNED
 from tileauto.cli import format_age, format_size, parse_age
 from tileauto.errors import CacheError
+from tileauto.records import Trial, TrialStatus
 
 
 @pytest.fixture
@@ -51,6 +52,57 @@ def test_clear_by_age_also_clears_old_measurements(stored):
     count, size = catalog.clear(root)
     assert count == 1 and size > 0
     assert catalog.list_entries(root) == [] and not store.measure_dir.exists()
+
+
+def test_read_trials_gives_the_trials_the_default_and_the_winner(tmp_path, tileauto_env):
+    trials = [
+        trial(0, {"block": 8}, 0.9),
+        trial(1, {"block": 16}, 0.4),
+        trial(2, {"block": 32}, status=TrialStatus.COMPILE_ERROR),
+    ]
+    store = open_store(space=[t.config for t in trials])
+    store.save(fake_result(tmp_path, trials, best=1))
+    (info,) = catalog.list_entries(tileauto_env)
+    records = catalog.read_trials(info)
+    assert records.trials == tuple(trials) and records.default == trials[-1]
+    assert records.best_index == 1 and records.best_config == {"block": 16}
+    assert records.tuning_s == 1.5
+
+
+def test_trials_document_is_self_describing_and_reads_back(stored):
+    root, store = stored
+    (info,) = catalog.list_entries(root)
+    doc = json.loads(json.dumps(catalog.trials_document(info)))  # plain JSON throughout
+    assert doc["format"] == catalog.TRIALS_FORMAT == "tileauto-trials/1"
+    assert (doc["kernel"], doc["key"], doc["kind"]) == ("factory", store.key, KIND_TUNED)
+    assert doc["device"] == {"kind": "cpu", "mcpu": "test"} and "llvm" in doc["target"]
+    assert doc["best_index"] == 0 and doc["best_config"] == {"block": 8}
+    first, second = doc["trials"]
+    assert {"index", "config", "status", "latency_ms", "compile_s", "run_s", "error"} <= set(first)
+    assert (first["index"], first["status"], first["latency_ms"]) == (0, "ok", 0.5)
+    assert (first["compile_s"], first["run_s"], first["error"]) == (0.1, 0.2, None)
+    assert second["config"] == {"block": 16} and second["latency_ms"] == 1.0
+    assert Trial.from_json(first) == catalog.read_trials(info).trials[0]
+    assert doc["default"]["index"] == 1
+
+
+def test_read_trials_refuses_kernel_entries_and_unreadable_records(stored):
+    root, store = stored
+    (info,) = catalog.list_entries(root)
+    (info.path / "trials.json").write_text("{not json")
+    with pytest.raises(CacheError, match="trial records are unreadable"):
+        catalog.read_trials(info)
+    kernel = catalog.EntryInfo("kernels", "0" * 32, info.path, None, 0, 0.0)
+    with pytest.raises(CacheError, match="no trials"):
+        catalog.read_trials(kernel)
+
+
+def test_clear_leaves_the_staging_dir_to_hygiene(stored):
+    root, _ = stored
+    scratch = root / "tmp" / "tune-0123456789ab"
+    scratch.mkdir(parents=True)
+    catalog.clear(root)
+    assert scratch.is_dir()
 
 
 def test_export_import_round_trip_and_keyless_folders(stored, tmp_path):

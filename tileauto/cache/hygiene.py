@@ -1,0 +1,514 @@
+"""Leftovers of killed runs and old logs: what ``tileauto cache clear`` and a tuning remove.
+
+**Scratch folders.** A tuning stages its builds in ``<staging>/tune-<pid>-<hex>/`` and a
+process its ``@jit`` and winning kernels in ``<staging>/proc-<pid>-<hex>/``. The producer
+makes each with :func:`claim_scratch_dir`, which holds an exclusive ``flock`` on the
+folder's ``.owner`` file for as long as the folder is in use; the system drops the lock when
+the process dies, however it dies (``SIGKILL``, out of memory). :func:`remove_leftovers`
+takes that lock before it decides anything and renames the folder away while it holds it,
+so a folder whose lock is held is never touched, and a producer that meets a cleaner at
+creation time sees its folder vanish before it is used and makes another. A folder made by
+an older tileauto (no claim in its ``.owner``) is removed only once nothing in it has changed
+for :data:`~tileauto.cache.disk.STALE_S` and the process named in it is gone.
+
+**Logs.** Tuning logs (``autotune-*.log``, ``autotune-*.jsonl``) and worker logs
+(``workers/*.log``) are pruned by age and total size (``TILEAUTO_LOG_MAX_AGE_DAYS``,
+``TILEAUTO_LOG_MAX_MB``) when a tuning starts (:func:`prune_logs`), and all of them by
+``tileauto cache clear --logs`` (:func:`clear_logs`). A log counts as in use, and is kept,
+while it was written in the last :data:`IN_USE_S` seconds or the process whose id is in its
+name is still running (and started before the log was last written).
+
+Reads and deletes files only: no torch, no TVM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.cache import disk
+
+log = get_logger("cache")
+
+OWNER = ".owner"  # in each scratch folder; its flock is held by the process using the folder
+IN_USE_S = 60.0  # a log written this recently may be written again: kept
+PRUNE_MAX = 100  # logs deleted at most by one prune_logs, so that a tuning's start stays cheap
+_CLAIM_TRIES = 8
+# Children of the staging dir that tileauto makes; anything else there is left alone.
+_SCRATCH = re.compile(r"^(?:tune|proc)-(?:(?P<pid>\d+)-)?[0-9a-z_]+$")
+_AGED = re.compile(r"^(?:stage-|\.stage-|\.probe-)[0-9a-z_]+$")  # short writes: age rule
+_TRASH = re.compile(r"^\.trash-[0-9a-f]+$")  # a delete in progress or interrupted: no reader
+_RUN_LOG = re.compile(r"^autotune-.*-\d{8}-\d{6}-(?P<pid>\d+)(?:-\d+)?\.(?:log|jsonl)$")
+_WORKER_LOG = re.compile(r"^.+-(?P<pid>\d+)\.log$")
+_LOCK_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF)
+
+
+# -- claiming a scratch folder (producers) -------------------------------------------------------
+class ScratchDir:
+    """A scratch folder this process claimed: :func:`remove_leftovers` leaves it alone.
+
+    Hold it as long as the folder is used; :meth:`remove` deletes the folder, then lets go.
+    Forked children share the claim (they inherit the locked descriptor); it ends with the last
+    of them, or when the process dies.
+    """
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path = path
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let go of the claim, keeping the folder (a later ``clear`` may then remove it)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def remove(self) -> None:
+        """Delete the folder, then let go of the claim (gone already is fine)."""
+        # renamed first: a cleaner never finds it half deleted and unclaimed
+        trash = self.path.parent / f".trash-{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(self.path, trash)
+        except OSError:
+            trash = self.path
+        shutil.rmtree(trash, ignore_errors=True)
+        self.release()
+
+    def __enter__(self) -> ScratchDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"ScratchDir({str(self.path)!r}, claimed={self._fd is not None})"
+
+
+def claim_scratch_dir(parent: Path, prefix: str) -> ScratchDir:
+    """Create ``<parent>/<prefix>-<pid>-<hex>`` and claim it for this process.
+
+    ``parent`` (the staging dir) is created private first. A cleaner that removed the new
+    folder before the claim took hold is noticed (the locked ``.owner`` is not the one at the
+    path any more) and another folder is made. Where the file system has no ``flock``, the
+    folder is returned unclaimed; cleaners then go by its age and process id.
+
+    Raises:
+        UnsafeDirError: ``parent`` is not this user's own (see ``disk.make_private_dir``).
+        OSError: the folder cannot be created.
+    """
+    disk.make_private_dir(Path(parent))
+    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()})
+    for _ in range(_CLAIM_TRIES):
+        path = Path(parent) / f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        path.mkdir(mode=0o700)
+        owner = path / OWNER
+        try:
+            fd = os.open(owner, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            continue  # a cleaner renamed the new folder away already
+        try:
+            locked = _lock(fd, blocking=True)  # a cleaner holds it only to rename the folder
+            if not os.path.samestat(os.fstat(fd), os.stat(owner)):
+                raise FileNotFoundError(errno.ENOENT, "claimed folder was replaced", str(path))
+            os.ftruncate(fd, 0)
+            os.write(fd, record.encode())
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        if not locked:
+            os.close(fd)
+            log.info("no flock on %s: the scratch folder %s is not claimed", parent, path)
+            return ScratchDir(path, None)
+        return ScratchDir(path, fd)
+    raise OSError(errno.EAGAIN, f"could not claim a scratch folder in {parent}", str(parent))
+
+
+def _lock(fd: int, *, blocking: bool) -> bool | None:
+    """Lock ``fd`` exclusively: True; held by another (non-blocking only): False; None where
+    the file system has no ``flock``."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in _LOCK_UNSUPPORTED:
+            return None
+        raise
+
+
+# -- leftovers of killed runs (cleaners) ---------------------------------------------------------
+@dataclass(frozen=True)
+class Leftover:
+    """A staging folder or file no live process uses, with its size and why it is a leftover."""
+
+    path: Path
+    size_bytes: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """What :func:`remove_leftovers` removed (or would remove) and the folders kept in use."""
+
+    removed: tuple[Leftover, ...]
+    in_use: tuple[Path, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(item.size_bytes for item in self.removed)
+
+
+def remove_leftovers(staging: Path, *, dry_run: bool = False, now: float | None = None) -> Cleanup:
+    """Remove what killed runs left in the staging dir ``staging``; keep what is in use.
+
+    Scratch folders (``tune-*``, ``proc-*``) go when no process holds their claim (see the
+    module's docstring); interrupted writes (``stage-*``, ``.stage-*``, ``.probe-*``) once
+    older than ``disk.STALE_S``; interrupted deletes (``.trash-*``) at once. Other names are
+    never touched: the staging dir may be a folder of yours with other things in it.
+    ``dry_run`` decides the same way and removes nothing.
+    """
+    now = time.time() if now is None else now
+    removed: list[Leftover] = []
+    in_use: list[Path] = []
+    try:
+        children = sorted(Path(staging).iterdir())
+    except OSError:
+        return Cleanup((), ())
+    for child in children:
+        name = child.name
+        try:
+            st = child.lstat()
+        except OSError:
+            continue
+        if st.st_uid != os.getuid():
+            continue  # not ours to judge (a private staging dir holds none of these)
+        if _SCRATCH.match(name) and stat.S_ISDIR(st.st_mode):
+            item = _scratch_leftover(child, now, dry_run)
+        elif _TRASH.match(name):
+            item = Leftover(child, _tree_size(child), "an interrupted delete")
+            if not dry_run:
+                _delete(child)
+        elif _AGED.match(name) and now - st.st_mtime >= disk.STALE_S:
+            age = _age_text(now - st.st_mtime)
+            item = Leftover(child, _tree_size(child), f"an interrupted write, {age} old")
+            if not dry_run:
+                _delete(child)
+        else:
+            continue
+        if item is None:
+            in_use.append(child)
+        else:
+            removed.append(item)
+    return Cleanup(tuple(removed), tuple(in_use))
+
+
+def _scratch_leftover(path: Path, now: float, dry_run: bool) -> Leftover | None:
+    """Decide about one scratch folder under its claim lock; remove it unless ``dry_run``.
+
+    Returns None when the folder is in use (or cannot be judged).
+    """
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    newest = _newest_mtime(path)  # before a lock file made here changes it
+    try:
+        fd = os.open(path / OWNER, flags)
+    except FileNotFoundError:
+        if dry_run:  # an older tileauto's folder (or one being made): judged without a lock
+            return _leftover(path, _unclaimed_leftover(path, newest, now))
+        try:  # the lock a claimant of this folder will wait for (see claim_scratch_dir)
+            fd = os.open(path / OWNER, flags | os.O_CREAT, 0o600)
+        except OSError:
+            return None
+    except OSError:
+        return None  # not a folder we can write: not ours to remove
+    try:
+        locked = _lock(fd, blocking=False)
+        if locked is False:
+            return None  # claimed by a running process
+        claim = _read_claim(fd) if locked else None
+        why: str | None
+        if claim is not None:
+            why = f"its process (pid {claim.get('pid', '?')}) has ended"
+        else:  # an older tileauto's folder, or no flock here: go by age and process id
+            why = _unclaimed_leftover(path, newest, now)
+        if why is None:
+            return None
+        size = _tree_size(path)
+        trash = None
+        if not dry_run:
+            trash = path.parent / f".trash-{uuid.uuid4().hex[:12]}"
+            try:
+                os.rename(path, trash)  # under the lock: a claimant waiting for it sees it go
+            except OSError:
+                return None
+    finally:
+        os.close(fd)
+    if trash is not None:
+        _delete(trash)
+    return Leftover(path, size, why)
+
+
+def _leftover(path: Path, why: str | None) -> Leftover | None:
+    return None if why is None else Leftover(path, _tree_size(path), why)
+
+
+def _read_claim(fd: int) -> dict[str, Any] | None:
+    """The claim record in a locked ``.owner`` (None: empty, so never claimed)."""
+    try:
+        data = os.pread(fd, 4096, 0)
+    except OSError:
+        return None
+    if not data:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _unclaimed_leftover(path: Path, newest: float, now: float) -> str | None:
+    """Why an unclaimed folder, last changed at ``newest``, is a leftover (None: it may
+    still be in use)."""
+    if now - newest < disk.STALE_S:
+        return None
+    m = _SCRATCH.match(path.name)
+    pid = int(m.group("pid")) if m and m.group("pid") else None
+    if pid is not None and process_running_since(pid, newest):
+        return None
+    unchanged = f"unchanged for {_age_text(now - newest)}"
+    return f"{unchanged}, its process (pid {pid}) has ended" if pid is not None else unchanged
+
+
+def process_running_since(pid: int, when: float) -> bool:
+    """Whether process ``pid`` runs and started no later than ``when`` (so it is not a new
+    process that reuses the id)."""
+    start = process_start(pid)
+    return start is not None and start <= when + 1.0  # start times are rounded to clock ticks
+
+
+def process_start(pid: int) -> float | None:
+    """When process ``pid`` started (Unix time), or None when none runs (a zombie has ended).
+    A process this user may not inspect counts as running since the epoch."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return float(proc.create_time())
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:
+        return 0.0
+
+
+def _newest_mtime(path: Path) -> float:
+    newest = 0.0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in (*dirnames, *filenames, "."):
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+    return newest
+
+
+def _tree_size(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (or of ``path`` itself); links not followed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                fst = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISREG(fst.st_mode):
+                    total += fst.st_size
+    return total
+
+
+def _delete(path: Path) -> None:
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _age_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+# -- logs ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LogFile:
+    """One tuning or worker log: its path, size, last write and the process named in it."""
+
+    path: Path
+    size_bytes: int
+    mtime: float
+    pid: int | None
+
+
+def list_logs(logs_dir: Path) -> list[LogFile]:
+    """The tileauto logs in ``logs_dir`` and ``logs_dir/workers``, oldest first.
+
+    Only names tileauto writes are listed (``autotune-*-<stamp>-<pid>.log``/``.jsonl``,
+    ``workers/<name>-<pid>.log``), and only regular files: the folder may hold other things.
+    """
+    return [LogFile(Path(path), size, mtime, pid) for mtime, path, size, pid in _scan(logs_dir)]
+
+
+def _scan(logs_dir: Path) -> list[tuple[float, str, int, int]]:
+    """(mtime, path, size, pid) of each log, oldest first; plain strings, as this runs at the
+    start of every tuning."""
+    out = []
+    for folder, pattern in (
+        (str(logs_dir), _RUN_LOG),
+        (os.path.join(logs_dir, "workers"), _WORKER_LOG),
+    ):
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            m = pattern.match(entry.name)
+            if m is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out.append((st.st_mtime, entry.path, st.st_size, int(m["pid"])))
+    out.sort()
+    return out
+
+
+def log_in_use(
+    item: LogFile, now: float | None = None, started: dict[int, float | None] | None = None
+) -> bool:
+    """Whether a log may still be written: written in the last :data:`IN_USE_S` seconds, or
+    its process is still running (``started``: process start times already looked up)."""
+    now = time.time() if now is None else now
+    return _in_use(item.mtime, item.pid, now, {} if started is None else started)
+
+
+def _in_use(mtime: float, pid: int | None, now: float, started: dict[int, float | None]) -> bool:
+    if now - mtime < IN_USE_S:
+        return True
+    if pid is None:
+        return False
+    if pid not in started:
+        started[pid] = process_start(pid)
+    start = started[pid]
+    return start is not None and start <= mtime + 1.0  # start times are rounded to clock ticks
+
+
+def prune_logs(settings: Any, now: float | None = None) -> int:
+    """Delete logs past ``settings.log_max_age_days`` and, oldest first, past
+    ``settings.log_max_mb`` in total; never a log in use (:func:`log_in_use`).
+
+    Called once when a tuning starts: a directory scan and one ``stat`` per log (about a
+    millisecond for 300 logs), and at most :data:`PRUNE_MAX` deletions (the rest wait for the
+    next tuning). Nothing raises. Returns how many logs were deleted.
+    """
+    max_age_s = settings.log_max_age_days * 86400.0
+    max_bytes = settings.log_max_mb * 2**20
+    if max_age_s <= 0 and max_bytes <= 0:
+        return 0
+    now = time.time() if now is None else now
+    try:
+        logs = _scan(settings.logs_dir)
+    except OSError:
+        return 0
+    total = sum(size for _, _, size, _ in logs)
+    removed = 0
+    started: dict[int, float | None] = {}  # pid -> start time (None: not running), looked up once
+    for mtime, path, size, pid in logs:  # oldest first
+        too_old = max_age_s > 0 and now - mtime > max_age_s
+        too_big = max_bytes > 0 and total > max_bytes
+        if not (too_old or too_big) or removed >= PRUNE_MAX:
+            break  # newer logs are younger, and the total fits
+        if _in_use(mtime, pid, now, started) or not _unlink(path):
+            continue
+        total -= size
+        removed += 1
+    if removed:
+        log.debug("pruned %d logs in %s", removed, settings.logs_dir)
+    return removed
+
+
+def clear_logs(
+    logs_dir: Path,
+    older_than_s: float | None = None,
+    *,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> tuple[list[LogFile], list[LogFile]]:
+    """Delete every log not in use (or only those last written more than ``older_than_s``
+    ago). Returns (deleted, kept in use); ``dry_run`` deletes nothing."""
+    now = time.time() if now is None else now
+    deleted, kept = [], []
+    started: dict[int, float | None] = {}
+    for item in list_logs(logs_dir):
+        if older_than_s is not None and now - item.mtime < older_than_s:
+            continue
+        if log_in_use(item, now, started):
+            kept.append(item)
+        elif dry_run or _unlink(item.path):
+            deleted.append(item)
+    return deleted, kept
+
+
+def _unlink(path: Path | str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+__all__ = [
+    "IN_USE_S",
+    "OWNER",
+    "PRUNE_MAX",
+    "Cleanup",
+    "Leftover",
+    "LogFile",
+    "ScratchDir",
+    "claim_scratch_dir",
+    "clear_logs",
+    "list_logs",
+    "log_in_use",
+    "process_running_since",
+    "process_start",
+    "prune_logs",
+    "remove_leftovers",
+]
