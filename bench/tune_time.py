@@ -43,9 +43,10 @@ import gemm_cpu  # noqa: E402
 
 from tileauto.builder import Builder, BuildRequest, compile_workers  # noqa: E402
 from tileauto.options import ProfileArgs  # noqa: E402
+from tileauto.problem import TuningProblem  # noqa: E402
+from tileauto.session import TuningSession  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
 from tileauto.space import config_id  # noqa: E402
-from tileauto.tuner import Tuner, TuningProblem  # noqa: E402
 
 COMPILE_TARGET = 1.6
 FLOOR_TARGET = 1.25
@@ -106,7 +107,8 @@ def tune_once(size: int, workers: int, warmup: int, rep: int) -> dict:
         name="gemm",
     )
     start = time.perf_counter()
-    outcome = Tuner(problem).run()
+    session = TuningSession(problem)
+    outcome = session.run()
     wall = time.perf_counter() - start
     trials = {config_id(t.config): t for t in outcome.trials}
     trials.setdefault(config_id(outcome.default_trial.config), outcome.default_trial)
@@ -115,18 +117,18 @@ def tune_once(size: int, workers: int, warmup: int, rep: int) -> dict:
         if t.ok and t.latency is not None:
             retimed = any("re-timed" in n for n in t.notes)
             kernel_s += t.latency.median_ms / 1e3 * (warmup + rep + 1 + (rep if retimed else 0))
-    in_worker = sum(t.compile_s or 0.0 for t in trials.values()) / outcome.workers + sum(
+    in_worker = sum(t.compile_s or 0.0 for t in trials.values()) / session.workers + sum(
         t.run_s or 0.0 for t in trials.values()
     )
     return {
         "wall": wall,
         "kernel_s": kernel_s,
         "in_worker_floor": in_worker,
-        "workers": outcome.workers,
-        "compile_wall": outcome.compile_wall_s,
+        "workers": session.workers,
+        "compile_wall": session.compile_wall_s,
         "configs": len(outcome.trials),
         "passed": sum(t.ok for t in outcome.trials),
-        "best_ms": outcome.best.latency_ms or float("nan"),
+        "best_ms": outcome.latency,
         "load": os.getloadavg()[0],
     }
 

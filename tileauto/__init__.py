@@ -48,6 +48,9 @@ _EXPORTS = {
     "TrialStatus": "tileauto.records",
     "AutotuneResult": "tileauto.result",
     "Settings": "tileauto.settings",
+    "TuningProblem": "tileauto.problem",
+    "TuningSession": "tileauto.session",
+    "MemoryStore": "tileauto.stores",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
@@ -68,9 +71,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from tileauto.inputs import KernelParam, TensorSupplyType, set_autotune_inputs
     from tileauto.jit import CompileFailure, JITImpl, JITKernel
     from tileauto.options import CompileArgs, ProfileArgs
+    from tileauto.problem import TuningProblem
     from tileauto.records import LatencyStats, Trial, TrialStatus
     from tileauto.result import AutotuneResult
+    from tileauto.session import TuningSession
     from tileauto.settings import Settings
+    from tileauto.stores import MemoryStore
 
 
 def __getattr__(name: str) -> Any:
@@ -117,6 +123,9 @@ __all__ = [
     "Settings",
     "SettingsError",
     "TileautoError",
+    "TuningProblem",
+    "TuningSession",
+    "MemoryStore",
     "__version__",
     "jit",
 ]

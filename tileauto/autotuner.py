@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import shutil
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from tileauto._logging import get_logger
+from tileauto.console import note
 from tileauto.errors import ConfigSpaceError, NoValidConfigError
 from tileauto.inputs import captured_inputs
-from tileauto.jit.impl import JITImpl, process_scratch_dir
+from tileauto.jit.impl import JITImpl
 from tileauto.jit.kernel import JITKernel
 from tileauto.keys import (
     CallCache,
@@ -24,8 +23,10 @@ from tileauto.keys import (
     plain_arguments,
 )
 from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.problem import TuningProblem
 from tileauto.result import AutotuneResult
 from tileauto.search import resolve_search
+from tileauto.session import TuningSession, rebuild_best
 from tileauto.settings import Settings
 from tileauto.space import (
     baseline_config,
@@ -36,7 +37,6 @@ from tileauto.space import (
     resolve_configs,
     split_pass_configs,
 )
-from tileauto.tuner import Tuner, TuningProblem
 
 log = get_logger("autotuner")
 
@@ -50,20 +50,98 @@ def tune(
     configs: Any,
     compile_args: CompileArgs,
     profile_args: ProfileArgs,
-    **options: Any,
+    *,
+    timer: Any = None,
+    verbose: bool = True,
+    jit_impl: JITImpl | None = None,
+    bucket: Any = None,
 ) -> AutotuneResult:
     """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
 
-    ``options`` are :func:`_tune`'s keywords (timer, verbose, jit_impl, bucket). The result
-    can compile its best config again (``result.rebuild``), so that saving it still works
-    when its cache entry has been removed since.
+    This layer only normalizes the arguments and builds the :class:`TuningProblem`; a
+    :class:`~tileauto.session.TuningSession` does the rest (cache lookup and lock, search,
+    pick, save). With the tuning cache on, a valid entry is returned at once; otherwise the
+    key's lock is held while tuning so concurrent processes tune one key once.
     """
-    result = _tune(factory, args, kwargs, configs, compile_args, profile_args, **options)
-    if result.rebuild is None:
-        result.rebuild = functools.partial(
-            _rebuild_best, factory, tuple(args), dict(kwargs), compile_args, dict(result.config)
+    from tileauto.jit.target_memo import resolve as resolve_target  # no compiler on a memo hit
+
+    # the thread-count rule (docs/tuning.md): the option, then the variables, then every core
+    settings = Settings.from_env().with_num_threads(profile_args.num_threads)
+    args, kwargs = plain_arguments(args, kwargs)  # np.int64 sizes reach TVM as Python ints
+    space = _pruned(
+        resolve_configs(configs, factory, args, kwargs), profile_args, factory, args, kwargs
+    )
+    name = getattr(factory, "__name__", "kernel")
+    if settings.disable_autotune:
+        _say_once(
+            "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): running the default config "
+            "only; nothing is tuned or cached"
         )
+        space = [default_of_space(factory, space)]
+        profile_args = dataclasses.replace(profile_args, retime_top_k=0, search=None)
+        verbose = False
+    captured = captured_inputs()
+    target = resolve_target(compile_args.target, compile_args.target_host, settings)
+    if profile_args.backend in ("cupti", "cudagraph") and target.device_type == "cuda":
+        _say_once(
+            f"backend={profile_args.backend!r} is timed with CUDA events (tileauto has no "
+            f"{profile_args.backend} timer): pass backend='event' to silence this"
+        )
+    problem = TuningProblem(
+        factory=factory,
+        args=args,
+        kwargs=kwargs,
+        configs=space,
+        compile_args=compile_args,
+        profile_args=profile_args,
+        settings=settings,
+        captured_inputs=captured,
+        timer=timer,
+        verbose=verbose,
+        name=name,
+        device_type=target.device_type,
+        jit_impl=jit_impl,
+    )
+    store = None
+    if not settings.disable_autotune:  # a run of the default config alone is not a tuning
+        store = _disk_store(problem, target, bucket)
+    result = TuningSession(problem, store=store).run()
+    if result.rebuild is None:  # saving still works when the cache entry is removed since
+        result.rebuild = functools.partial(rebuild_best, problem, dict(result.config))
+    kernel = result.kernel  # the thread count it was tuned with (the run worker's, in the key)
+    if isinstance(kernel, JITKernel) and kernel.num_threads is not None:
+        kernel.use_threads(settings.run_threads())
     return result
+
+
+def _disk_store(problem: TuningProblem, target: Any, bucket: Any) -> Any:
+    """The disk cache entry of this problem, or None when the tuning cache is off."""
+    from tileauto.cache.tuning import TuningStore
+    from tileauto.stores import DiskStore
+
+    p = problem
+    entry = TuningStore.open(
+        p.settings,
+        p.factory,
+        p.args,
+        p.kwargs,
+        p.configs,
+        p.compile_args,
+        p.profile_args,
+        p.captured_inputs,
+        p.timer,
+        target=target.json,
+        device=target.device,
+        bucket=bucket,
+    )
+    if entry is None:
+        return None
+
+    def waiting() -> None:
+        if p.verbose:
+            note(f"tileauto: another process is tuning {entry.key}; waiting for it")
+
+    return DiskStore(entry, on_wait=waiting)
 
 
 def _pruned(
@@ -85,115 +163,6 @@ def _pruned(
     return kept
 
 
-def _rebuild_best(
-    factory: Callable[..., Any],
-    args: tuple,
-    kwargs: dict[str, Any],
-    compile_args: CompileArgs,
-    config: dict[str, Any],
-) -> Any:
-    """Compile ``config`` of ``factory`` into this process's scratch folder; its artifact."""
-    from tileauto.jit.compiler import compile_to_dir
-
-    args, kwargs = plain_arguments(args, kwargs)
-    out_dir = process_scratch_dir(Settings.from_env()) / f"rebuild-{uuid.uuid4().hex[:12]}"
-    arguments, own = split_pass_configs(config)
-    if own:
-        merged = merged_pass_configs(compile_args.pass_configs, own)
-        compile_args = dataclasses.replace(compile_args, pass_configs=merged)
-    return compile_to_dir(
-        factory, args, {**kwargs, **arguments}, compile_args, out_dir, config=dict(config)
-    )
-
-
-def _tune(
-    factory: Callable[..., Any],
-    args: tuple,
-    kwargs: dict[str, Any],
-    configs: Any,
-    compile_args: CompileArgs,
-    profile_args: ProfileArgs,
-    *,
-    timer: Any = None,
-    verbose: bool = True,
-    jit_impl: JITImpl | None = None,
-    bucket: Any = None,
-) -> AutotuneResult:
-    """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
-
-    With the tuning cache on, a valid entry is returned at once; otherwise the key's lock is
-    held while tuning so concurrent processes tune one key once (the others wait, then load).
-    """
-    from tileauto.cache.disk import writable_staging
-    from tileauto.cache.tuning import TuningStore
-    from tileauto.jit.target_memo import resolve as resolve_target  # no compiler on a memo hit
-
-    # the thread-count rule (docs/tuning.md): the option, then the variables, then every core
-    settings = Settings.from_env().with_num_threads(profile_args.num_threads)
-    args, kwargs = plain_arguments(args, kwargs)  # np.int64 sizes reach TVM as Python ints
-    space = _pruned(
-        resolve_configs(configs, factory, args, kwargs), profile_args, factory, args, kwargs
-    )
-    if settings.disable_autotune:
-        return _run_default(
-            factory, args, kwargs, space, compile_args, profile_args, settings, timer, jit_impl
-        )
-    captured = captured_inputs()
-    target = resolve_target(compile_args.target, compile_args.target_host, settings)
-    if profile_args.backend in ("cupti", "cudagraph") and target.device_type == "cuda":
-        _say_once(
-            f"backend={profile_args.backend!r} is timed with CUDA events (tileauto has no "
-            f"{profile_args.backend} timer): pass backend='event' to silence this"
-        )
-    store = TuningStore.open(
-        settings,
-        factory,
-        args,
-        kwargs,
-        space,
-        compile_args,
-        profile_args,
-        captured,
-        timer,
-        target=target.json,
-        device=target.device,
-        bucket=bucket,
-    )
-    if store is not None:
-        hit = AutotuneResult.from_cache(store, verbose=verbose)
-        if hit is not None:
-            return _run_with_tuned_threads(hit, settings)
-    settings = writable_staging(settings)  # a read-only cache dir still tunes (with a warning)
-    run = functools.partial(
-        _tune_now,
-        factory,
-        args,
-        kwargs,
-        space,
-        compile_args,
-        profile_args,
-        settings,
-        captured,
-        timer,
-        verbose,
-        jit_impl,
-    )
-    if store is None:
-        return _run_with_tuned_threads(run(None), settings)
-    with store.locked(verbose=verbose):
-        # another process may have tuned it while this one waited for the lock
-        hit = AutotuneResult.from_cache(store, verbose=verbose)
-        return _run_with_tuned_threads(hit if hit is not None else run(store), settings)
-
-
-def _run_with_tuned_threads(result: AutotuneResult, settings: Settings) -> AutotuneResult:
-    """Give the kernel the thread count it was tuned with (the run worker's, in the key)."""
-    kernel = result.kernel
-    if isinstance(kernel, JITKernel) and kernel.num_threads is not None:
-        kernel.use_threads(settings.run_threads())
-    return result
-
-
 _said: set[str] = set()  # what this process was told once (autotuning disabled)
 
 
@@ -212,106 +181,6 @@ def default_of_space(factory: Callable[..., Any], space: list[dict[str, Any]]) -
     keys = {k for cfg in space for k in cfg}
     chosen = baseline_config(space, defaults, keys)
     return {k: v for k, v in chosen.items() if k not in defaults or v != defaults[k]}
-
-
-def _run_default(
-    factory: Callable[..., Any],
-    args: tuple,
-    kwargs: dict[str, Any],
-    space: list[dict[str, Any]],
-    compile_args: CompileArgs,
-    profile_args: ProfileArgs,
-    settings: Settings,
-    timer: Any,
-    jit_impl: JITImpl | None,
-) -> AutotuneResult:
-    """TILEAUTO_DISABLE_AUTOTUNE=1: run the default config alone, checked when a check is given.
-
-    Nothing is read from or written to the tuning cache: the result is not a tuning.
-    """
-    _say_once(
-        "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): running the default config "
-        "only; nothing is tuned or cached"
-    )
-    chosen = default_of_space(factory, space)
-    profile = dataclasses.replace(profile_args, retime_top_k=0, search=None)
-    return _tune_now(
-        factory,
-        args,
-        kwargs,
-        [chosen],
-        compile_args,
-        profile,
-        writable_staging_of(settings),
-        captured_inputs(),
-        timer,
-        False,
-        jit_impl,
-        None,
-    )
-
-
-def writable_staging_of(settings: Settings) -> Settings:
-    """The settings with a staging dir this process can write (see ``writable_staging``)."""
-    from tileauto.cache.disk import writable_staging
-
-    return writable_staging(settings)
-
-
-def _tune_now(
-    factory: Callable[..., Any],
-    args: tuple,
-    kwargs: dict[str, Any],
-    space: list[dict[str, Any]],
-    compile_args: CompileArgs,
-    profile_args: ProfileArgs,
-    settings: Settings,
-    captured: Any,
-    timer: Any,
-    verbose: bool,
-    jit_impl: JITImpl | None,
-    store: Any,
-) -> AutotuneResult:
-    problem = TuningProblem(
-        factory=factory,
-        args=args,
-        kwargs=kwargs,
-        configs=space,
-        compile_args=compile_args,
-        profile_args=profile_args,
-        settings=settings,
-        captured_inputs=captured,
-        timer=timer,
-        verbose=verbose,
-        name=getattr(factory, "__name__", "kernel"),
-        known_trials=store.known_trials() if store is not None else {},
-        search=resolve_search(profile_args.search),
-    )
-    outcome = Tuner(problem).run()
-    try:
-        artifact = outcome.best_artifact
-        if artifact is not None:
-            keep = process_scratch_dir(settings) / f"best-{uuid.uuid4().hex[:12]}"
-            shutil.copytree(artifact.directory, keep)
-            kernel = JITKernel(artifact.moved_to(keep))
-        else:  # the best config was measured in an earlier run (cache): compile it now
-            impl = jit_impl or JITImpl(factory, compile_args)
-            kernel = impl(*args, **{**kwargs, **outcome.best.config})
-    finally:
-        shutil.rmtree(outcome.staging, ignore_errors=True)
-    result = AutotuneResult(
-        config=dict(outcome.best.config),
-        latency=float(outcome.best.latency_ms or 0.0),
-        ref_latency=outcome.ref_latency_ms,
-        kernel=kernel,
-        trials=outcome.trials,
-        default_trial=outcome.default_trial,
-        tuning_s=outcome.tuning_s,
-        log_path=outcome.log_path,
-    )
-    if store is not None:
-        store.save(result)
-    return result
 
 
 def key_by_names(factory: Callable[..., Any], names: Any) -> Callable[..., Any]:
@@ -579,6 +448,24 @@ def _check_api_options(*, timer: Any, verbose: Any, check_new_shapes: Any = Fals
             raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
+# set_profile_args' positional parameters: TileLang's, in its order
+_POSITIONAL = (
+    "warmup",
+    "rep",
+    "timeout",
+    "supply_type",
+    "ref_prog",
+    "supply_prog",
+    "rtol",
+    "atol",
+    "max_mismatched_ratio",
+    "skip_check",
+    "manual_check_prog",
+    "cache_input_tensors",
+    "backend",
+)
+
+
 class AutoTuner:
     """The programmatic builder: ``AutoTuner.from_kernel(k, configs).set_compile_args(...).run()``."""
 
@@ -679,23 +566,12 @@ class AutoTuner:
     ) -> AutoTuner:
         """Set how configs are fed, checked and timed, in TileLang's positional order.
 
-        See :func:`autotune` for each argument. Keyword-only extras: ``inplace_args``,
-        ``flush_cache``, ``seed``, ``search``, ``retime_top_k`` and ``timer``.
+        See :func:`autotune` for each argument. Every other profile option (``inplace_args``,
+        ``flush_cache``, ``seed``, ``search``, ``retime_top_k``, ``num_threads``, the hooks...)
+        and ``timer`` are taken by keyword.
         """
-        known = (
-            "inplace_args",
-            "flush_cache",
-            "seed",
-            "search",
-            "retime_top_k",
-            "num_threads",
-            "on_trial",
-            "pre_hook",
-            "post_hook",
-            "prune_configs_by",
-            "warmup_iters",
-            "rep_iters",
-        )
+        # every other profile option, by keyword (declared once, in ProfileArgs)
+        known = tuple(f.name for f in dataclasses.fields(ProfileArgs) if f.name not in _POSITIONAL)
         keywords = {k: more.pop(k) for k in known if k in more}
         timer = more.pop("timer", None)
         _check_api_options(timer=timer, verbose=True)

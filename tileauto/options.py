@@ -6,7 +6,7 @@ import enum
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 EXECUTION_BACKENDS = ("auto", "tvm_ffi")
@@ -95,6 +95,30 @@ class CompileArgs:
         }
 
 
+KEY_KINDS = ("value", "text", "program", "describe", "strategy", "ms")
+
+
+def option(default: Any, *, key: str | None = None, worker: bool = False) -> Any:
+    """Declare a profile option once: its default, its part in the cache key, its destination.
+
+    Args:
+        default: the default value, or a zero-argument callable making a fresh one (``dict``).
+        key: how the option enters the tuning cache key (None: it does not change which config
+            wins, e.g. ``timeout``): ``"value"`` as it is, ``"text"`` as ``str(value)``,
+            ``"program"`` a callable by its source and what it reaches, ``"describe"`` any
+            value walked by the key describer, ``"strategy"`` a search strategy by its
+            ``describe()``, ``"ms"`` milliseconds that count only when no ``<name>_iters``
+            count replaces them (keyed as ``<name>_ms``).
+        worker: whether the run worker needs it (it is sent with the session, others are not).
+    """
+    if key is not None and key not in KEY_KINDS:
+        raise ValueError(f"key must be None or one of {KEY_KINDS}, got {key!r}")
+    meta = {"key": key, "worker": worker}
+    if callable(default):
+        return field(default_factory=default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
 class ProfileArgs:
     """How configs are fed, checked and timed (``@autotune`` arguments, ``set_profile_args``).
@@ -102,32 +126,37 @@ class ProfileArgs:
     See the tuning guide in ``docs/tuning.md`` for each field.
     """
 
-    warmup: float = 25  # milliseconds of warm-up per config (TileLang's and Triton's meaning)
-    rep: float = 100  # milliseconds of timed repetitions per config
-    timeout: float = 60.0
-    supply_type: Any = None
-    supply_prog: Callable[..., Any] | None = None
-    ref_prog: Callable[..., Any] | None = None
-    manual_check_prog: Callable[..., Any] | None = None
-    skip_check: bool = False
-    rtol: float = 1e-2
-    atol: float = 1e-2
-    max_mismatched_ratio: float = 0.01
-    cache_input_tensors: bool = True
-    inplace_args: tuple[int, ...] | None = None
-    flush_cache: bool | None = None  # None: flush L2 on CUDA, not on the CPU
-    seed: int = 0
-    retime_top_k: int = 3  # re-time the best few, interleaved, before picking (0: off)
-    search: Any = None  # None / 'exhaustive', or a tileauto.search.SearchStrategy
-    num_threads: int | None = None  # CPU threads to tune and run with (None: the settings')
-    backend: str = "event"  # TileLang's timer name: events on CUDA, the native loop on CPU
-    warmup_iters: int | None = None  # a fixed count of warm-up runs instead of warmup ms
-    rep_iters: int | None = None  # a fixed count of timed runs instead of rep ms
-    on_trial: Callable[..., Any] | None = None  # on_trial(trial), in the caller, as measured
-    pre_hook: Callable[..., Any] | None = None  # pre_hook(args) before each benchmarked call
-    post_hook: Callable[..., Any] | None = None  # post_hook(args, exception=None | exc) after
-    prune_configs_by: dict[str, Any] | None = None  # Triton's: early prune, perf model, top_k
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Each option is declared once, here: its default, how it enters the cache key
+    # (``key``, see :func:`option`) and whether the run worker needs it (``worker``). The
+    # cache fingerprint and the worker's copy are derived from these declarations.
+    warmup: float = option(25, key="ms", worker=True)  # ms of warm-up per config
+    rep: float = option(100, key="ms", worker=True)  # ms of timed repetitions per config
+    timeout: float = option(60.0)  # s per config (validate + time); not in the key
+    supply_type: Any = option(None, key="text", worker=True)
+    supply_prog: Callable[..., Any] | None = option(None, key="program", worker=True)
+    ref_prog: Callable[..., Any] | None = option(None, key="program", worker=True)
+    manual_check_prog: Callable[..., Any] | None = option(None, key="program", worker=True)
+    skip_check: bool = option(False, key="value", worker=True)
+    rtol: float = option(1e-2, key="value", worker=True)
+    atol: float = option(1e-2, key="value", worker=True)
+    max_mismatched_ratio: float = option(0.01, key="value", worker=True)
+    cache_input_tensors: bool = option(True)
+    inplace_args: tuple[int, ...] | None = option(None, key="value", worker=True)
+    flush_cache: bool | None = option(None, key="value", worker=True)  # None: L2 on CUDA only
+    seed: int = option(0, key="value", worker=True)
+    retime_top_k: int = option(3, key="value")  # re-time the best few, interleaved (0: off)
+    search: Any = option(None, key="strategy")  # None / a name / a SearchStrategy
+    num_threads: int | None = option(
+        None
+    )  # CPU threads (None: the settings'); keyed as run_threads
+    backend: str = option("event", key="value")  # TileLang's timer name
+    warmup_iters: int | None = option(None, key="value", worker=True)  # counts instead of ms
+    rep_iters: int | None = option(None, key="value", worker=True)
+    on_trial: Callable[..., Any] | None = option(None)  # on_trial(trial), in the caller
+    pre_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
+    post_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
+    prune_configs_by: dict[str, Any] | None = option(None)  # changes the space, which is keyed
+    extra: dict[str, Any] = option(dict, key="describe")
 
     @classmethod
     def from_arguments(cls, arguments: dict[str, Any]) -> ProfileArgs:
@@ -144,6 +173,18 @@ class ProfileArgs:
         """Whether configs are checked against something the user gave (ref_prog, a check)."""
         return not self.skip_check and (
             self.ref_prog is not None or self.manual_check_prog is not None
+        )
+
+    def for_worker(self) -> ProfileArgs:
+        """A copy with only what the run worker needs (the rest back to defaults).
+
+        The caller-side options (``on_trial``, ``search``, ``prune_configs_by``...) may hold
+        objects that do not pickle, and the worker has no use for them.
+        """
+        keep = {f.name for f in fields(self) if f.metadata.get("worker")}
+        blank = ProfileArgs()
+        return replace(
+            self, **{f.name: getattr(blank, f.name) for f in fields(self) if f.name not in keep}
         )
 
     def __post_init__(self) -> None:

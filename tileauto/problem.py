@@ -1,22 +1,32 @@
-"""The records a tuning run starts from and ends with (the tuner's input and output)."""
+"""The record a tuning session starts from: the factory, its arguments, the space, the options."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from tileauto.artifact import KernelArtifact
 from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.records import Trial
-from tileauto.search import Exhaustive, SearchStrategy
 from tileauto.settings import Settings
 
 
 @dataclass
 class TuningProblem:
-    """One tuning run: the factory with its problem arguments bound, the space, the options."""
+    """One tuning run: the factory with its problem arguments bound, the space, the options.
+
+    Attributes:
+        factory: the kernel factory (a function of the problem and the tunable arguments).
+        args / kwargs: the problem arguments (plain Python values).
+        configs: the space, after ``prune_configs_by``: dicts of tunable arguments.
+        compile_args / profile_args: how configs are compiled, fed, checked and timed.
+        settings: the ``TILEAUTO_*`` settings of this run (thread count applied).
+        captured_inputs: inputs captured with ``set_autotune_inputs`` (None: made).
+        timer: a custom timer (see :mod:`tileauto.timing`).
+        verbose: show progress and the table.
+        name: the kernel's name in reports.
+        device_type: where the target's kernels run (``"cpu"`` or ``"cuda"``).
+        jit_impl: the ``@jit`` factory, to compile a winner measured by an earlier run.
+    """
 
     factory: Callable[..., Any]
     args: tuple
@@ -29,21 +39,5 @@ class TuningProblem:
     timer: Any = None
     verbose: bool = True
     name: str = "kernel"
-    known_trials: dict[str, Trial] = field(default_factory=dict)  # measured before (cache)
-    search: SearchStrategy = field(default_factory=Exhaustive)
-
-
-@dataclass
-class TuningOutcome:
-    """What the tuner hands back to the api layer."""
-
-    trials: tuple[Trial, ...]
-    default_trial: Trial
-    best: Trial
-    best_artifact: KernelArtifact | None
-    ref_latency_ms: float | None
-    tuning_s: float
-    log_path: Path | None
-    staging: Path
-    compile_wall_s: float = 0.0  # from the start until the last compile finished
-    workers: int = 1
+    device_type: str = "cpu"
+    jit_impl: Any = None

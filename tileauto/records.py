@@ -25,6 +25,8 @@ class TrialStatus(enum.Enum):
     CRASH = "crash"
     TIMEOUT = "timeout"
     OUT_OF_MEMORY = "out_of_memory"
+    COMPILE_OUT_OF_MEMORY = "compile_out_of_memory"  # the compiler was killed for memory
+    CANCELLED = "cancelled"  # the run was interrupted before this config finished
     NOT_RUN = "not_run"
 
     @property
@@ -155,3 +157,35 @@ class Trial:
             error=data.get("error"),
             notes=tuple(data.get("notes", ())),
         )
+
+
+# Failures that depend on the moment (load, memory, an interrupt), measured again next time;
+# every other outcome of a config is reused from the cache.
+TRANSIENT = frozenset(
+    {
+        TrialStatus.TIMEOUT,
+        TrialStatus.OUT_OF_MEMORY,
+        TrialStatus.COMPILE_OUT_OF_MEMORY,
+        TrialStatus.CANCELLED,
+        TrialStatus.NOT_RUN,
+        TrialStatus.COMPILE_TIMEOUT,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What running one built config gave: the run worker's answer, or a scripted one.
+
+    ``reference`` (the default config's outputs, kept by the parent so that a replacement
+    worker gets them without running the default again) is the worker's business; records
+    read by the session are the status, the samples and the messages.
+    """
+
+    status: TrialStatus
+    samples_ns: tuple[float, ...] = ()
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+    reference: Any = None
+    reference_inplace: tuple[int, ...] | None = None
+    run_s: float = 0.0

@@ -119,7 +119,7 @@ def test_concurrent_tuners_of_one_key_tune_it_once(tmp_path):
     assert sorted(o["cache_hit"] for o in outs) == [False, True], outs
     assert all(o["ok"] and o["matmul_ok"] for o in outs)
     assert outs[0]["key"] == outs[1]["key"] and outs[0]["config"] == outs[1]["config"]
-    logs = list((cache / "logs").glob("autotune-scale_add-*.log"))
+    logs = list((cache / "logs").glob("autotune-scale_add-*.jsonl"))
     assert len(logs) == 1, "the key was tuned more than once"
     waiter = next(o for o in outs if o["cache_hit"])
     assert waiter["workers"] == 0  # it waited, then loaded
@@ -160,7 +160,7 @@ def test_library_built_for_another_cpu_is_recompiled_with_a_warning(cold, tmp_pa
     meta["target"] = json.dumps(target)
     meta_path.write_text(json.dumps(meta))
     reseal(saved)
-    from tileauto.result import _cannot_run_here
+    from tileauto.portability import cannot_run_here as _cannot_run_here
 
     if _cannot_run_here(_artifact(saved), None) is None:
         pytest.skip("this CPU has every sapphirerapids instruction")

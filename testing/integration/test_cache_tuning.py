@@ -18,9 +18,9 @@ from cache_kernels import (
 )
 
 import tileauto
-from tileauto import autotuner
 from tileauto.cache import disk
 from tileauto.jit import compiler
+from tileauto.session import TuningSession
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,11 +33,10 @@ def compiles() -> int:
 def forbid_tuning(monkeypatch) -> None:
     """Make any tuning run fail from now on: what follows must be answered by the cache."""
 
-    class NoTuner:
-        def __init__(self, *a, **k):
-            raise AssertionError("the tuner ran: the cache should have answered")
+    def no_tuning(self):
+        raise AssertionError("the session tuned: the cache should have answered")
 
-    monkeypatch.setattr(autotuner, "Tuner", NoTuner)
+    monkeypatch.setattr(TuningSession, "_tune", no_tuning)
 
 
 def entries(cache: Path, kind: str = "autotuner") -> list[Path]:

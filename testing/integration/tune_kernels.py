@@ -73,7 +73,9 @@ def _script(n: int, mode: str):
         @T.prim_func
         def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
             for i in range(n):
-                B[i + 268435456] = A[i] * T.float32(2)
+                # 2**46 floats past B: beyond any user-space address (47 bits), so this
+                # faults whatever the process has mapped (a nearer offset may land in memory)
+                B[T.int64(i) + T.int64(70368744177664)] = A[i] * T.float32(2)
 
     elif mode == "hang":
 

@@ -132,3 +132,38 @@ def test_the_api_builds_profile_args_from_its_own_arguments_only():
     assert (args.warmup, args.rep, args.rep_iters, args.seed, args.extra) == (5, 10, 3, 4, {})
     decorated = tileauto.autotune(configs=[{}], rep=7, seed=2)(tileauto.jit(lambda: None))
     assert decorated.profile_args.rep == 7 and decorated.profile_args.extra == {}
+
+
+def test_every_profile_option_is_an_argument_of_both_apis():
+    """An option is declared once, in ProfileArgs; the APIs must take it (or the test says so)."""
+    import dataclasses
+    import inspect
+
+    from tileauto.autotuner import _POSITIONAL, AutoTuner, autotune
+
+    options = {f.name for f in dataclasses.fields(ProfileArgs)} - {"extra"}
+    missing = options - set(inspect.signature(autotune).parameters)
+    assert not missing, f"autotune() does not take {sorted(missing)}"
+    positional = list(inspect.signature(AutoTuner.set_profile_args).parameters)[1:-1]
+    assert tuple(positional) == _POSITIONAL
+    tuner = AutoTuner(lambda block=1: None, [{"block": 1}])
+    for name in sorted(options - set(_POSITIONAL)):
+        value = getattr(ProfileArgs(), name)
+        tuner.set_profile_args(**{name: value})  # taken by keyword, no error
+        assert getattr(tuner.profile_args, name) == value
+
+
+def test_each_option_declares_its_key_and_worker_parts():
+    import dataclasses
+
+    from tileauto.cache.tuning import profile_fingerprint
+
+    declared = {f.name: f.metadata for f in dataclasses.fields(ProfileArgs)}
+    assert all("key" in m and "worker" in m for m in declared.values())
+    keyed = profile_fingerprint(ProfileArgs())
+    for name, meta in declared.items():
+        shown = f"{name}_ms" if meta["key"] == "ms" else name
+        assert (shown in keyed) == (meta["key"] is not None), name
+    worker = ProfileArgs(rtol=0.5, on_trial=print, retime_top_k=7).for_worker()
+    assert worker.rtol == 0.5  # the worker needs it
+    assert worker.on_trial is None and worker.retime_top_k == 3  # the caller's only

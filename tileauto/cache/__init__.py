@@ -10,6 +10,7 @@ foreign or unsafe entry is a miss (one warning), never a crash and never a wrong
     tuning.py    TuningStore: tuned results and per-config measurements
     kernels.py   KernelStore: plain @jit compiles
     catalog.py   the whole cache for the command line: list, verify, clear, export, import
+    hygiene.py   claimed scratch folders, leftovers of killed runs, log pruning
 
 The format is described in ``docs/cache_format.md``. Nothing here imports torch or TVM.
 """

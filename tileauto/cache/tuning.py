@@ -16,10 +16,9 @@ import hashlib
 import json
 import os
 import stat
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +42,12 @@ from tileauto.cache.key import (
 )
 from tileauto.keys import bind_arguments
 from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.records import Trial, TrialStatus
+from tileauto.records import TRANSIENT, Trial
 from tileauto.settings import Settings
 from tileauto.space import config_id, full_config, tunable_parameters
 
 log = get_logger("cache")
 
-# Failures that depend on the moment (load, memory) are measured again; the rest are reused.
-_TRANSIENT = {
-    TrialStatus.TIMEOUT,
-    TrialStatus.OUT_OF_MEMORY,
-    TrialStatus.NOT_RUN,
-    TrialStatus.COMPILE_TIMEOUT,
-}
 MEASUREMENTS = "measurements"
 
 
@@ -66,38 +58,34 @@ def _callable_key(fn: Any, owner: str) -> Any:
 def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, Any]:
     """The parts of the profile arguments that change which config passes or wins.
 
-    Programs count by their source (and what they close over), so a ``ref_prog`` or a
-    ``supply_prog`` keeps the cache on; ``timeout`` and ``cache_input_tensors`` do not count.
+    Read from each option's declaration (``key=`` in :class:`~tileauto.options.ProfileArgs`),
+    so a new option is keyed where it is declared. Programs count by their source (and what
+    they close over), so a ``ref_prog`` or a ``supply_prog`` keeps the cache on.
     """
-    return {
-        # what timing means: milliseconds resolved to counts per kernel, or fixed counts
-        "warmup_ms": profile.warmup if profile.warmup_iters is None else None,
-        "rep_ms": profile.rep if profile.rep_iters is None else None,
-        "warmup_iters": profile.warmup_iters,
-        "rep_iters": profile.rep_iters,
-        "supply_type": str(profile.supply_type),
-        "supply_prog": _callable_key(profile.supply_prog, "supply_prog"),
-        "ref_prog": _callable_key(profile.ref_prog, "ref_prog"),
-        "manual_check_prog": _callable_key(profile.manual_check_prog, "manual_check_prog"),
-        # hooks run around every benchmarked call (Triton's): they can change what passes
-        "pre_hook": _callable_key(profile.pre_hook, "pre_hook"),
-        "post_hook": _callable_key(profile.post_hook, "post_hook"),
-        "skip_check": profile.skip_check,
-        "rtol": profile.rtol,
-        "atol": profile.atol,
-        "max_mismatched_ratio": profile.max_mismatched_ratio,
-        "inplace_args": list(profile.inplace_args) if profile.inplace_args else None,
-        "flush_cache": profile.flush_cache,
-        "seed": profile.seed,
-        "retime_top_k": profile.retime_top_k,
-        "backend": profile.backend,
-        # the strategy decides which configs are measured, so it decides the winner too
-        "search": None
-        if profile.search in (None, "exhaustive")
-        else getattr(profile.search, "describe", lambda: repr(profile.search))(),
-        "extra": describe_key_value(profile.extra),
-        "timer": None if timer is None else describe_key_value(timer),
-    }
+    out: dict[str, Any] = {}
+    for f in fields(profile):
+        kind, value = f.metadata.get("key"), getattr(profile, f.name)
+        if kind is None:
+            continue
+        if kind == "ms":  # milliseconds count only when no iteration count replaces them
+            out[f"{f.name}_ms"] = value if getattr(profile, f"{f.name}_iters") is None else None
+        elif kind == "value":
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        elif kind == "text":
+            out[f.name] = str(value)
+        elif kind == "program":
+            out[f.name] = _callable_key(value, f.name)
+        elif kind == "strategy":
+            describe = getattr(value, "describe", None)
+            out[f.name] = (
+                None
+                if value in (None, "exhaustive")
+                else (describe() if describe is not None else repr(value))
+            )
+        else:  # "describe"
+            out[f.name] = describe_key_value(value)
+    out["timer"] = None if timer is None else describe_key_value(timer)
+    return out
 
 
 def _explicit_arguments(
@@ -107,14 +95,6 @@ def _explicit_arguments(
     import inspect
 
     return dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
-
-
-def _plain(value: Any) -> bool:
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    return isinstance(value, (bool, int, float, str, type(None)))
 
 
 class TuningStore:
@@ -127,7 +107,6 @@ class TuningStore:
         problem_key: str,
         meta: dict[str, Any],
         full_ids: dict[str, dict[str, Any]],
-        problem_call: dict[str, Any] | None,
         base_config: dict[str, Any] | None = None,
     ) -> None:
         self.settings = settings
@@ -136,7 +115,6 @@ class TuningStore:
         self.problem_key = problem_key
         self.meta = meta
         self.full_ids = full_ids
-        self.problem_call = problem_call
         self.base_config = dict(base_config or {})
         self.entry_dir = self.root / KIND_TUNED / key
         self.measure_dir = self.root / MEASUREMENTS / problem_key
@@ -213,8 +191,7 @@ class TuningStore:
             "target": target,
             "device": device,
         }
-        call = {"args": list(args), "kwargs": dict(kwargs)}
-        return cls(settings, key, problem_key, meta, full_ids, call if _plain(call) else None, base)
+        return cls(settings, key, problem_key, meta, full_ids, base)
 
     # -- reading --------------------------------------------------------------------------------
     def load(self) -> StoredResult | None:
@@ -256,7 +233,7 @@ class TuningStore:
             trial = _read_measurement(path, identity)
             if trial is None:
                 bad += 1
-            elif trial.status not in _TRANSIENT:
+            elif trial.status not in TRANSIENT:
                 out[cid] = replace(trial, config=dict(config))  # named as this space names it
         if bad:
             self.report(
@@ -275,25 +252,25 @@ class TuningStore:
 
     # -- writing --------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def locked(self, verbose: bool = False) -> Iterator[None]:
-        """Hold this key's lock: concurrent tuners of one key tune it once, the rest load."""
+    def locked(self, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold this key's lock: concurrent tuners of one key tune it once, the rest load.
+
+        ``on_wait`` is called once if another process holds it (to tell the user).
+        """
 
         def waiting() -> None:
             log.info("waiting for another process tuning %s", self.key)
-            if verbose:
-                print(
-                    f"tileauto: another process is tuning {self.key}; waiting for it",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if on_wait is not None:
+                on_wait()
 
         with disk.best_effort_lock(self.root / ".locks", f"{KIND_TUNED}-{self.key}", waiting):
             yield
 
-    def save(self, result: Any) -> bool:
-        """Store the result and each config's trial. A failed write is a warning, not an error."""
-        if self.problem_call is not None:
-            result.extra["problem"] = self.problem_call
+    def save(self, result: Any) -> str | None:
+        """Store the result and each config's trial; its key, or None if it was not written.
+
+        A failed write is a warning, not an error. ``result`` is not modified.
+        """
         try:
             disk.make_private_dir(self.measure_dir)
             disk.check_private(self.measure_dir.parent)  # measurements/
@@ -313,9 +290,8 @@ class TuningStore:
                 f"could not write autotuner/{self.key} ({exc}); the tuned kernel is returned "
                 "but not cached"
             )
-            return False
-        result.key = self.key
-        return True
+            return None
+        return self.key
 
     def measurement_id(self, config: dict[str, Any]) -> str:
         """The identity of a config's measurement: the value of every tunable argument."""

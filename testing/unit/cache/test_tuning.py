@@ -75,7 +75,9 @@ def test_save_then_load_round_trip(tmp_path):
     store = open_store()
     trials = [trial(0, {"block": 8}, 1.0), trial(1, {"block": 16}, 2.0)]
     result = fake_result(tmp_path, trials)
-    assert store.save(result) and result.key == store.key
+    result.extra["problem"] = {"args": [64], "kwargs": {}}  # set by the session
+    assert store.save(result) == store.key
+    assert result.key is None  # the store does not modify the caller's result
     assert disk.verify(store.entry_dir) is None
     stored = open_store().load()
     assert stored.config == {"block": 8} and stored.latency_ms == 1.0
@@ -130,7 +132,7 @@ def test_a_failed_write_is_a_warning_not_an_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(disk, "publish", full)
     with pytest.warns(RuntimeWarning, match="could not write.*No space left"):
-        assert store.save(fake_result(tmp_path, [trial(0, {"block": 8})])) is False
+        assert store.save(fake_result(tmp_path, [trial(0, {"block": 8})])) is None
     assert not store.entry_dir.exists()
 
 

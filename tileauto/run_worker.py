@@ -20,40 +20,31 @@ import torch
 
 from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.buffers import canaries_intact, interleave, padded_clones, padded_outputs
-from tileauto.inputs import TensorSupplyType, make_inputs
-from tileauto.options import MAX_ITERATIONS
-from tileauto.records import TrialStatus
+from tileauto.inputs import make_inputs
+from tileauto.options import MAX_ITERATIONS, ProfileArgs
+from tileauto.records import RunOutcome, TrialStatus
 from tileauto.timing import Timer, default_timer
 from tileauto.validate import Verdict, as_list, check_bool, compare, unwritten
 
 
 @dataclass
 class SessionSpec:
-    """Everything the run worker needs once per tuning run (picklable)."""
+    """Everything the run worker needs once per kernel signature (picklable).
+
+    ``profile`` is the tuning's :class:`~tileauto.options.ProfileArgs` as the worker sees it
+    (``ProfileArgs.for_worker``): a new profile option reaches the worker without a copy here.
+    The other fields are what the parent resolved for this signature.
+    """
 
     params: tuple[ParamSpec, ...]
     out_pos: tuple[int, ...]
     device: str
+    profile: ProfileArgs = field(default_factory=ProfileArgs)
     captured: list[torch.Tensor] | None = None
-    supply_prog: Callable[..., Any] | None = None
-    supply_type: TensorSupplyType | None = None
-    seed: int = 0
-    ref_prog: Callable[..., Any] | None = None
-    manual_check_prog: Callable[..., Any] | None = None
-    skip_check: bool = False
-    rtol: float = 1e-2
-    atol: float = 1e-2
-    max_mismatched_ratio: float = 0.01
-    inplace_args: tuple[int, ...] | None = None
-    warmup: float = 25.0  # ms (see iterations())
-    rep: float = 100.0  # ms
-    warmup_iters: int | None = None
-    rep_iters: int | None = None
-    flush: bool | None = None
+    inplace_args: tuple[int, ...] | None = None  # input positions, checked against params
+    flush: bool | None = None  # resolved: L2 flush on CUDA unless turned off
     timer: Timer | None = None
     threads: int = 1
-    pre_hook: Callable[..., Any] | None = None
-    post_hook: Callable[..., Any] | None = None
     reference: list[torch.Tensor] | None = None
     reference_inplace: tuple[int, ...] | None = None
 
@@ -75,19 +66,6 @@ class RunRequest:
     config: dict[str, Any]
     is_reference: bool = False
     time_it: bool = True
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """The worker's answer for one RunRequest."""
-
-    status: TrialStatus
-    samples_ns: tuple[float, ...] = ()
-    error: str | None = None
-    notes: tuple[str, ...] = ()
-    reference: list[torch.Tensor] | None = None
-    reference_inplace: tuple[int, ...] | None = None
-    run_s: float = 0.0
 
 
 @dataclass
@@ -132,7 +110,7 @@ def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
     parent can time the two apart (a hung ``supply_prog`` and a hung ``ref_prog`` are told
     apart in the error).
     """
-    torch.manual_seed(spec.seed)
+    torch.manual_seed(spec.profile.seed)
     if spec.device == "cpu":
         torch.set_num_threads(max(1, spec.threads))
     in_pos = tuple(i for i in range(len(spec.params)) if i not in set(spec.out_pos))
@@ -140,9 +118,9 @@ def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
         spec.params,
         in_pos,
         captured=spec.captured,
-        supply_prog=spec.supply_prog,
-        supply_type=spec.supply_type,
-        seed=spec.seed,
+        supply_prog=spec.profile.supply_prog,
+        supply_type=spec.profile.supply_type,
+        seed=spec.profile.seed,
         device=spec.device,
     )
     inputs = [t.to(spec.device).contiguous() if isinstance(t, torch.Tensor) else t for t in inputs]
@@ -164,13 +142,15 @@ def compute_reference(key: str | None = None) -> SetupInfo:
     session = _require(key)
     spec, inputs = session.spec, session.inputs
     ref_latency, ref_error = None, None
-    if spec.ref_prog is not None and not spec.skip_check:
+    if spec.profile.ref_prog is not None and not spec.profile.skip_check:
         n_results = len(spec.out_pos) + len(spec.inplace_args or ())
-        session.ref_checker = _positional_arity(spec.ref_prog) == len(inputs) + max(1, n_results)
+        session.ref_checker = _positional_arity(spec.profile.ref_prog) == len(inputs) + max(
+            1, n_results
+        )
         if not session.ref_checker:
             try:
                 start = time.perf_counter()
-                session.expected = spec.ref_prog(*_clones(inputs))
+                session.expected = spec.profile.ref_prog(*_clones(inputs))
                 _sync(spec.device)
                 ref_latency = (time.perf_counter() - start) * 1e3
             except Exception as exc:  # noqa: BLE001 - reported to the user, tuning goes on
@@ -182,13 +162,13 @@ def compute_reference(key: str | None = None) -> SetupInfo:
 def time_reference(warmup: int, rep: int, key: str | None = None) -> float | None:
     """Median latency (ms) of the reference program on a session's inputs."""
     session = _require(key)
-    if session.spec.ref_prog is None or session.ref_checker:
+    if session.spec.profile.ref_prog is None or session.ref_checker:
         return None
     args = _clones(session.inputs)
     samples = []
     for i in range(warmup + rep):
         start = time.perf_counter_ns()
-        session.spec.ref_prog(*args)
+        session.spec.profile.ref_prog(*args)
         _sync(session.spec.device)
         if i >= warmup:
             samples.append(time.perf_counter_ns() - start)
@@ -272,7 +252,7 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
         return RunOutcome(TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {names}")
     mutated = tuple(k for k, (a, b) in enumerate(zip(ins, session.inputs)) if not _same(a, b))
     notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
-    if spec.ref_prog is None and not request.is_reference and session.reference is None:
+    if spec.profile.ref_prog is None and not request.is_reference and session.reference is None:
         other = _reference_signature_differs(session)
         if other is not None:
             notes += (other,)
@@ -282,7 +262,7 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
         spec.params[session.in_pos[k]].name for k in inplace
     ]
     reference, reference_inplace = None, None
-    if request.is_reference and spec.ref_prog is None:
+    if request.is_reference and spec.profile.ref_prog is None:
         session.reference = [r.detach().clone() for r in results]
         _REFERENCE_KEY[0] = spec_signature(spec)
         session.inplace = inplace
@@ -290,7 +270,7 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
         # the default config is its own reference; a manual check still sees its results
         verdict = (
             _check(session, ins, results, names, mutated)
-            if spec.manual_check_prog is not None
+            if spec.profile.manual_check_prog is not None
             else Verdict(True)
         )
     else:
@@ -326,7 +306,7 @@ def _check(
     session: _Session, ins: list, results: list, names: list[str], mutated: tuple[int, ...]
 ) -> Verdict:
     spec = session.spec
-    if spec.skip_check:
+    if spec.profile.skip_check:
         return Verdict(True)
     if session.inplace is not None and spec.inplace_args is None:
         extra = [k for k in mutated if k not in session.inplace]
@@ -337,10 +317,10 @@ def _check(
             )
     expected: Any = None
     checked: Verdict | None = None  # the verdict of a ref_prog that checks (takes the results)
-    if spec.ref_prog is not None:
+    if spec.profile.ref_prog is not None:
         if session.ref_checker:
             try:
-                value = spec.ref_prog(*_clones(session.inputs), *results)
+                value = spec.profile.ref_prog(*_clones(session.inputs), *results)
             except Exception as exc:  # noqa: BLE001
                 checked = Verdict(False, f"ref_prog raised {type(exc).__name__}: {exc}")
             else:
@@ -371,10 +351,10 @@ def _check(
             return missing
     if checked is not None and not checked.ok:
         return checked
-    if spec.manual_check_prog is not None:
+    if spec.profile.manual_check_prog is not None:
         try:
             # always lists, as TileLang passes them, whatever ref_prog returned
-            value = spec.manual_check_prog(list(results), expected_list)
+            value = spec.profile.manual_check_prog(list(results), expected_list)
         except Exception as exc:  # noqa: BLE001
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return Verdict(False, f"manual_check_prog raised {type(exc).__name__}: {first}")
@@ -384,9 +364,9 @@ def _check(
     return compare(
         results,
         expected,
-        rtol=spec.rtol,
-        atol=spec.atol,
-        max_mismatched_ratio=spec.max_mismatched_ratio,
+        rtol=spec.profile.rtol,
+        atol=spec.profile.atol,
+        max_mismatched_ratio=spec.profile.max_mismatched_ratio,
         names=names,
     )
 
@@ -397,7 +377,7 @@ def _with_hooks(func: Any, spec: SessionSpec, artifact: KernelArtifact) -> Any:
     Each hook gets a dict of parameter name to tensor; ``post_hook`` also gets
     ``exception=``: None after a call that returned, the exception of one that raised.
     """
-    pre, post = spec.pre_hook, spec.post_hook
+    pre, post = spec.profile.pre_hook, spec.profile.post_hook
     if pre is None and post is None:
         return func
     names = [p.name for p in artifact.params]
@@ -431,15 +411,19 @@ def iterations(spec: SessionSpec, func: Any, args: Sequence[Any]) -> tuple[int, 
     at least ``MIN_REP_ITERS`` timed runs and at most ``MAX_ITERATIONS`` of each, so a slow
     config costs bounded time and a fast one is timed long enough to be measured.
     """
-    if spec.warmup_iters is not None and spec.rep_iters is not None:
-        return spec.warmup_iters, spec.rep_iters
+    if spec.profile.warmup_iters is not None and spec.profile.rep_iters is not None:
+        return spec.profile.warmup_iters, spec.profile.rep_iters
     one_ms = max(_estimate_ms(func, args, spec.device), 1e-5)
-    n_warmup = spec.warmup_iters
+    n_warmup = spec.profile.warmup_iters
     if n_warmup is None:
-        n_warmup = min(MAX_ITERATIONS, math.ceil(spec.warmup / one_ms)) if spec.warmup > 0 else 0
-    n_rep = spec.rep_iters
+        n_warmup = (
+            min(MAX_ITERATIONS, math.ceil(spec.profile.warmup / one_ms))
+            if spec.profile.warmup > 0
+            else 0
+        )
+    n_rep = spec.profile.rep_iters
     if n_rep is None:
-        n_rep = min(MAX_ITERATIONS, max(MIN_REP_ITERS, math.ceil(spec.rep / one_ms)))
+        n_rep = min(MAX_ITERATIONS, max(MIN_REP_ITERS, math.ceil(spec.profile.rep / one_ms)))
     return n_warmup, n_rep
 
 

@@ -1,0 +1,223 @@
+"""The session loop with scripted stages: no compile, no run worker, no files but its staging."""
+
+from __future__ import annotations
+
+import pytest
+
+from tileauto.errors import NoValidConfigError
+from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.problem import TuningProblem
+from tileauto.records import TrialStatus
+from tileauto.search import RandomSearch
+from tileauto.session import TuningSession
+from tileauto.settings import Settings
+from tileauto.stages import BuildStage, Reporter, RunStage, Store
+from tileauto.stores import MemoryStore
+from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
+
+
+def factory(n, block=32):  # never called: the builder is scripted
+    raise AssertionError("a scripted session must not elaborate the factory")
+
+
+SPACE = [{"block": 16}, {"block": 32}, {"block": 64}, {"block": 128}]
+
+
+@pytest.fixture
+def problem(tmp_path):
+    def make(configs=SPACE, **profile):
+        return TuningProblem(
+            factory=factory,
+            args=(256,),
+            kwargs={},
+            configs=list(configs),
+            compile_args=CompileArgs(),
+            profile_args=ProfileArgs(**profile),
+            settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
+            verbose=False,
+            name="k",
+        )
+
+    return make
+
+
+LATENCY = {16: 3.0, 32: 2.0, 64: 1.0, 128: 4.0}
+
+
+def session(problem, *, fails=None, script=None, store=None, search=None, device="cpu"):
+    reporter = RecordingReporter()
+    s = TuningSession(
+        problem,
+        builder=ScriptedBuilder(fails=fails, device_type=device),
+        runner=ScriptedRunner(script or (lambda c: LATENCY[c["block"]])),
+        store=store,
+        search=search,
+        reporter=reporter,
+    )
+    return s, reporter
+
+
+def test_the_stages_follow_their_protocols():
+    assert isinstance(ScriptedBuilder(), BuildStage)
+    assert isinstance(ScriptedRunner(lambda c: 1.0), RunStage)
+    assert isinstance(MemoryStore(), Store)
+    assert isinstance(RecordingReporter(), Reporter)
+
+
+def test_the_fastest_config_that_passes_wins_and_every_trial_is_complete(problem):
+    s, reporter = session(problem())
+    result = s.run()
+    assert result.config == {"block": 64}
+    assert result.latency == pytest.approx(1.0)
+    assert [t.index for t in result.trials] == [0, 1, 2, 3]
+    assert all(t.status is TrialStatus.OK for t in result.trials)
+    # every trial was reported as measured, complete (with its index), before the end
+    reported = reporter.of("trial")
+    assert sorted(t.index for t in reported) == [0, 1, 2, 3]
+    assert reporter.events[-1][0] == "finished"
+    summary = reporter.of("finished")[0]
+    assert summary["best"].config == {"block": 64} and summary["error"] is None
+
+
+def test_the_default_config_runs_first_as_the_reference(problem):
+    s, _ = session(problem())
+    s.run()
+    runs = s.runner.runs
+    assert runs[0] == ({"block": 32}, True)
+    assert [r for _, r in runs[1:]] == [False] * 3
+
+
+def test_failures_carry_their_status_and_reason_and_never_win(problem):
+    fails = lambda c: "compile_error" if c["block"] == 64 else None  # noqa: E731
+    script = lambda c: "mismatch" if c["block"] == 16 else LATENCY[c["block"]]  # noqa: E731
+    s, _ = session(problem(), fails=fails, script=script)
+    result = s.run()
+    by_block = {t.config["block"]: t for t in result.trials}
+    assert by_block[64].status is TrialStatus.COMPILE_ERROR
+    assert by_block[16].status is TrialStatus.MISMATCH
+    assert by_block[16].error == "scripted mismatch"
+    assert result.config == {"block": 32}
+
+
+@pytest.mark.parametrize("status", ["compile_timeout"])
+def test_a_transient_build_failure_is_not_a_permanent_one(problem, status):
+    fails = lambda c: status if c["block"] == 16 else None  # noqa: E731
+    store = MemoryStore("k")
+    s, _ = session(problem(), fails=fails, store=store)
+    result = s.run()
+    assert result.trials[0].status is TrialStatus(status)
+    # the next session of this problem measures that config again, and only that one
+    known = store.known_trials()
+    assert {t.config["block"] for t in known.values()} == {32, 64, 128}
+
+
+def test_nothing_passes_raises_with_every_reason(problem):
+    s, reporter = session(problem(), script=lambda c: ("crash", "segfault"))
+    with pytest.raises(NoValidConfigError) as err:
+        s.run()
+    assert "none of the 4 configs passed" in str(err.value)
+    assert "crash: segfault" in str(err.value)
+    assert len(err.value.trials) == 4
+    assert reporter.of("finished")[0]["error"].startswith("autotune k: none")
+
+
+def test_a_store_hit_returns_without_building(problem):
+    store = MemoryStore("k")
+    first, _ = session(problem(), store=store)
+    first.run()
+    again, reporter = session(problem(), store=store)
+    result = again.run()
+    assert result.cache_hit and result.config == {"block": 64}
+    assert again.builder.built == [] and again.runner.runs == []
+    assert reporter.of("note") and "using cached tuning k" in reporter.of("note")[0]
+
+
+def test_configs_measured_before_are_not_measured_again(problem):
+    shelf = MemoryStore.new_shelf()
+    first, _ = session(problem(SPACE[:2]), store=MemoryStore("a", shelf))
+    first.run()
+    # a new space (a new key) sharing the measurements of the old one
+    store = MemoryStore("b", shelf)
+    store.shelf.trials["b"] = dict(shelf.trials["a"])
+    second, _ = session(problem(SPACE), store=store)
+    result = second.run()
+    built = [c["block"] for c in second.builder.built]
+    assert built == [32, 64, 128]  # the default again (the reference), and the new ones
+    assert result.config == {"block": 64}
+
+
+def test_a_search_strategy_decides_what_is_measured(problem):
+    s, _ = session(problem(), search=RandomSearch(budget=2, seed=1))
+    result = s.run()
+    measured = {c["block"] for c in s.builder.built}
+    assert 32 in measured and len(measured - {32}) in (1, 2)  # the default, and 2 sampled
+    never = [t for t in result.trials if t.status is TrialStatus.NOT_RUN]
+    assert len(never) == 4 - len(measured)
+    assert all(t.error.startswith("not proposed by RandomSearch") for t in never)
+
+
+def test_on_trial_sees_each_trial_and_a_raising_callback_does_not_stop_tuning(problem):
+    seen = []
+
+    def on_trial(trial):
+        seen.append(trial.index)
+        raise RuntimeError("progress bar broke")
+
+    s, _ = session(problem(on_trial=on_trial))
+    assert s.run().config == {"block": 64}
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_retiming_decides_between_the_best_few(problem):
+    # in the first timing 128 looks best; interleaved re-timing shows 64 is
+    first = {16: 3.0, 32: 2.0, 64: 1.2, 128: 1.0}
+    again = {16: 3.0, 32: 2.0, 64: 1.0, 128: 1.5}
+    s, _ = session(problem(), script=lambda c: first[c["block"]])
+    s.runner.retime_script = lambda c: again[c["block"]]
+    result = s.run()
+    assert result.config == {"block": 64}
+    assert any("re-timed" in n for n in result.best_trial.notes)
+
+
+def test_an_interrupt_cancels_the_build_and_kills_the_runner(problem):
+    def script(config):
+        if config["block"] == 16:
+            raise KeyboardInterrupt
+        return 1.0
+
+    s, reporter = session(problem(), script=script)
+    with pytest.raises(KeyboardInterrupt):
+        s.run()
+    assert s.builder.cancelled and s.builder.closed
+    assert s.runner.killed
+    assert reporter.of("finished")[0]["error"].startswith("KeyboardInterrupt")
+
+
+def test_a_gpu_runs_configs_as_they_are_built(problem):
+    import threading
+
+    order, ran = [], {b: threading.Event() for b in LATENCY}
+
+    class OneAtATime(ScriptedBuilder):
+        """Builds the next config only once the last one ran (or 30 s, a hang guard)."""
+
+        def build(self, requests, on_result):
+            for request in requests:
+                order.append(("built", request.config["block"]))
+                on_result(self._one(request))
+                ran[request.config["block"]].wait(30)
+
+    def script(config):
+        order.append(("ran", config["block"]))
+        ran[config["block"]].set()
+        return LATENCY[config["block"]]
+
+    s = TuningSession(
+        problem(),
+        builder=OneAtATime(device_type="cuda"),
+        runner=ScriptedRunner(script, retime_script=lambda c: LATENCY[c["block"]]),
+        reporter=RecordingReporter(),
+    )
+    assert s.run().config == {"block": 64}
+    # on a GPU each config runs as soon as it is built (a CPU waits for the whole round)
+    assert order == [(e, b) for b in (32, 16, 64, 128) for e in ("built", "ran")]

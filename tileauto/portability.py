@@ -1,0 +1,81 @@
+"""Whether a stored kernel can run on this machine, and compiling its config again when not.
+
+Answered from the target memo when this machine has answered it before, so that loading a
+result does not import TVM's compiler (see :mod:`tileauto.jit.target_memo`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+
+def cannot_run_here(artifact: Any, compile_args: Any) -> str | None:
+    """Why the stored library cannot run on this machine, or None when it can."""
+    from tileauto.jit.target_memo import cannot_run_here as memo_answer
+
+    return memo_answer(artifact, compile_args)
+
+
+def with_out_idx(artifact: Any, out_idx: tuple[int, ...]) -> Any:
+    """The artifact with other outputs (``out_idx`` resolved against its parameters)."""
+    from tileauto.jit.compiler import resolve_out_idx
+
+    return replace(artifact, out_idx=resolve_out_idx(out_idx, len(artifact.params)))
+
+
+def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
+    """Compile the stored best config for this machine (from its TVMScript, or the factory).
+
+    Raises:
+        CacheError: no factory is given and the entry holds no TVMScript.
+    """
+    from tileauto.errors import CacheError
+    from tileauto.jit.compiler import compile_to_dir
+    from tileauto.jit.impl import process_scratch_dir
+    from tileauto.jit.kernel import JITKernel
+    from tileauto.options import CompileArgs
+    from tileauto.settings import Settings
+    from tileauto.space import merged_pass_configs, split_pass_configs
+
+    target = args.target if args is not None else "auto"
+    if target is None or (isinstance(target, str) and target.strip() == "auto"):
+        target = "cuda" if artifact.device_type == "cuda" else "llvm"
+    compile_args = CompileArgs(
+        out_idx=artifact.out_idx or None,
+        target=target,
+        target_host=args.target_host if args is not None else None,
+        pass_configs=args.pass_configs if args is not None else None,
+    )
+    if factory is not None:
+        fn = getattr(factory, "factory", factory)
+        problem = stored.problem or {}
+        call_args, call_kwargs = tuple(problem.get("args", ())), dict(problem.get("kwargs", {}))
+        arguments, own = split_pass_configs(stored.config)
+        call_kwargs.update(arguments)
+    else:
+        script = artifact.directory / artifact.SCRIPT
+        if not script.is_file():
+            raise CacheError(
+                f"{stored.path} cannot run here and holds no TVMScript to recompile; pass "
+                "factory= (the kernel factory) to load_from_disk"
+            )
+        import tvm
+
+        func = tvm.script.from_source(script.read_text())
+
+        def fn() -> Any:
+            return func
+
+        call_args, call_kwargs = (), {}
+    _, own = split_pass_configs(stored.config)
+    if own:  # the best config's own TVM pass options (see the tuning guide)
+        compile_args = replace(
+            compile_args, pass_configs=merged_pass_configs(compile_args.pass_configs, own)
+        )
+    out_dir = process_scratch_dir(Settings.from_env()) / f"reload-{uuid.uuid4().hex[:12]}"
+    built = compile_to_dir(
+        fn, call_args, call_kwargs, compile_args, out_dir, config=dict(stored.config)
+    )
+    return JITKernel(built)

@@ -1,0 +1,541 @@
+"""The one orchestrator of a tuning run: cache lookup, the search loop, the pick, the save.
+
+    TuningSession.run()
+      store.load() -------------------------------------------------> hit: the stored result
+      store.locked(): store.load() again (another process may have tuned it meanwhile)
+        known = store.known_trials()            measured before, not measured again
+        default config first (the reference and the baseline)
+        loop: search.ask() -> builder.build() -> runner.run() -> reporter.trial() -> search.tell()
+        retime the best few, interleaved; pick the fastest that passed
+        result = AutotuneResult(...) -> store.save(result) -> reporter.finished()
+
+The stages are injected (:mod:`tileauto.stages`): the API layer passes the local ones (a
+process pool builder, the isolated run worker, the disk store); tests and replays pass
+:class:`tileauto.testing.ScriptedBuilder`, :class:`tileauto.testing.ScriptedRunner` and
+:class:`tileauto.stores.MemoryStore`.
+
+On a CPU target nothing is timed while compile jobs load the same cores: a round is built,
+then run. On a GPU configs run as soon as they are built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.builder import BuildRequest, BuildResult, BuildStatus
+from tileauto.console import note
+from tileauto.errors import NoValidConfigError
+from tileauto.problem import TuningProblem
+from tileauto.records import LatencyStats, RunOutcome, Trial, TrialStatus
+from tileauto.report import failure_summary
+from tileauto.result import AutotuneResult
+from tileauto.search import SearchStrategy, resolve_search
+from tileauto.space import baseline_config, config_id, full_config, tunable_parameters
+from tileauto.stages import BuildStage, Reporter, RunStage, Store
+
+log = get_logger("session")
+
+_BUILD_STATUS = {
+    BuildStatus.ERROR: TrialStatus.COMPILE_ERROR,
+    BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
+    BuildStatus.CRASH: TrialStatus.COMPILE_CRASH,
+}
+
+
+class TuningSession:
+    """Runs one :class:`TuningProblem` to an :class:`~tileauto.result.AutotuneResult`.
+
+    Args:
+        problem: the factory, its arguments, the space and the options.
+        builder: compiles configs (default: :class:`tileauto.builder.Builder`, a pool of
+            killable processes).
+        runner: checks and times them (default: :class:`tileauto.runner.Runner`, an
+            isolated run worker).
+        store: the cache entry of this problem (None: nothing is read or stored).
+        search: which configs to measure (default: the problem's ``search`` option).
+        reporter: progress, table and the trial log (default: the console and a JSON-lines
+            log in the settings' logs folder).
+        load_kernel: makes the callable kernel of the winner from its built artifact, or
+            compiles the winner when it was measured by an earlier run (default: loads a
+            :class:`tileauto.jit.JITKernel`).
+
+    After :meth:`run`, ``compile_wall_s`` (from the start until the last compile ended) and
+    ``workers`` tell how the builds went.
+    """
+
+    def __init__(
+        self,
+        problem: TuningProblem,
+        *,
+        builder: BuildStage | None = None,
+        runner: RunStage | None = None,
+        store: Store | None = None,
+        search: SearchStrategy | None = None,
+        reporter: Reporter | None = None,
+        load_kernel: Callable[[Any, dict[str, Any]], Any] | None = None,
+    ) -> None:
+        self.problem = problem
+        p = problem
+        self.staging = p.settings.staging_dir  # this run's own folder in it once it tunes
+        self.defaults = tunable_parameters(p.factory)
+        keys = {k for c in p.configs for k in c}
+        self.full = [full_config(c, self.defaults, keys) for c in p.configs]
+        self.default_full = baseline_config(p.configs, self.defaults, keys)
+        ids = [config_id(c) for c in self.full]
+        self.default_id = config_id(self.default_full)
+        self.unique = list(dict.fromkeys(ids))  # the space in order, each config once
+        self.by_id = {config_id(c): c for c in [self.default_full, *self.full]}
+        self.index_of: dict[str, int] = {}  # config id -> first position (-1: the default only)
+        for i, cid in enumerate(ids):
+            self.index_of.setdefault(cid, i)
+        self.workers = (
+            builder.workers
+            if builder is not None
+            else max(1, min(p.settings.compile_workers(), len(self.unique) + 1))
+        )
+        self.builder = builder
+        self.runner = runner
+        self.store = store
+        self.search = search if search is not None else resolve_search(p.profile_args.search)
+        self.reporter = reporter if reporter is not None else _default_reporter(p)
+        self.load_kernel = load_kernel or getattr(builder, "load_kernel", None) or _load_kernel(p)
+        self.compile_wall_s = 0.0
+        self.known: dict[str, Trial] = {}
+        self._measured: dict[str, Trial] = {}
+        self._artifacts: dict[str, Any] = {}
+        self._prepared = False
+        self._on_trial_failed = False
+        self._started = 0.0
+
+    # -- the whole run ------------------------------------------------------------------------
+    def run(self) -> AutotuneResult:
+        """The stored result of this problem, or a new tuning (stored when a store is given)."""
+        if self.store is None:
+            return self._tune()
+        hit = self._cached()
+        if hit is not None:
+            return hit
+        with self.store.locked():
+            # another process may have tuned it while this one waited for the lock
+            hit = self._cached()
+            return hit if hit is not None else self._tune()
+
+    def _cached(self) -> AutotuneResult | None:
+        assert self.store is not None
+        hit = self.store.load()
+        if hit is not None:
+            message = (
+                f"tileauto: using cached tuning {hit.key} ({hit.config}, {hit.latency:.4f} ms)"
+            )
+            reporter_note = getattr(self.reporter, "note", None)
+            if reporter_note is not None:
+                reporter_note(message)
+            else:
+                note(message, show=self.problem.verbose)
+        return hit
+
+    def _tune(self) -> AutotuneResult:
+        from tileauto.cache.disk import writable_staging
+        from tileauto.cache.hygiene import prune_logs
+
+        self._started = time.perf_counter()
+        # a read-only cache dir still tunes (with a warning), staging in a private folder
+        settings = writable_staging(self.problem.settings)
+        self.problem = p = dataclasses.replace(self.problem, settings=settings)
+        prune_logs(settings)  # logs past their age or the size cap (cheap: milliseconds)
+        scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
+        self.staging = scratch.path
+        self.known = self.store.known_trials() if self.store is not None else {}
+        self.reporter.started(p.name, len(self.unique))
+        builder = self.builder if self.builder is not None else self._local_builder()
+        runner = self.runner if self.runner is not None else self._local_runner()
+        ref_latency = None
+        stop_reason = None
+        try:
+            builder.start()  # fork workers now, before this run starts any thread
+            runner.start()
+            stop_reason = self._search_loop(builder, runner)
+            if self._prepared:
+                self._retime(runner)
+                ref_latency = runner.time_reference()
+        except BaseException as exc:
+            # an error or Ctrl-C: kill compiles and the run worker now, never wait for them
+            builder.cancel()
+            runner.kill()
+            self._report_end(None, None, stop_reason, f"{type(exc).__name__}: {exc}")
+            scratch.remove()
+            raise
+        finally:
+            builder.close()
+            runner.close()
+        try:
+            return self._finish(ref_latency, stop_reason)
+        finally:
+            scratch.remove()
+
+    # -- the search loop ----------------------------------------------------------------------
+    def _search_loop(self, builder: BuildStage, runner: RunStage) -> str | None:
+        """Measure the default config, then what the strategy proposes; why it stopped."""
+        strategy = self.search
+        strategy.start(len(self.unique))
+        proposed: set[int] = set()
+        round_ids = [self.default_id]  # round 1 measures the default first: the reference
+        while True:
+            picks = [
+                i for i in strategy.propose() if 0 <= i < len(self.unique) and i not in proposed
+            ]
+            proposed.update(picks)
+            round_ids += [self.unique[i] for i in picks if self.unique[i] not in round_ids]
+            if not round_ids:
+                break
+            self._measure(round_ids, builder, runner)
+            if not picks:
+                break
+            strategy.observe({i: self._measured[self.unique[i]] for i in picks})
+            round_ids = []
+        never = [cid for cid in self.unique if cid not in self._measured and cid not in self.known]
+        for cid in never:
+            self._measured[cid] = Trial(
+                self.index_of.get(cid, -1),
+                self.by_id[cid],
+                TrialStatus.NOT_RUN,
+                error=f"not proposed by {strategy.describe()}",
+            )
+        return f"{strategy.describe()} proposed no more configs" if never else None
+
+    def _measure(self, round_ids: list[str], builder: BuildStage, runner: RunStage) -> None:
+        """Build one round in parallel and run each config (CPU: after all its compiles)."""
+        start = time.perf_counter()
+        for cid in round_ids:
+            if cid in self.known and cid != self.default_id:
+                self._record(cid, self.known[cid])  # measured by an earlier run
+        to_build = [cid for cid in round_ids if cid not in self._measured]
+        p = self.problem
+        requests = [
+            BuildRequest(index=k, config=self.by_id[cid], args=p.args, kwargs=p.kwargs)
+            for k, cid in enumerate(to_build)
+        ]
+        self.reporter.steps(2 * len(requests))
+        arrivals: queue.Queue[BuildResult | None] = queue.Queue()
+        broken: list[BaseException] = []  # the builder itself failed (not a config)
+
+        def build_all() -> None:
+            try:
+                builder.build(requests, arrivals.put)
+            except BaseException as exc:  # noqa: BLE001 - raised on the session's thread
+                broken.append(exc)
+            finally:
+                arrivals.put(None)
+
+        thread = threading.Thread(target=build_all, daemon=True, name="tileauto-build")
+        thread.start()
+        pending: dict[str, BuildResult] = {}
+        device = "cpu"
+        while True:
+            result = arrivals.get()
+            if result is None:
+                break
+            cid = to_build[result.index]
+            self.reporter.step()
+            pending[cid] = result
+            if result.ok and result.artifact is not None:
+                self._artifacts[cid] = result.artifact
+                device = getattr(result.artifact, "device_type", "cpu")
+                if not self._prepared:
+                    runner.prepare(result.artifact)
+                    self._prepared = True
+            # a GPU runs configs as they arrive; a CPU waits until nothing else loads its cores
+            if device != "cpu" and self._prepared and self._default_ready(pending):
+                self._run_pending(runner, pending, round_ids)
+        thread.join()
+        if broken:
+            raise broken[0]
+        self.compile_wall_s += time.perf_counter() - start
+        if self._prepared:
+            self._run_pending(runner, pending, round_ids)
+        for cid, result in pending.items():
+            self._record(cid, self._trial(result, None))
+
+    def _default_ready(self, pending: dict[str, BuildResult]) -> bool:
+        return self.default_id in self._measured or self.default_id in pending
+
+    def _run_pending(
+        self, runner: RunStage, pending: dict[str, BuildResult], order: list[str]
+    ) -> None:
+        """Run every built config not yet run, the default first, in space order."""
+        for cid in sorted(pending, key=lambda c: (c != self.default_id, order.index(c))):
+            result = pending.pop(cid)
+            if not result.ok or result.artifact is None:
+                self._record(cid, self._trial(result, None))
+                self.reporter.step()
+                continue
+            is_default = cid == self.default_id
+            reuse = self.known.get(cid)
+            if reuse is not None and is_default:
+                # measured before (cache): run once only to produce the reference outputs
+                run = runner.run(result.artifact, result.config, is_reference=True, time_it=False)
+                self._record(cid, reuse if run.status.ok else self._trial(result, run))
+            else:
+                run = runner.run(result.artifact, result.config, is_reference=is_default)
+                self._record(cid, self._trial(result, run))
+            self.reporter.step()
+
+    def _retime(self, runner: RunStage) -> None:
+        """Time the best few configs (and the default) again, interleaved, before picking.
+
+        Each config was timed in one block; a slow spell of a shared machine can sink one
+        block. Re-timing the contenders in rounds that visit each of them in turn makes the
+        comparison between them fair (the same spell hits all of them).
+        """
+        top_k = self.problem.profile_args.retime_top_k
+        measured, artifacts = self._measured, self._artifacts
+        ranked = sorted(
+            (t.latency_ms, cid)
+            for cid, t in measured.items()
+            if t.ok and t.latency_ms is not None and cid in artifacts and cid != self.default_id
+        )
+        chosen = [cid for _, cid in ranked[:top_k]]
+        if top_k < 2 or len(chosen) < 2:
+            return
+        if self.default_id in artifacts and measured[self.default_id].ok:
+            chosen.append(self.default_id)  # the baseline of every speedup, timed the same way
+        start = time.perf_counter()
+        samples = runner.retime([(artifacts[c], measured[c].config) for c in chosen], rounds=10)
+        if samples is None:
+            return
+        share = (time.perf_counter() - start) / len(chosen)
+        for cid, got in zip(chosen, samples, strict=True):
+            if got:
+                t = measured[cid]
+                measured[cid] = replace(
+                    t,
+                    latency=LatencyStats.from_samples_ns(got),
+                    run_s=(t.run_s or 0.0) + share,
+                    notes=(*t.notes, f"re-timed interleaved with the best {len(chosen)}"),
+                )
+
+    # -- trials ---------------------------------------------------------------------------------
+    def _record(self, cid: str, trial: Trial) -> None:
+        """Keep a config's trial, complete (its index in the space), and report it."""
+        trial = trial.at_index(self.index_of.get(cid, -1))
+        self._measured[cid] = trial
+        self.reporter.trial(trial)
+        on_trial = self.problem.profile_args.on_trial
+        if on_trial is None:
+            return
+        try:
+            on_trial(trial)
+        except Exception as exc:  # noqa: BLE001 - a progress callback must not stop tuning
+            if not self._on_trial_failed:
+                self._on_trial_failed = True
+                log.warning("on_trial raised %s: %s (tuning goes on)", type(exc).__name__, exc)
+
+    def _trial(self, build: BuildResult, run: RunOutcome | None) -> Trial:
+        index = self.index_of.get(config_id(build.config), -1)
+        if not build.ok:
+            return Trial(
+                index,
+                build.config,
+                _BUILD_STATUS.get(build.status, TrialStatus(build.status.value)),
+                compile_s=build.compile_s,
+                error=build.error,
+            )
+        if run is None:
+            return Trial(
+                index,
+                build.config,
+                TrialStatus.NOT_RUN,
+                compile_s=build.compile_s,
+                error="no run worker was available",
+            )
+        latency = (
+            LatencyStats.from_samples_ns(run.samples_ns)
+            if run.status.ok and run.samples_ns
+            else None
+        )
+        status, error = run.status, run.error
+        if status.ok and latency is None:
+            status, error = TrialStatus.RUN_ERROR, "the timer returned no samples"
+        return Trial(
+            index, build.config, status, latency, build.compile_s, run.run_s, error, run.notes
+        )
+
+    # -- the end --------------------------------------------------------------------------------
+    def _finish(self, ref_latency: float | None, stop_reason: str | None) -> AutotuneResult:
+        p = self.problem
+        measured = self._measured
+        for cid, trial in self.known.items():
+            measured.setdefault(cid, trial.at_index(self.index_of.get(cid, -1)))
+        trials = tuple(measured[config_id(c)].at_index(i) for i, c in enumerate(self.full))
+        default_index = next(
+            (i for i, c in enumerate(self.full) if config_id(c) == self.default_id), -1
+        )
+        default_trial = measured[self.default_id].at_index(default_index)
+        # The winner comes from the user's space; the default config is the baseline only.
+        candidates = [t for t in trials if t.ok]
+        if not candidates:
+            message = (
+                f"autotune {p.name}: none of the {len(trials)} configs passed"
+                + (
+                    ""
+                    if default_trial.ok or default_index >= 0
+                    else f" (the default config: {default_trial.reason})"
+                )
+                + f":\n{failure_summary(trials)}"
+            )
+            log_path = self._report_end(trials, None, stop_reason, message, default_trial)
+            raise NoValidConfigError(
+                message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
+            )
+        best = min(candidates, key=lambda t: (t.latency_ms, t.index))
+        cid = config_id(best.config)
+        kernel = self.load_kernel(self._artifacts.get(cid), dict(best.config))
+        result = AutotuneResult(
+            config=dict(best.config),
+            latency=float(best.latency_ms or 0.0),
+            ref_latency=ref_latency,
+            kernel=kernel,
+            trials=trials,
+            default_trial=default_trial,
+            tuning_s=time.perf_counter() - self._started,
+        )
+        call = {"args": list(p.args), "kwargs": dict(p.kwargs)}
+        if _plain(call):  # lets load_from_disk(factory=...) compile the winner elsewhere
+            result.extra["problem"] = call
+        if self.store is not None:
+            result.key = self.store.save(result)
+        result.log_path = self._report_end(
+            trials, best, stop_reason, None, default_trial, ref_latency, result.key
+        )
+        return result
+
+    def _report_end(
+        self,
+        trials: tuple[Trial, ...] | None,
+        best: Trial | None,
+        stop_reason: str | None,
+        error: str | None,
+        default_trial: Trial | None = None,
+        ref_latency: float | None = None,
+        key: str | None = None,
+    ) -> Path | None:
+        if trials is None:  # interrupted or failed: what was measured so far
+            trials = tuple(sorted(self._measured.values(), key=lambda t: t.index))
+        default = default_trial or self._measured.get(self.default_id)
+        return self.reporter.finished(
+            {
+                "name": self.problem.name,
+                "trials": trials,
+                "best": best,
+                "default": default,
+                "ref_latency_ms": ref_latency,
+                "elapsed_s": time.perf_counter() - self._started,
+                "stop_reason": stop_reason,
+                "key": key,
+                "error": error,
+            }
+        )
+
+    # -- the local stages ---------------------------------------------------------------------
+    def _local_builder(self) -> BuildStage:
+        from tileauto.builder import Builder
+
+        p = self.problem
+        if not hasattr(Builder, "close"):  # TEMPORARY until the pool rework lands
+            Builder.start = Builder.start_workers  # type: ignore[attr-defined]
+            Builder.close = Builder.close_forked_workers  # type: ignore[attr-defined]
+        return Builder(
+            p.factory,
+            p.compile_args,
+            workers=self.workers,
+            isolation=p.settings.compile_isolation,
+            timeout_s=p.settings.compile_timeout_s,
+            staging_dir=self.staging,
+        )
+
+    def _local_runner(self) -> RunStage:
+        from tileauto.runner import Runner
+
+        p = self.problem
+        return Runner(
+            p.profile_args,
+            threads=p.settings.run_threads(),
+            memory_limit_mb=p.settings.run_memory_limit_mb,
+            device=p.device_type,
+            captured=p.captured_inputs,
+            timer=p.timer,
+        )
+
+
+def _claim_staging(staging_dir: Path) -> Any:
+    """This run's staging folder, claimed (``tune-<pid>-<id>``), or an unclaimed temp folder."""
+    import tempfile
+
+    from tileauto.cache.hygiene import ScratchDir, claim_scratch_dir
+
+    try:
+        return claim_scratch_dir(staging_dir, "tune")
+    except OSError:
+        return ScratchDir(Path(tempfile.mkdtemp(prefix="tileauto-tune-")), None)
+
+
+def _default_reporter(problem: TuningProblem) -> Reporter:
+    from tileauto.report import default_reporter
+
+    return default_reporter(problem.settings.logs_dir, problem.name, problem.verbose)
+
+
+def _load_kernel(problem: TuningProblem) -> Callable[[Any, dict[str, Any]], Any]:
+    """The winner as a callable kernel: its built library loaded, or compiled now."""
+
+    def load(artifact: Any, config: dict[str, Any]) -> Any:
+        from tileauto.jit.impl import JITImpl, process_scratch_dir
+        from tileauto.jit.kernel import JITKernel
+
+        if artifact is not None:
+            keep = process_scratch_dir(problem.settings) / f"best-{uuid.uuid4().hex[:12]}"
+            shutil.copytree(artifact.directory, keep)
+            return JITKernel(artifact.moved_to(keep))
+        # the best config was measured by an earlier run (cache): compile it now
+        impl = problem.jit_impl or JITImpl(problem.factory, problem.compile_args)
+        return impl(*problem.args, **{**problem.kwargs, **config})
+
+    return load
+
+
+def rebuild_best(problem: TuningProblem, config: dict[str, Any]) -> Any:
+    """Compile ``config`` of the problem's factory into this process's scratch folder."""
+    from tileauto.jit.compiler import compile_to_dir
+    from tileauto.jit.impl import process_scratch_dir
+    from tileauto.keys import plain_arguments
+    from tileauto.space import merged_pass_configs, split_pass_configs
+
+    args, kwargs = plain_arguments(problem.args, problem.kwargs)
+    compile_args = problem.compile_args
+    out_dir = process_scratch_dir(problem.settings) / f"rebuild-{uuid.uuid4().hex[:12]}"
+    arguments, own = split_pass_configs(config)
+    if own:
+        merged = merged_pass_configs(compile_args.pass_configs, own)
+        compile_args = dataclasses.replace(compile_args, pass_configs=merged)
+    return compile_to_dir(
+        problem.factory, args, {**kwargs, **arguments}, compile_args, out_dir, config=dict(config)
+    )
+
+
+def _plain(value: Any) -> bool:
+    """JSON's own values all the way down (what a stored problem call may hold)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, (bool, int, float, str, type(None)))
