@@ -30,6 +30,12 @@ class ParamSpec:
         """Names of the size variables that appear alone as a dimension."""
         return tuple(d for d in self.shape if isinstance(d, str) and d.isidentifier())
 
+    @property
+    def static_shape(self) -> tuple[int, ...] | None:
+        """The shape as ints, or None when a dimension is symbolic."""
+        dims = tuple(d for d in self.shape if isinstance(d, int))
+        return dims if len(dims) == len(self.shape) else None
+
     def resolve_shape(self, bindings: dict[str, int]) -> tuple[int, ...]:
         """The concrete shape once the size variables are bound."""
         return tuple(d if isinstance(d, int) else evaluate_dim(d, bindings) for d in self.shape)

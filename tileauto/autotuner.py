@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tileauto._logging import get_logger
@@ -213,10 +213,10 @@ class AutoTuneImpl:
 
     def __init__(
         self,
-        jit_impl: JITImpl,
+        jit_impl: Callable[..., Any],
         configs: Any,
         profile_args: ProfileArgs,
-        key: Callable[..., Any] | None,
+        key: Callable[..., Any] | Sequence[str] | None,
         timer: Any,
         verbose: bool,
         check_new_shapes: bool = False,
@@ -233,12 +233,14 @@ class AutoTuneImpl:
         self.jit_impl = jit_impl
         self.configs = materialize(configs)
         self.profile_args = profile_args
-        self.key = key_by_names(jit_impl.factory, key) if isinstance(key, (list, tuple)) else key
-        if self.key is not None and not callable(self.key):
+        if isinstance(key, (list, tuple)):
+            key = key_by_names(jit_impl.factory, key)
+        if key is not None and not callable(key):
             raise TypeError(
                 f"key must be a callable of the factory's arguments or a list of their names, "
                 f"got {type(key).__name__}"
             )
+        self.key: Callable[..., Any] | None = key
         self.timer = timer
         self.verbose = verbose
         self.check_new_shapes = check_new_shapes
@@ -301,8 +303,10 @@ class AutoTuneImpl:
         impl = self.jit_impl
         if own:
             key = config_id(own)
-            impl = self._with_passes.get(key)
-            if impl is None:
+            cached = self._with_passes.get(key)
+            if cached is not None:
+                impl = cached
+            else:
                 merged = merged_pass_configs(self.jit_impl.compile_args.pass_configs, own)
                 compile_args = dataclasses.replace(self.jit_impl.compile_args, pass_configs=merged)
                 impl = self._with_passes[key] = JITImpl(self.jit_impl.factory, compile_args)
@@ -433,7 +437,7 @@ def autotune(
     resolve_search(search)  # a bad strategy fails at decoration, not at the first call
     _check_api_options(timer=timer, verbose=verbose, check_new_shapes=check_new_shapes)
 
-    def wrap(jit_impl: JITImpl) -> AutoTuneImpl:
+    def wrap(jit_impl: Callable[..., Any]) -> AutoTuneImpl:
         return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose, check_new_shapes)
 
     return wrap(func) if func is not None else wrap
@@ -610,7 +614,7 @@ class AutoTuner:
             ("warmup_iters", warmup_iters),
             ("rep_iters", rep_iters),
         )
-        changes = {k: v for k, v in given if v is not None}
+        changes: dict[str, Any] = {k: v for k, v in given if v is not None}
         profile = (
             dataclasses.replace(self.profile_args, **changes) if changes else self.profile_args
         )

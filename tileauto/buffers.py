@@ -18,11 +18,14 @@ PAD = 64  # canary elements on each side; 64 elements keep 64-byte alignment for
 
 
 def _sentinel(dtype: torch.dtype) -> Any:
+    """A value a stray write is unlikely to leave: NaN, True, or the integer extreme away from
+    zero (the minimum of a signed type, the maximum of an unsigned one, whose minimum is 0)."""
     if dtype.is_floating_point:
         return float("nan")
     if dtype == torch.bool:
         return True
-    return torch.iinfo(dtype).min
+    info = torch.iinfo(dtype)
+    return info.min if dtype.is_signed else info.max
 
 
 def padded_buffer(

@@ -58,14 +58,14 @@ def generate(
     spec: ParamSpec, supply: TensorSupplyType, generator: torch.Generator, device: str
 ) -> torch.Tensor:
     """One seeded input tensor for a static-shaped parameter."""
-    if any(not isinstance(d, int) for d in spec.shape):
+    shape = spec.static_shape
+    if shape is None:
         raise InputSupplyError(
             f"parameter {spec.name!r} has symbolic shape {list(spec.shape)}: generated inputs need "
             f"static shapes; supply concrete tensors with `with tileauto.set_autotune_inputs(...)` "
             f"or set_profile_args(supply_prog=...)"
         )
     dtype = _dtype(spec.dtype)
-    shape = tuple(spec.shape)
     is_float = dtype.is_floating_point
     if supply is TensorSupplyType.Zero:
         t = torch.zeros(shape, dtype=dtype)

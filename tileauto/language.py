@@ -44,7 +44,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__getattr__("__all__")))
 
 
-def ceildiv(a, b):  # type: ignore[no-untyped-def]
+def ceildiv(a, b):
     """``ceil(a / b)`` for positive ints or TIR expressions."""
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)

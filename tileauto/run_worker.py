@@ -196,7 +196,9 @@ def retime(requests: list[RunRequest], rounds: int) -> list[tuple[float, ...]]:
             len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
         )
         counts = session.iters.get(_config_key(request.config)) or iterations(spec, func, full)
-        kernels.append((func, full, request.config, session.timer, counts[1]))
+        timer = session.timer
+        assert timer is not None, "set up before any run"
+        kernels.append((func, full, request.config, timer, counts[1]))
     rounds = max(1, min(rounds, min(k[4] for k in kernels)))
     samples: list[list[float]] = [[] for _ in kernels]
     for r in range(rounds):
@@ -248,8 +250,8 @@ def _run(session: _Session, request: RunRequest) -> RunOutcome:
         if buf is not None and not canaries_intact(buf)
     ]
     if spilled:
-        names = ", ".join(spec.params[p].name for p in spilled)
-        return RunOutcome(TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {names}")
+        spilled_names = ", ".join(spec.params[p].name for p in spilled)
+        return RunOutcome(TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {spilled_names}")
     mutated = tuple(k for k, (a, b) in enumerate(zip(ins, session.inputs)) if not _same(a, b))
     notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
     if spec.profile.ref_prog is None and not request.is_reference and session.reference is None:

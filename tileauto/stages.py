@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from tileauto.records import BuildRequest, BuildResult, RunOutcome, Trial
+    from tileauto.builder import BuildRequest, BuildResult
+    from tileauto.records import RunOutcome, Trial
     from tileauto.result import AutotuneResult
 
 
@@ -38,8 +39,11 @@ class BuildStage(Protocol):
 
     def build(
         self, requests: Sequence[BuildRequest], on_result: Callable[[BuildResult], None]
-    ) -> None:
-        """Compile every request; call ``on_result`` (from any thread) as each one ends."""
+    ) -> object:
+        """Compile every request; call ``on_result`` (from any thread) as each one ends.
+
+        What it returns is not used (the local builder returns the results in order too).
+        """
 
     def cancel(self) -> None:
         """Stop this build now: no new compile starts and running ones are killed.

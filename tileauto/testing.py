@@ -104,7 +104,8 @@ class ScriptedBuilder:
     def _one(self, request: BuildRequest) -> BuildResult:
         got = self.fails(dict(request.config)) if self.fails is not None else None
         if got is None:
-            artifact = ScriptedArtifact(dict(request.config), self.device_type)
+            # stands in for a KernelArtifact: the session reads only its device and config
+            artifact: Any = ScriptedArtifact(dict(request.config), self.device_type)
             return BuildResult(
                 request.index, request.config, BuildStatus.OK, artifact, compile_s=self.compile_s
             )

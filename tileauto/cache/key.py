@@ -40,9 +40,9 @@ import sysconfig
 import textwrap
 import types
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
 from tileauto.errors import TileautoError
@@ -84,6 +84,7 @@ _UNKEYABLE = (io.IOBase, types.GeneratorType, types.CoroutineType, types.AsyncGe
 
 log = get_logger("cache")
 
+_ArgName = TypeVar("_ArgName", str, int)  # an argument's name, or a captured input's position
 Where = tuple[str, str]  # (what the walk started from: "global", "argument"...; dotted path)
 
 
@@ -183,13 +184,14 @@ def describe_key_value(value: Any, *, content: bool = True) -> Any:
     return _Walker(content).walk(value, ("", ""))
 
 
-def describe_arguments(bound: dict[str, Any]) -> dict[str, Any]:
-    """Bound call arguments for a key: tensors by shape, dtype, strides and device.
+def describe_arguments(bound: Mapping[_ArgName, Any]) -> dict[_ArgName, Any]:
+    """Arguments for a key, by name (bound call arguments) or by position (captured inputs):
+    tensors by shape, dtype, strides and device. The keys are kept as they are.
 
     Raises:
         UnkeyableError: an argument (or something in it) has no stable description.
     """
-    return {k: _Walker(content=False).walk(v, ("argument", k)) for k, v in bound.items()}
+    return {k: _Walker(content=False).walk(v, ("argument", str(k))) for k, v in bound.items()}
 
 
 def normalized_source(fn: Any) -> Any:

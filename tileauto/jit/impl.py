@@ -48,20 +48,31 @@ class CompileFailure:
 
 _PROCESS_DIR_LOCK = threading.Lock()
 _PROCESS_DIR: Path | None = None
+_PROCESS_CLAIM: Any = None  # its open descriptor is the claim: kept for the process's life
 
 
 def process_scratch_dir(settings: Settings) -> Path:
-    """A staging folder private to this process, removed at exit."""
-    global _PROCESS_DIR
+    """A staging folder private to this process, removed at exit.
+
+    Claimed (``proc-<pid>-<id>``, see :mod:`tileauto.cache.hygiene`): ``tileauto cache
+    clear`` leaves it alone while this process lives and removes it once it died.
+    """
+    global _PROCESS_DIR, _PROCESS_CLAIM
     with _PROCESS_DIR_LOCK:
         if _PROCESS_DIR is None or not _PROCESS_DIR.exists():
+            from tileauto.cache.hygiene import claim_scratch_dir
+
             base = settings.staging_dir
             try:
                 make_private_dir(base)
-                _PROCESS_DIR = Path(tempfile.mkdtemp(prefix=f"proc-{os.getpid()}-", dir=base))
+                _PROCESS_CLAIM = claim_scratch_dir(base, "proc")
+                _PROCESS_DIR = _PROCESS_CLAIM.path
+                owner, claim = os.getpid(), _PROCESS_CLAIM
+                # a forked child shares the claim, but only this process removes the folder
+                atexit.register(lambda: os.getpid() == owner and claim.remove())
             except OSError:  # read-only cache dir: fall back to the system temp dir
                 _PROCESS_DIR = Path(tempfile.mkdtemp(prefix="tileauto-"))
-            atexit.register(shutil.rmtree, _PROCESS_DIR, ignore_errors=True)
+                atexit.register(shutil.rmtree, _PROCESS_DIR, ignore_errors=True)
         return _PROCESS_DIR
 
 
@@ -71,6 +82,8 @@ class JITImpl:
     Calling it elaborates the factory with the arguments, compiles the PrimFunc and returns a
     :class:`JITKernel`; the same arguments return the same kernel without compiling again.
     """
+
+    __name__: str  # copied from the factory by functools.update_wrapper
 
     def __init__(self, factory: Callable[..., Any], compile_args: CompileArgs) -> None:
         if not callable(factory):

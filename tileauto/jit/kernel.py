@@ -7,7 +7,7 @@ import math
 import os
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,9 +123,7 @@ class JITKernel:
         self._out_pos = tuple(sorted(outs))
         self._bind_sources = self._symbol_sources()
         self._check_outputs_resolvable()
-        self._static_outs = all(
-            all(isinstance(d, int) for d in self.params[i].shape) for i in self._out_pos
-        )
+        self._static_outs = all(self.params[i].static_shape is not None for i in self._out_pos)
         self._out_dtypes = tuple(torch_dtype(self.params[i].dtype) for i in self._out_pos)
         self._target: Any = None
         self.origin: tuple | None = None  # (JITImpl, args, kwargs) when made by a @jit factory
@@ -255,7 +253,7 @@ class JITKernel:
             try:
                 if template is not None:
                     out = _empty_like(template)
-                else:
+                elif like is not None:
                     out = _empty_like(args[like], memory_format=_CONTIGUOUS)
                 self._func(*args, out)
             except _ARGUMENT_ERRORS as exc:
@@ -322,7 +320,9 @@ class JITKernel:
         self._out_shapes: tuple[tuple[int, ...], ...] | None = None
         self._out_templates: tuple[torch.Tensor, ...] | None = None
         if self._static_outs:
-            self._out_shapes = tuple(tuple(self.params[p].shape) for p in self._out_pos)
+            self._out_shapes = tuple(
+                shape for p in self._out_pos if (shape := self.params[p].static_shape) is not None
+            )
             if self._out_device is not None and all(
                 math.prod(shape) * dtype.itemsize <= _TEMPLATE_MAX_BYTES
                 for shape, dtype in zip(self._out_shapes, self._out_dtypes)
@@ -397,7 +397,7 @@ class JITKernel:
                 (a.device for a in args if isinstance(a, torch.Tensor)),
                 torch.device(self.artifact.device_type),
             )
-        shapes = self._out_shapes
+        shapes: Sequence[tuple[int, ...]] | None = self._out_shapes
         if shapes is None:
             shapes = self._resolve_out_shapes(args)
         return [

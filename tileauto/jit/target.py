@@ -9,14 +9,14 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
+from typing import Any, TypeAlias
 
 import tvm
 from tvm.target import Target
 
 from tileauto.settings import Settings
 
-TargetLike = str | dict | Target | None
+TargetLike: TypeAlias = str | dict | Target | None
 
 # LLVM CPU features that are instructions (a kernel using one dies with SIGILL without it);
 # the others (fast-*, slow-*, prefer-*...) only steer code generation.

@@ -81,7 +81,7 @@ class _NotMemoizable(Exception):
 @functools.lru_cache(maxsize=1)
 def host_identity() -> str | None:
     """A hash of this CPU's model and features, or None when it cannot be read (no memo)."""
-    lines = []
+    lines: list[str] = []
     try:
         with open("/proc/cpuinfo", errors="replace") as f:
             for line in f:  # the first processor's block (a big machine lists hundreds)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
 import errno
+import io
 import json
 import os
-import random
+import re
 import signal
 import stat
 import threading
@@ -227,45 +229,114 @@ def test_remove_tree_and_sweep(tmp_path):
     assert sorted(p.name for p in entry.parent.iterdir()) == [".stage-def", "0123"]
 
 
+# Filesystem calls the writer announces as steps of the write protocol: every change another
+# process could see, plus the fsyncs that order them.
+_STEP_CALLS = ("mkdir", "rename", "replace", "unlink", "rmdir", "chmod", "fsync")
+
+
+def _write_in_steps(tmp_path: Path, report: int, go: int) -> None:
+    """In a forked child: announce each filesystem step on ``report`` and wait on ``go``.
+
+    The parent answers ``b"g"`` to let a step run, or kills the child while it waits, so it
+    lands exactly between two steps. Never returns.
+    """
+    try:
+
+        def announce(what: str) -> None:
+            os.write(report, what.encode() + b"\n")
+            if os.read(go, 1) != b"g":  # the parent is gone
+                os._exit(3)
+
+        def stepped(name: str, real):
+            def step(*args, **kwargs):
+                announce(f"{name} {args[0] if args else ''}")
+                return real(*args, **kwargs)
+
+            return step
+
+        for name in _STEP_CALLS:
+            setattr(os, name, stepped(name, getattr(os, name)))
+        real_open = io.open
+
+        def open_(file, mode="r", *args, **kwargs):
+            if any(c in mode for c in "wax+"):
+                announce(f"open({mode}) {file}")
+            return real_open(file, mode, *args, **kwargs)
+
+        io.open = builtins.open = open_
+        make_entry(tmp_path, text="new")
+        os._exit(0)
+    finally:
+        os._exit(1)
+
+
+def _write_killed_after(tmp_path: Path, k: int | None) -> list[str]:
+    """Fork a writer, let its first ``k`` steps run and SIGKILL it before the next one (None:
+    let it finish). Returns the steps it announced (random names masked)."""
+    report_r, report_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(report_r)
+        os.close(go_w)
+        _write_in_steps(tmp_path, report_w, go_r)
+    os.close(report_w)
+    os.close(go_r)
+    steps: list[str] = []
+    with os.fdopen(report_r, "rb") as reports, os.fdopen(go_w, "wb", buffering=0) as go:
+        for line in reports:
+            if k is not None and len(steps) == k:
+                os.kill(pid, signal.SIGKILL)
+                break
+            steps.append(re.sub(r"[0-9a-f]{12}", "*", line.decode().rstrip("\n")))
+            go.write(b"g")
+        _, status = os.waitpid(pid, 0)
+    if k is None or len(steps) < k:
+        assert os.waitstatus_to_exitcode(status) == 0, f"the writer failed after {steps}"
+    return steps
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("replace", [False, True], ids=["new entry", "replacing an entry"])
-def test_a_writer_killed_at_any_moment_leaves_old_or_complete_new(tmp_path, replace):
-    """SIGKILL a forked writer at random moments: the entry is always old, absent or whole."""
-    rng = random.Random(1234)
+def test_a_writer_killed_between_any_two_steps_leaves_old_or_complete_new(tmp_path, replace):
+    """SIGKILL a forked writer after each step of the write protocol in turn (every mkdir,
+    write, chmod, fsync, rename and delete): the entry is always old (or absent) or whole
+    and new, and switches from one to the other exactly once."""
     final = tmp_path / "cache" / "autotuner" / "entry"
-    seen = set()
-    for attempt in range(14):
+
+    def outcome() -> str | None:
+        if not final.exists():
+            assert not replace, "the old entry vanished"
+            return None
+        assert disk.verify(final) is None, "a partial entry"
+        return json.loads((final / "record0.json").read_text())["text"]
+
+    def fresh() -> None:  # the folders exist from earlier writers: every run takes one path
         disk.remove_tree(final)
+        disk.make_private_dir(final.parent)
+        disk.make_private_dir(tmp_path / "stage")
         if replace:
             make_entry(tmp_path, text="old")
-        pid = os.fork()
-        if pid == 0:  # the writer: slow fsyncs so that the kill lands inside the write
-            try:
-                real = disk._fsync_file
 
-                def slow(path: str) -> None:
-                    time.sleep(0.01)
-                    real(path)
-
-                disk._fsync_file = slow
-                make_entry(tmp_path, text="new")
-            finally:
-                os._exit(0)
-        time.sleep(rng.uniform(0.0, 0.12))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        if final.exists():
-            assert disk.verify(final) is None, f"attempt {attempt}: a partial entry"
-            text = json.loads((final / "record0.json").read_text())["text"]
-            seen.add(text)
-        else:
-            assert not replace, "the old entry vanished"
-            seen.add(None)
-    # the writers were killed before and after the switch at least once
-    assert len(seen) == 2, seen
+    fresh()
+    steps = _write_killed_after(tmp_path, None)  # the whole protocol, step by step
+    assert outcome() == "new"
+    assert any(s.startswith("rename") for s in steps) and any(s.startswith("fsync") for s in steps)
+    seen = []
+    for k in range(len(steps)):
+        fresh()
+        kinds = [s.split()[0] for s in _write_killed_after(tmp_path, k)]
+        assert kinds == [s.split()[0] for s in steps[:k]], "the writer took another path"
+        try:
+            seen.append(outcome())
+        except AssertionError as exc:
+            raise AssertionError(f"killed before step {k} ({steps[k]}): {exc}") from None
+    before = "old" if replace else None
+    switch = seen.index("new")  # the one rename (or exchange) that publishes
+    assert switch > 0 and seen == [before] * switch + ["new"] * (len(seen) - switch), seen
     disk.sweep(final.parent, max_age_s=0)
     disk.sweep(tmp_path / "stage", max_age_s=0)
-    assert sorted(p.name for p in final.parent.iterdir()) in ([], ["entry"])
+    assert sorted(p.name for p in final.parent.iterdir()) == ["entry"]
 
 
 # -- locks and staging --------------------------------------------------------------------------

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent  # testing/integration: tune_kernels
+REPO = HERE.parents[1]
+JOBS = REPO / "testing" / "unit" / "utils"  # jobs.py, shared with the Worker unit tests
 
 PRELUDE = """
 import json, os, sys, threading, time
@@ -28,7 +29,7 @@ def _run(body: str, env: dict[str, str] | None = None, timeout: float = 240) -> 
     """Run ``body`` in a fresh interpreter; it must print one JSON object as its last line."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TILEAUTO_")}
     full_env["TILEAUTO_CACHE_DIR"] = os.environ["TILEAUTO_CACHE_DIR"]
-    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE)])
+    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(JOBS), str(HERE)])
     full_env.update(env or {})
     proc = subprocess.run(
         [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
@@ -66,6 +67,7 @@ def test_a_fresh_process_forks_its_workers():
     assert seen["parallel"] == [2, float(1 << 20) * 2]  # an OpenMP op ran with 2 threads
 
 
+@pytest.mark.slow
 def test_a_worker_not_marked_fork_ok_uses_the_forkserver():
     seen = _run(
         """
@@ -78,6 +80,7 @@ def test_a_worker_not_marked_fork_ok_uses_the_forkserver():
     assert seen["method"] == "forkserver"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("setup", "fragment"),
     [
@@ -125,6 +128,7 @@ def test_not_the_main_thread_is_a_reason():
     assert seen["reason"] == "not called from the main thread"
 
 
+@pytest.mark.slow
 def test_running_thread_pools_in_the_caller_do_not_stop_a_fork(tmp_path):
     """The caller's OpenMP and TVM pools are running (a fork would copy them broken); the
     forked worker runs its jobs in a thread of its own, with new pools, and both work."""
@@ -156,6 +160,7 @@ def test_running_thread_pools_in_the_caller_do_not_stop_a_fork(tmp_path):
     assert seen["tvm"] is True
 
 
+@pytest.mark.slow
 def test_a_worker_that_fails_its_probe_falls_back_to_the_forkserver():
     """A forked worker whose probe hangs is killed; this and later workers use the
     forkserver, and the failed probe is not counted against the worker."""
@@ -184,6 +189,7 @@ def test_a_worker_that_fails_its_probe_falls_back_to_the_forkserver():
     assert seen["restarts"] == 0
 
 
+@pytest.mark.slow
 def test_a_forked_worker_drops_the_pipes_of_the_others():
     """Closing one worker's pipe ends it (EOF) although a sibling was forked after it."""
     seen = _run(
@@ -206,6 +212,7 @@ def test_a_forked_worker_drops_the_pipes_of_the_others():
     assert seen["exitcode"] == 0  # left its loop on EOF, not killed
 
 
+@pytest.mark.slow
 def test_the_memory_limit_counts_what_a_forked_worker_adds():
     """A forked child starts as large as its caller; the limit applies to what it allocates."""
     seen = _run(
@@ -235,6 +242,7 @@ def test_the_memory_limit_counts_what_a_forked_worker_adds():
     assert "out of memory" in seen["big"] and "more than 0.4 GiB" in seen["big"]
 
 
+@pytest.mark.slow
 def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
     """The tuner forks the compile workers and the run worker of a CPU tuning, and the
     result is the same kind as with the forkserver."""
@@ -262,11 +270,7 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
             "methods": [w.start_method for w in builder._POOL],
         }))
     """
-    integration = REPO / "testing" / "integration"
-    env = {
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(integration)]),
-        "TILEAUTO_CACHE_DIR": str(tmp_path / "cache"),
-    }
+    env = {"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}
     forked = _run(body, env=env)
     env["TILEAUTO_WORKER_START"] = "forkserver"
     env["TILEAUTO_CACHE_DIR"] = str(tmp_path / "cache2")
@@ -281,6 +285,7 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
     assert forked["config"]["vec"] in (4, 8, 16) and served["config"]["vec"] in (4, 8, 16)
 
 
+@pytest.mark.slow
 def test_par_compile_forks_its_workers_and_a_gpu_target_does_not(tmp_path):
     seen = _run(
         """
@@ -306,13 +311,13 @@ def test_par_compile_forks_its_workers_and_a_gpu_target_does_not(tmp_path):
             "gpu": gpu.fork_unsafe_reason(),
         }))
         """,
-        env={"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "testing" / "integration")])},
     )
     assert seen["ok"] == [True, True]
     assert seen["started"] and set(seen["started"]) == {"fork"}
     assert seen["gpu"] == "a GPU target"
 
 
+@pytest.mark.slow
 def test_a_second_tuning_in_the_process_forks_again(tmp_path):
     """Nothing the first tuning leaves behind (a progress bar's monitor thread, say) stops
     the second one from forking."""
@@ -336,10 +341,7 @@ def test_a_second_tuning_in_the_process_forks_again(tmp_path):
                               verbose=True)(impl)(n)
         print(json.dumps({"runs": runs, "threads": threading.active_count()}))
         """,
-        env={
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "testing" / "integration")]),
-            "TILEAUTO_CACHE_DIR": str(tmp_path / "cache"),
-        },
+        env={"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert [set(run) for run in seen["runs"]] == [{"fork"}, {"fork"}]
     assert seen["threads"] == 1
