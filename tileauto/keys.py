@@ -14,7 +14,13 @@ def is_tensor(value: Any) -> bool:
 
 
 def describe_value(value: Any) -> Any:
-    """A JSON-able description of one argument: tensors by shape/dtype/stride/device."""
+    """A JSON-able description of one argument: tensors by shape/dtype/stride/device.
+
+    Plain values and containers are described here (the per-call fast path); any other
+    object is described by the disk cache's describer (``cache.key.describe_key_value``,
+    by its state, never by its ``repr``), so a value has one description in memory and on
+    disk. An object that describer refuses counts by its type and identity.
+    """
     if is_tensor(value):
         return {
             "tensor": list(value.shape),
@@ -33,7 +39,12 @@ def describe_value(value: Any) -> Any:
     dtype_name = getattr(value, "__name__", None)
     if type(value).__module__.startswith("torch") and dtype_name is None:
         return str(value)  # torch.dtype, torch.device
-    return repr(value)
+    from tileauto.cache.key import UnkeyableError, describe_key_value
+
+    try:
+        return describe_key_value(value, content=False)
+    except UnkeyableError:
+        return {"object": type(value).__qualname__, "id": id(value)}
 
 
 def freeze(value: Any) -> Any:

@@ -76,12 +76,23 @@ def test_containers_of_tensors_are_hashable_keys():
     hash(key)
 
 
-def test_other_objects_use_repr():
+def test_other_objects_are_described_by_their_state_as_on_disk():
+    import threading
+
+    from tileauto.cache.key import describe_key_value
+
     class Opt:
-        def __repr__(self):
+        def __init__(self, level):
+            self.level = level
+
+        def __repr__(self):  # a repr that hides the state must not merge two calls
             return "Opt(fast)"
 
-    assert describe_value(Opt()) == "Opt(fast)"
+    assert describe_value(Opt(1)) != describe_value(Opt(2))
+    assert describe_value(Opt(1)) == describe_value(Opt(1))
+    assert describe_value(Opt(1)) == describe_key_value(Opt(1), content=False)
+    lock = threading.Lock()  # no stable description: counts by identity in memory
+    assert describe_value(lock) == {"object": "lock", "id": id(lock)}
     assert describe_value(torch.device("cpu")) == "cpu"
 
 

@@ -626,8 +626,9 @@ class _Walker:
             ]
             out["reduce"] = self._items(parts, where, names)
             return out
-        text = describe_value(value)
-        if isinstance(text, str) and not _ADDRESS.search(text):
+        torch_object = type(value).__module__.startswith("torch") and not hasattr(value, "__name__")
+        text = str(value) if torch_object else repr(value)  # torch.dtype, torch.device
+        if not _ADDRESS.search(text):
             out["repr"] = text
             return out
         raise UnkeyableError(
