@@ -1,7 +1,7 @@
 """The run worker's side of tuning: hold the inputs and the reference, validate and time configs.
 
 The parent sends one :class:`SessionSpec` (``setup``) and then one :class:`RunRequest` per
-config (``run``). Everything here runs inside the isolated run worker: a config that crashes or
+config (``check_and_time``). Everything here runs inside the isolated run worker: a config that crashes or
 hangs takes only this process down, and the user's tensors are never touched (the worker holds
 copies, and every config gets fresh clones of them).
 """
@@ -218,15 +218,15 @@ def retime(requests: list[RunRequest], rounds: int) -> list[tuple[float, ...]]:
     return [tuple(s) for s in samples]
 
 
-def run(request: RunRequest) -> RunOutcome:
+def check_and_time(request: RunRequest) -> RunOutcome:
     """Load, validate and time one config in this worker (in its signature's session)."""
     session = _require(artifact_signature(request.artifact))
     start = time.perf_counter()
-    outcome = _run(session, request)
+    outcome = _check_and_time(session, request)
     return RunOutcome(**{**outcome.__dict__, "run_s": time.perf_counter() - start})
 
 
-def _run(session: _Session, request: RunRequest) -> RunOutcome:
+def _check_and_time(session: _Session, request: RunRequest) -> RunOutcome:
     spec = session.spec
     try:
         func = _with_hooks(_load(session, request.artifact), spec, request.artifact)

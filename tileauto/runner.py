@@ -234,7 +234,7 @@ class Runner:
         assert self.worker is not None
         try:
             outcome: RunOutcome = self.worker.call(
-                run_worker.run, request, timeout_s=self.timeout_s
+                run_worker.check_and_time, request, timeout_s=self.timeout_s
             )
         except WorkerTimeout:
             return self._replaced(
