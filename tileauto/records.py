@@ -9,7 +9,10 @@ import enum
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tileauto.artifact import KernelArtifact
 
 
 class TrialStatus(enum.Enum):
@@ -189,3 +192,42 @@ class RunOutcome:
     reference: Any = None
     reference_inplace: tuple[int, ...] | None = None
     run_s: float = 0.0
+
+
+# -- builds ------------------------------------------------------------------------------------
+class BuildStatus(enum.Enum):
+    """How a compile ended."""
+
+    OK = "ok"
+    ERROR = "compile_error"
+    TIMEOUT = "compile_timeout"
+    CRASH = "compile_crash"  # the compiler itself crashed (a signal): permanent for the config
+    OUT_OF_MEMORY = "compile_out_of_memory"  # killed for memory: may pass another time
+    CANCELLED = "cancelled"  # stopped by Builder.cancel (an interrupt): never ran to its end
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """One config to compile: ``factory(*args, **kwargs)`` with the config merged into kwargs."""
+
+    index: int
+    config: dict[str, Any]
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The outcome of one BuildRequest, at the same index."""
+
+    index: int
+    config: dict[str, Any]
+    status: BuildStatus
+    artifact: KernelArtifact | None = None  # a KernelArtifact, or a scripted stand-in
+    error: str | None = None
+    compile_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is BuildStatus.OK

@@ -251,7 +251,9 @@ def _check_and_time(session: _Session, request: RunRequest) -> RunOutcome:
     ]
     if spilled:
         spilled_names = ", ".join(spec.params[p].name for p in spilled)
-        return RunOutcome(TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {spilled_names}")
+        return RunOutcome(
+            TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {spilled_names}"
+        )
     mutated = tuple(k for k, (a, b) in enumerate(zip(ins, session.inputs)) if not _same(a, b))
     notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
     if spec.profile.ref_prog is None and not request.is_reference and session.reference is None:

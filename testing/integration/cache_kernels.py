@@ -107,7 +107,7 @@ def child_main(argv=None) -> None:
     import psutil
     import torch
 
-    from tileauto import builder
+    from tileauto.utils.pool import WorkerPool
     from tileauto.jit import compiler
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -131,6 +131,6 @@ def child_main(argv=None) -> None:
         key=result.key,
         ok=bool(torch.allclose(result.kernel(a), ref_scale_add(a))),
         compiles=compiler.COMPILE_COUNT,
-        workers=len(builder._POOL) + len(psutil.Process().children(recursive=True)),
+        workers=len(WorkerPool.shared().workers) + len(psutil.Process().children(recursive=True)),
     )
     print("RESULT " + json.dumps(out), flush=True)

@@ -259,6 +259,7 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
             original(self, proc, conn, method)
         procs.Worker._started = record
 
+        from tileauto.utils.pool import WorkerPool
         tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}, {"vec": 16}],
                                   warmup=2, rep=5)(tileauto.jit(out_idx=[-1], target="llvm")(
                                   tune_kernels.scale))
@@ -266,8 +267,8 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
         print(json.dumps({
             "started": started,
             "config": kernel.config,
-            "alive": [w.alive for w in builder._POOL],
-            "methods": [w.start_method for w in builder._POOL],
+            "alive": [w.alive for w in WorkerPool.shared().workers],
+            "methods": [w.start_method for w in WorkerPool.shared().workers],
         }))
     """
     env = {"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}

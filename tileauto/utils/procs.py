@@ -10,32 +10,38 @@ A worker starts one of two ways:
   copied state would wait forever for threads that were not copied. So a forked worker runs
   its jobs in a new thread, which starts pools of its own, and first runs a probe through
   OpenMP (if that hangs, the process uses the forkserver from then on);
-- otherwise from a multiprocessing *forkserver*, a fresh interpreter that imported TVM and
-  torch once and runs no torch op (a few seconds to boot, once per process; later workers fork
-  from it in tens of milliseconds).
+- otherwise from the *forkserver* (:mod:`tileauto.utils.forkserver`), a fresh interpreter
+  started from tileauto's own entry module that imported TVM and torch once and runs no torch
+  op (a few seconds to boot, once per process; later workers fork from it in tens of
+  milliseconds).
 
-Each worker leads its own process group so a timeout kills the job together with anything it
-started (g++, for instance), and it dies with its parent (``PR_SET_PDEATHSIG``). Jobs travel as
-cloudpickle bytes; results come back as pickles.
+Each worker leads its own process group so a kill ends the job together with anything it
+started (g++, for instance), and it dies with its parent (``PR_SET_PDEATHSIG``). Jobs travel
+as cloudpickle bytes; results come back as pickles. The worker's side is
+:mod:`tileauto.utils.worker_entry`.
+
+A kill never waits for the job: :meth:`Worker.kill` may come from any thread (a cancel), and
+the thread running the job then gets :class:`WorkerCancelled`; it kills the whole tree
+(:mod:`tileauto.utils.process_tree`). A thread waiting in :meth:`Worker.call` leaves Ctrl-C to
+the main thread (:mod:`tileauto.utils.threads`). The only state this module keeps for the
+whole process is its safety net: the live workers, killed at exit and on SIGTERM.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import gc
-import multiprocessing
-import multiprocessing.spawn as mp_spawn
 import os
 import pickle
 import signal
 import sys
 import threading
 import time
-import traceback
 import warnings
 import weakref
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
 import cloudpickle
@@ -43,32 +49,57 @@ import psutil
 
 from tileauto._logging import get_logger
 from tileauto.errors import WorkerError
+from tileauto.utils.forkserver import ForkServer
+from tileauto.utils.process_tree import (
+    ForkedProcess,
+    ProcessHandle,
+    descendants,
+    kill_all,
+    kill_tree,
+)
+from tileauto.utils.threads import signals_to_main_thread
+from tileauto.utils.worker_entry import RemoteError, child_main, run_child
 
 log = get_logger("procs")
 
-_PRELOAD = ["tileauto.utils.worker_preload"]
-_LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
-_CTX_LOCK = threading.Lock()
-_CTX: Any = None
-_START_LOCK = threading.Lock()
+__all__ = [
+    "RemoteError",
+    "RemoteJobError",
+    "Worker",
+    "WorkerCancelled",
+    "WorkerCrashed",
+    "WorkerTimeout",
+    "fork_unsafe_reason",
+    "kill_workers_on_sigterm",
+    "shutdown_all",
+]
 
-
-# Set when a forked worker failed its probe: this process forks no more workers.
-_FORK_BROKEN: str | None = None
 _PROBE_TIMEOUT_S = 10.0
 # A worker's log is cut back to its last _LOG_KEEP_BYTES once past _LOG_CAP_BYTES.
 _LOG_CAP_BYTES = 16 << 20
 _LOG_KEEP_BYTES = 1 << 20
+_POLL_S = 0.05  # how often a running job is checked (result, death, memory, deadline, cancel)
+_REAP_S = 2.0  # a SIGKILLed process is gone in milliseconds; this only bounds a stuck one
 
 
-def _context() -> Any:
-    global _CTX
-    with _CTX_LOCK:
-        if _CTX is None:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(_PRELOAD)
-            _CTX = ctx
-        return _CTX
+class _SafetyNet:
+    """What the whole process shares: its live workers (killed at exit and on SIGTERM), and
+    whether forking still works here (a forked worker's probe can prove it does not)."""
+
+    def __init__(self) -> None:
+        self.live: weakref.WeakSet[Worker] = weakref.WeakSet()
+        self.fork_broken: str | None = None
+
+    def kill_everything(self) -> None:
+        """Kill every live worker and the forkserver, now; takes no lock (a signal handler)."""
+        for worker in list(self.live):
+            handle = worker._proc
+            if handle is not None and handle.exitcode is None:
+                kill_tree(handle.pid)
+        ForkServer.stop_shared()
+
+
+_NET = _SafetyNet()
 
 
 def fork_unsafe_reason() -> str | None:
@@ -77,8 +108,8 @@ def fork_unsafe_reason() -> str | None:
 
     if Settings.from_env().worker_start == "forkserver":
         return "TILEAUTO_WORKER_START=forkserver"
-    if _FORK_BROKEN is not None:
-        return _FORK_BROKEN
+    if _NET.fork_broken is not None:
+        return _NET.fork_broken
     if threading.current_thread() is not threading.main_thread():
         return "not called from the main thread"
     if threading.active_count() > 1:
@@ -98,29 +129,6 @@ def _probe_threads(threads: int) -> int:
     return torch.get_num_threads()
 
 
-def _start_without_main(proc: Any) -> None:
-    """Start ``proc`` without re-importing the user's ``__main__`` in the child.
-
-    multiprocessing re-runs the main script in every child, so a script without an
-    ``if __name__ == "__main__":`` guard would tune again inside the worker. Jobs arrive as
-    cloudpickle bytes (functions from ``__main__`` travel by value), so the child never needs it.
-    """
-    with _START_LOCK:
-        original = mp_spawn.get_preparation_data
-
-        def preparation_data(name: str) -> dict[str, Any]:
-            data = original(name)
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-            return data
-
-        mp_spawn.get_preparation_data = preparation_data
-        try:
-            proc.start()
-        finally:
-            mp_spawn.get_preparation_data = original
-
-
 class WorkerTimeout(WorkerError):
     """The job ran past its time limit; the worker and its process group were killed."""
 
@@ -134,66 +142,17 @@ class WorkerCrashed(WorkerError):
         self.out_of_memory = out_of_memory
 
 
-@dataclass(frozen=True)
-class RemoteError:
-    """An exception raised by the job inside the worker, as data."""
-
-    type_name: str
-    message: str
-    traceback: str
-
-    @property
-    def out_of_memory(self) -> bool:
-        return (
-            self.type_name in ("MemoryError", "OutOfMemoryError")
-            or "out of memory" in self.message.lower()
-        )
+class WorkerCancelled(WorkerError):
+    """The job was stopped on purpose: the worker was killed by a cancel (:meth:`Worker.kill`
+    from another thread, or the ``cancel`` event of :meth:`Worker.call`)."""
 
 
-def _set_pdeathsig() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
-        # PR_SET_CHILD_SUBREAPER: orphans of the job (a daemonized child) stay our descendants,
-        # so that killing the worker finds and kills them too
-        libc.prctl(36, 1)
-    except OSError:  # pragma: no cover - non-glibc systems
-        pass
+class RemoteJobError(WorkerError):
+    """The job raised inside the worker."""
 
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    """Every living descendant of ``pid`` (children of children too), stopped where possible.
-
-    Each is sent SIGSTOP as it is found, so none can start another while the tree is walked;
-    the walk is repeated until it finds nothing new.
-    """
-    try:
-        root = psutil.Process(pid)
-    except psutil.Error:
-        return []
-    found: dict[int, psutil.Process] = {}
-    for _ in range(10):
-        try:
-            new = [c for c in root.children(recursive=True) if c.pid not in found]
-        except psutil.Error:
-            break
-        if not new:
-            break
-        for child in new:
-            found[child.pid] = child
-            try:
-                child.suspend()
-            except psutil.Error:
-                pass
-    return list(found.values())
-
-
-def _kill_all(processes: list[psutil.Process]) -> None:
-    for proc in processes:
-        try:
-            proc.kill()  # psutil checks the creation time: a reused pid is left alone
-        except psutil.Error:
-            pass
+    def __init__(self, remote: RemoteError):
+        super().__init__(f"{remote.type_name}: {remote.message}")
+        self.remote = remote
 
 
 def _settings_env() -> dict[str, str]:
@@ -201,96 +160,28 @@ def _settings_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
 
 
-def _apply_settings_env(env: dict[str, str], base: dict[str, str]) -> None:
-    for key in [k for k in os.environ if k.startswith("TILEAUTO_") and k not in env]:
-        del os.environ[key]
-    os.environ.update(env)
-    os.environ.update(base)  # the worker's own variables win
+def _forked_child(conn: Connection, caller_end: Connection, env: dict[str, str], out: Any) -> None:
+    """In a worker forked from the caller: drop what belongs to the caller, then serve.
 
-
-def _redirect_output(path: str | None) -> None:
-    """Send the worker's stdout/stderr (TVM's crash traces, compiler chatter) to its log file."""
-    if not path:
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
-def _forked_child_setup(caller_end: Any) -> None:
-    """In a worker forked from the caller: drop what belongs to the caller.
-
-    The caller's ends of this worker's pipe and of the other workers' pipes were copied by the
-    fork; left open, a worker would not see the end of file when the caller closes its pipe.
+    The caller's ends of this worker's pipe, of the other workers' pipes and of the
+    forkserver's socket were copied by the fork; left open, a worker or the server would not
+    see the end of file when the caller closes its end.
     """
-    for end in [caller_end, *(worker._conn for worker in list(_LIVE))]:
+    ForkServer.forget_in_child()
+    for end in [caller_end, *(worker._conn for worker in list(_NET.live))]:
         if end is not None:
             try:
                 end.close()
             except OSError:
                 pass
-    for worker in list(_LIVE):
+    for worker in list(_NET.live):
         worker._proc, worker._conn = None, None
-    _LIVE.clear()
+    _NET.live.clear()
     atexit.unregister(shutdown_all)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    child_main(conn, env, out, own_thread=True)
 
 
-def _set_torch_threads(env: dict[str, str]) -> None:
-    """Apply OMP_NUM_THREADS to torch in this thread (OpenMP's setting is per thread)."""
-    torch = sys.modules.get("torch")
-    threads = env.get("OMP_NUM_THREADS")
-    if torch is not None and threads:
-        torch.set_num_threads(max(1, int(threads)))
-
-
-def _child_main(
-    conn: Any, env: dict[str, str], output_path: str | None = None, caller_end: Any = None
-) -> None:
-    """The worker's loop. ``caller_end`` is given when forked from the caller (see above)."""
-    os.setpgid(0, 0)
-    _set_pdeathsig()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C goes to it
-    os.environ.update(env)
-    _redirect_output(output_path)
-    if caller_end is None:
-        _serve(conn, env)
-        return
-    _forked_child_setup(caller_end)
-    # The thread pools of OpenMP and TVM belong to the thread that started them, and the
-    # caller's were not copied by the fork: jobs run in a new thread, which starts its own.
-    jobs = threading.Thread(target=_serve, args=(conn, env, True), name="tileauto-jobs")
-    jobs.start()
-    jobs.join()
-
-
-def _serve(conn: Any, env: dict[str, str], set_threads: bool = False) -> None:
-    """Run jobs from ``conn`` until the caller closes it."""
-    if set_threads:
-        _set_torch_threads(env)
-    while True:
-        try:
-            payload = conn.recv_bytes()
-        except (EOFError, OSError):
-            return
-        try:
-            path, settings_env, fn, args = cloudpickle.loads(payload)
-            if path != sys.path:
-                sys.path[:] = path
-            _apply_settings_env(settings_env, env)
-            result: Any = ("ok", fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back as data
-            result = ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
-        try:
-            data = pickle.dumps(result)
-        except Exception as exc:  # noqa: BLE001
-            data = pickle.dumps(
-                ("error", RemoteError(type(exc).__name__, f"result not picklable: {exc}", ""))
-            )
-        conn.send_bytes(data)
-
-
+# -- the worker ------------------------------------------------------------------------------
 class Worker:
     """One killable worker process. ``call`` runs a function there with a timeout.
 
@@ -316,26 +207,35 @@ class Worker:
         self.memory_limit_bytes = memory_limit_bytes or int(psutil.virtual_memory().available * 0.9)
         self.fork_ok = fork_ok
         self.start_method: str | None = None  # "fork" or "forkserver" once started
-        self._proc: Any = None
-        self._conn: Any = None
+        self._proc: ProcessHandle | None = None
+        self._conn: Connection | None = None
         self._rss_at_start = 0
-        self._lock = threading.RLock()  # start() may run in a background thread
-        self._reap_lock = threading.Lock()
+        self._lock = threading.RLock()  # one job (or start) at a time
+        self._state = threading.Lock()  # the handles; never held while waiting
+        self._running = False  # a job is in flight (its thread reaps a killed worker)
+        self._killed = False  # kill() was called while the job ran: it was cancelled
         self.restarts = 0
         self.output_path: str | None = None
-        _LIVE.add(self)
+        _NET.live.add(self)
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        proc = self._proc
+        return proc.pid if proc is not None else None
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
+        proc = self._proc
+        return proc is not None and proc.is_alive()
+
+    @property
+    def busy(self) -> bool:
+        """A job is running in this worker now."""
+        return self._running
 
     def start(self) -> Worker:
         """Start the process if it is not running (a no-op otherwise). Thread-safe."""
-        with self._lock:
+        with signals_to_main_thread(), self._lock:
             if self.alive:
                 return self
             self._reap()
@@ -344,30 +244,15 @@ class Worker:
                 self._start_forked()
                 if self._probe_ok():
                     return self
-                reason = _FORK_BROKEN
+                reason = _NET.fork_broken
             log.debug("worker %s starts from the forkserver: %s", self.name, reason)
-            ctx = _context()
-            parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(
-                target=_child_main,
-                args=(child, self.env, self._output_file()),
-                name=f"tileauto-{self.name}",
-                daemon=True,
-            )
-            _start_without_main(proc)
-            child.close()
-            self._started(proc, parent, "forkserver")
+            proc, conn = ForkServer.shared().spawn(self.name, self.env, self._output_file())
+            self._started(proc, conn, "forkserver")
             return self
 
     def _start_forked(self) -> None:
-        ctx = multiprocessing.get_context("fork")
-        parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(
-            target=_child_main,
-            args=(child, self.env, self._output_file(), parent),
-            name=f"tileauto-{self.name}",
-            daemon=True,
-        )
+        parent, child = Pipe(duplex=True)
+        out = self._output_file()
         # The child would otherwise copy-on-write every page the collector touches; frozen
         # objects are left alone there (the parent thaws at once).
         gc.freeze()
@@ -379,14 +264,18 @@ class Worker:
                 warnings.filterwarnings(
                     "ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning
                 )
-                proc.start()
+                pid = os.fork()
+            if pid == 0:
+                run_child(_forked_child, child, parent, self.env, out)
         finally:
             gc.unfreeze()
         child.close()
-        self._started(proc, parent, "fork")
+        self._started(ForkedProcess(pid), parent, "fork")
 
     def _started(self, proc: Any, conn: Any, method: str) -> None:
-        self._proc, self._conn, self.start_method = proc, conn, method
+        with self._state:
+            self._proc, self._conn, self.start_method = proc, conn, method
+            self._killed = False
         try:
             self._rss_at_start = psutil.Process(proc.pid).memory_info().rss
         except psutil.Error:
@@ -394,137 +283,165 @@ class Worker:
 
     def _probe_ok(self) -> bool:
         """Check a forked worker's OpenMP pool; on a hang, kill it and fork no more."""
-        global _FORK_BROKEN
         threads = int(self.env.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
         try:
-            self._exchange(_probe_threads, (threads,), _PROBE_TIMEOUT_S)
+            self._exchange(_probe_threads, (threads,), _PROBE_TIMEOUT_S, None)
             return True
         except WorkerError as exc:
-            _FORK_BROKEN = f"a worker forked from this process failed its OpenMP probe ({exc})"
-            log.warning("%s; workers start from the forkserver from now on", _FORK_BROKEN)
+            _NET.fork_broken = f"a worker forked from this process failed its OpenMP probe ({exc})"
+            log.warning("%s; workers start from the forkserver from now on", _NET.fork_broken)
             self.kill()
             self.restarts -= 1  # not a job's failure
             return False
 
-    def call(self, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
+    def call(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        timeout_s: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Any:
         """Run ``fn(*args)`` in the worker and return its result.
+
+        ``cancel``: once set (from any thread), the job is stopped within ``_POLL_S`` and the
+        worker killed; a job not started yet does not start.
 
         Raises:
             WorkerTimeout: past ``timeout_s``; the worker's process group was killed.
             WorkerCrashed: the worker died (the message names the signal or exit code).
+            WorkerCancelled: ``cancel`` was set, or :meth:`kill` came from another thread.
             RemoteJobError: the function raised; ``.remote`` holds type, message and traceback.
         """
-        with self._lock:
+        with signals_to_main_thread(), self._lock:
+            if cancel is not None and cancel.is_set():
+                raise WorkerCancelled(f"cancelled before it started on worker {self.name}")
             if not self.alive:
                 self.start()
-            return self._exchange(fn, args, timeout_s)
+            return self._exchange(fn, args, timeout_s, cancel)
 
-    def _exchange(self, fn: Any, args: tuple, timeout_s: float | None) -> Any:
+    def _exchange(
+        self, fn: Any, args: tuple, timeout_s: float | None, cancel: threading.Event | None
+    ) -> Any:
         """Send one job to the running worker and wait for its answer (see :meth:`call`)."""
+        payload = cloudpickle.dumps((list(sys.path), _settings_env(), fn, args))
         with self._lock:
+            with self._state:
+                proc, conn = self._proc, self._conn
+                if proc is None or conn is None or self._killed:
+                    raise WorkerCancelled(f"worker {self.name} was killed before the job")
+                self._running = True
             try:
-                self._conn.send_bytes(
-                    cloudpickle.dumps((list(sys.path), _settings_env(), fn, args))
-                )
-            except (BrokenPipeError, OSError):
-                raise self._crashed() from None
-            deadline = None if timeout_s is None else time.monotonic() + timeout_s
-            while True:
-                wait = (
-                    0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
-                )
+                return self._wait(proc, conn, payload, timeout_s, cancel)
+            except WorkerError:
+                raise
+            except BaseException:
+                # interrupted here (Ctrl-C) with the job in flight: its answer would be taken
+                # for the next job's, and nobody waits for it now
+                self._kill()
+                raise
+            finally:
+                with self._state:
+                    self._running = False
+                    ended = self._killed or not proc.is_alive()
+                if ended:
+                    self._reap()
+
+    def _wait(
+        self,
+        proc: ProcessHandle,
+        conn: Connection,
+        payload: bytes,
+        timeout_s: float | None,
+        cancel: threading.Event | None,
+    ) -> Any:
+        try:
+            conn.send_bytes(payload)
+        except OSError:
+            raise self._ended(proc) from None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait = (
+                _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            )
+            try:
+                ready = conn.poll(wait)
+            except (EOFError, OSError):
+                raise self._ended(proc) from None
+            if ready:
                 try:
-                    ready = self._conn.poll(wait)
+                    status, value = pickle.loads(conn.recv_bytes())
                 except (EOFError, OSError):
-                    raise self._crashed() from None
-                if ready:
-                    try:
-                        status, value = pickle.loads(self._conn.recv_bytes())
-                    except (EOFError, OSError):
-                        raise self._crashed() from None
-                    # what the job started and left running (a setsid child) ends with it
-                    _kill_all(_descendants(self._proc.pid))
-                    self._cap_output()
-                    if status == "ok":
-                        return value
-                    raise RemoteJobError(value)
-                if not self._proc.is_alive():
-                    raise self._crashed()
+                    raise self._ended(proc) from None
+                # what the job started and left running (a setsid child) ends with it
+                kill_all(descendants(proc.pid))
                 self._cap_output()
-                if self._over_memory():
-                    self.kill()
-                    raise WorkerCrashed(
-                        f"out of memory: worker {self.name} took more than {self.memory_limit_bytes / 2**30:.1f} GiB and was killed",
-                        out_of_memory=True,
-                    )
-                if deadline is not None and time.monotonic() >= deadline:
-                    self.kill()
-                    raise WorkerTimeout(
-                        f"timed out after {timeout_s:g} s; worker {self.name} was killed"
-                    )
+                if status == "ok":
+                    return value
+                raise RemoteJobError(value)
+            if cancel is not None and cancel.is_set():
+                self.kill()
+                raise WorkerCancelled(f"cancelled; worker {self.name} was killed")
+            if not proc.is_alive():
+                raise self._ended(proc)
+            self._cap_output()
+            if self._over_memory(proc):
+                self.kill()
+                raise WorkerCrashed(
+                    f"out of memory: worker {self.name} took more than {self.memory_limit_bytes / 2**30:.1f} GiB and was killed",
+                    out_of_memory=True,
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                self.kill()
+                raise WorkerTimeout(
+                    f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                )
 
     def kill(self) -> None:
-        """Kill the worker, its whole process group and every descendant (setsid ones too)."""
-        proc = self._proc
-        if proc is None:
-            return
-        # walked before the worker dies (afterwards its orphans belong to init, out of reach),
-        # with the worker stopped so that it starts nothing new meanwhile
-        try:
-            os.kill(proc.pid, signal.SIGSTOP)
-        except (ProcessLookupError, PermissionError, TypeError):
-            pass
-        descendants = _descendants(proc.pid)
-        for kill in (
-            lambda: os.killpg(proc.pid, signal.SIGKILL),
-            lambda: os.kill(proc.pid, signal.SIGKILL),
-        ):
-            try:
-                kill()
-            except (ProcessLookupError, PermissionError, TypeError):
-                pass
-        _kill_all(descendants)
-        self._reap()
-        self.restarts += 1
+        """Kill the worker, its whole process group and every descendant, now (any thread).
+
+        Never waits for a job: a job running in another thread ends with
+        :class:`WorkerCancelled` there, and that thread reaps the process.
+        """
+        if self._kill():
+            self.restarts += 1
 
     def close(self) -> None:
-        """Stop the worker (politely, then by force)."""
-        proc = self._proc
-        if proc is None:
-            return
-        try:
-            descendants = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.Error:
-            descendants = []
-        try:
-            self._conn.close()
-        except OSError:
-            pass
-        proc.join(timeout=1.0)
+        """Stop the worker and everything its jobs left running (it holds nothing worth a
+        graceful exit). A job running in another thread ends with :class:`WorkerCancelled`."""
+        self._kill()
+
+    def _kill(self) -> bool:
+        with self._state:
+            proc = self._proc
+            if proc is None:
+                return False
+            self._killed = True
+            running = self._running
         if proc.is_alive():
-            self.kill()
-        _kill_all(descendants)  # what the jobs left running ends with the worker
-        self._reap()
+            kill_tree(proc.pid)
+        if not running:
+            self._reap()
+        return True
 
     def _reap(self) -> None:
-        # kill() from the caller's thread (a cancel) may race a job thread that saw the worker
+        # kill() from another thread (a cancel) may race the job's thread that saw the worker
         # die: each takes the handles out under the lock, so only one of them closes them
-        with self._reap_lock:
+        with self._state:
             proc, conn = self._proc, self._conn
             self._proc, self._conn = None, None
-        if proc is not None:
-            proc.join(timeout=5.0)
         if conn is not None:
             try:
                 conn.close()
             except OSError:
                 pass
+        if proc is not None:
+            proc.join(timeout=_REAP_S)
 
-    def _over_memory(self) -> bool:
+    def _over_memory(self, proc: ProcessHandle) -> bool:
         try:
-            proc = psutil.Process(self._proc.pid)
-            rss = proc.memory_info().rss + sum(
-                c.memory_info().rss for c in proc.children(recursive=True)
+            ps = psutil.Process(proc.pid)
+            rss = ps.memory_info().rss + sum(
+                c.memory_info().rss for c in ps.children(recursive=True)
             )
         except psutil.Error:
             return False
@@ -577,15 +494,17 @@ class Worker:
         kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
         return " | ".join(kept[-lines:])
 
-    def _crashed(self) -> WorkerCrashed:
-        proc = self._proc
-        proc.join(timeout=2.0)
-        code = proc.exitcode
-        self._reap()
+    def _ended(self, proc: ProcessHandle) -> WorkerError:
+        """The error for a job whose worker is gone: cancelled (our kill) or crashed."""
+        proc.join(timeout=_REAP_S)
+        if self._killed:
+            return WorkerCancelled(f"cancelled; worker {self.name} was killed")
         self.restarts += 1
+        code = proc.exitcode
         where = f" (worker output: {self.output_path})" if self.output_path else ""
         if code is not None and code < 0:
             name = signal.Signals(-code).name
+            # nobody here sent it: the kernel's out-of-memory killer is the usual sender
             oom = name == "SIGKILL"
             hint = " (killed by SIGKILL: likely out of memory)" if oom else ""
             return WorkerCrashed(
@@ -594,21 +513,43 @@ class Worker:
         return WorkerCrashed(f"worker exited with code {code}{where}")
 
 
-class RemoteJobError(WorkerError):
-    """The job raised inside the worker."""
-
-    def __init__(self, remote: RemoteError):
-        super().__init__(f"{remote.type_name}: {remote.message}")
-        self.remote = remote
-
-
+# -- the safety net --------------------------------------------------------------------------
 def shutdown_all() -> None:
-    """Kill every live worker (at exit, and on errors or Ctrl-C in the tuner)."""
-    for worker in list(_LIVE):
+    """Kill every live worker and the forkserver (at exit, and on SIGTERM). Never waits."""
+    try:
+        _NET.kill_everything()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    shutdown_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
+
+
+@contextmanager
+def kill_workers_on_sigterm() -> Iterator[None]:
+    """While inside, a SIGTERM first kills every worker and what its jobs started, then ends
+    the process as the default action would (exit status: killed by SIGTERM, no traceback).
+
+    Without it the workers die with the process anyway (``PR_SET_PDEATHSIG``), but what their
+    jobs started (a ``g++``) would outlive it. Installed only from the main thread and when
+    SIGTERM has its default action (a program's own handler is left alone).
+    """
+    installed = False
+    if threading.current_thread() is threading.main_thread():
         try:
-            worker.kill() if worker.alive else worker._reap()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
+            installed = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            if installed:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):  # pragma: no cover - no signals here
+            installed = False
+    try:
+        yield
+    finally:
+        if installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 atexit.register(shutdown_all)

@@ -31,6 +31,11 @@ def rss_bytes():
     return psutil.Process().memory_info().rss
 
 
+def blocked_signals():
+    """The signals this thread blocks, by name."""
+    return sorted(signal.Signals(s).name for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
 def raise_value_error(message):
     raise ValueError(message)
 
@@ -44,6 +49,30 @@ def spawn_grandchild_and_sleep(pid_file, seconds):
     """Start ``sleep 60`` (a grandchild of the test process), record its pid, then hang."""
     child = subprocess.Popen(["sleep", "60"])
     Path(pid_file).write_text(str(child.pid))
+    time.sleep(seconds)
+    return child.pid
+
+
+def say(fifo, word):
+    """Write ``<word> <pid>`` to the fifo ``fifo`` (the test reads it to know where we are)."""
+    fd = os.open(fifo, os.O_WRONLY)
+    try:
+        os.write(fd, f"{word} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def say_and_sleep(fifo, seconds):
+    """Report that the job started, then run for ``seconds`` (a job in flight)."""
+    say(fifo, "started")
+    time.sleep(seconds)
+    return seconds
+
+
+def spawn_grandchild_and_say(fifo, seconds):
+    """Start ``sleep 600`` (a grandchild of the test process), report its pid, then hang."""
+    child = subprocess.Popen(["sleep", "600"])
+    say(fifo, f"grandchild-{child.pid}")
     time.sleep(seconds)
     return child.pid
 
