@@ -369,6 +369,9 @@ def autotune(
     seed: int = 0,
     retime_top_k: int = 3,
     search: Any = None,
+    max_trials: int | None = None,
+    max_seconds: float | None = None,
+    plateau: int | None = None,
     backend: str = "event",
     num_threads: int | None = None,
     warmup_iters: int | None = None,
@@ -377,6 +380,7 @@ def autotune(
     pre_hook: Callable[..., Any] | None = None,
     post_hook: Callable[..., Any] | None = None,
     prune_configs_by: dict[str, Any] | None = None,
+    executor: str | None = None,
     key: Callable[..., Any] | list[str] | None = None,
     check_new_shapes: bool = False,
     timer: Any = None,
@@ -418,6 +422,14 @@ def autotune(
             prune keeps a sublist, then the ``top_k`` configs the perf model rates fastest are
             kept (a fraction of the space keeps at least one). When one config is left and no
             check is given, ``@autotune`` compiles it without benchmarking.
+        max_trials / max_seconds / plateau: budgets of the search: the most configs measured,
+            the most seconds of the whole tuning (wall clock; the batch in flight finishes),
+            and a stop after this many trials in a row without an improvement beyond the
+            best's timing spread. Configs left untried are reported as ``not_run`` with the
+            reason, never as failures.
+        executor: where configs are compiled and timed: ``"local"`` (worker processes of
+            this machine) or ``"ray"`` (a Ray cluster; see ``docs/scale.md``). Default:
+            ``TILEAUTO_EXECUTOR``, else local. Results and cache entries are the same.
         search: which configs to measure: ``"exhaustive"`` (default, all of them) or a
             :class:`tileauto.search.SearchStrategy` such as ``RandomSearch(budget=8)``.
         num_threads: CPU threads to tune with and to run the returned kernel with (default:

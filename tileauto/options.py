@@ -11,6 +11,7 @@ from typing import Any
 
 EXECUTION_BACKENDS = ("auto", "tvm_ffi")
 TIMER_BACKENDS = ("event", "auto", "cupti", "cudagraph")
+EXECUTORS = ("local", "ray")
 MAX_ITERATIONS = 1_000_000  # one sample of 8 bytes each is kept per timed iteration
 MAX_WARMUP_MS = 60_000.0  # per config: a typo such as rep=10**9 fails at the call
 MAX_REP_MS = 600_000.0
@@ -146,6 +147,9 @@ class ProfileArgs:
     seed: int = option(0, key="value", worker=True)
     retime_top_k: int = option(3, key="value")  # re-time the best few, interleaved (0: off)
     search: Any = option(None, key="strategy")  # None / a name / a SearchStrategy
+    max_trials: int | None = option(None, key="value")  # the most configs the search measures
+    max_seconds: float | None = option(None, key="value")  # wall clock of the whole tuning
+    plateau: int | None = option(None, key="value")  # stop after N trials without improvement
     num_threads: int | None = option(
         None
     )  # CPU threads (None: the settings'); keyed as run_threads
@@ -156,6 +160,7 @@ class ProfileArgs:
     pre_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
     post_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
     prune_configs_by: dict[str, Any] | None = option(None)  # changes the space, which is keyed
+    executor: str | None = option(None)  # "local" / "ray" (None: TILEAUTO_EXECUTOR); same results
     extra: dict[str, Any] = option(dict, key="describe")
 
     @classmethod
@@ -221,6 +226,21 @@ class ProfileArgs:
         ratio = self.max_mismatched_ratio
         if not _is_real(ratio) or not (0.0 <= ratio <= 1.0):
             raise ValueError(f"max_mismatched_ratio must be a number in [0, 1], got {ratio!r}")
+        for name in ("max_trials", "plateau"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
+        seconds = self.max_seconds
+        if seconds is not None and (
+            not _is_real(seconds) or not math.isfinite(seconds) or not seconds > 0
+        ):
+            raise ValueError(
+                f"max_seconds must be None or a number of seconds > 0, got {seconds!r}"
+            )
+        if self.executor not in (None, *EXECUTORS):
+            raise ValueError(
+                f"executor must be None (TILEAUTO_EXECUTOR), 'local' or 'ray', got {self.executor!r}"
+            )
         if self.backend not in TIMER_BACKENDS:
             raise ValueError(f"backend must be one of {TIMER_BACKENDS}, got {self.backend!r}")
         if not _is_int(self.seed) or not (0 <= self.seed < 2**63):

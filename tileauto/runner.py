@@ -19,10 +19,12 @@ from tileauto.run_worker import RunRequest, SessionSpec, SetupInfo, spec_signatu
 from tileauto.utils.procs import (
     RemoteJobError,
     Worker,
+    WorkerCancelled,
     WorkerCrashed,
     WorkerTimeout,
     fork_unsafe_reason,
 )
+from tileauto.utils.threads import background_thread
 
 
 class Runner:
@@ -123,7 +125,7 @@ class Runner:
             except Exception:  # noqa: BLE001 - raised again by the first run
                 pass
 
-        threading.Thread(target=setup_now, daemon=True, name="tileauto-run-setup").start()
+        background_thread(setup_now, name="tileauto-run-setup")
 
     @staticmethod
     def make_worker(
@@ -169,6 +171,8 @@ class Runner:
             info = self._setup_step(run_worker.setup, (spec, False), self._inputs_name())
             if spec.profile.ref_prog is not None and not spec.profile.skip_check:
                 info = self._setup_step(run_worker.compute_reference, (key,), "ref_prog")
+        except WorkerCancelled:
+            raise  # an interrupt, not a property of this setup: not remembered
         except Exception as exc:
             self._setup_errors[key] = exc
             raise
@@ -236,6 +240,8 @@ class Runner:
             outcome: RunOutcome = self.worker.call(
                 run_worker.check_and_time, request, timeout_s=self.timeout_s
             )
+        except WorkerCancelled:
+            return RunOutcome(TrialStatus.CANCELLED, error="cancelled (the tuning was interrupted)")
         except WorkerTimeout:
             return self._replaced(
                 TrialStatus.TIMEOUT,

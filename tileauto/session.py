@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import queue
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -32,16 +31,24 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.builder import BuildRequest, BuildResult, BuildStatus
 from tileauto.console import note
 from tileauto.errors import NoValidConfigError
 from tileauto.problem import TuningProblem
-from tileauto.records import LatencyStats, RunOutcome, Trial, TrialStatus
+from tileauto.records import (
+    BuildRequest,
+    BuildResult,
+    BuildStatus,
+    LatencyStats,
+    RunOutcome,
+    Trial,
+    TrialStatus,
+)
 from tileauto.report import failure_summary
 from tileauto.result import AutotuneResult
 from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import baseline_config, config_id, full_config, tunable_parameters
 from tileauto.stages import BuildStage, Reporter, RunStage, Store
+from tileauto.utils.threads import background_thread
 
 log = get_logger("session")
 
@@ -49,6 +56,8 @@ _BUILD_STATUS = {
     BuildStatus.ERROR: TrialStatus.COMPILE_ERROR,
     BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
     BuildStatus.CRASH: TrialStatus.COMPILE_CRASH,
+    BuildStatus.OUT_OF_MEMORY: TrialStatus.COMPILE_OUT_OF_MEMORY,  # measured again next time
+    BuildStatus.CANCELLED: TrialStatus.CANCELLED,  # measured again next time
 }
 
 
@@ -116,6 +125,8 @@ class TuningSession:
         self._prepared = False
         self._on_trial_failed = False
         self._started = 0.0
+        self._cluster: Any = None  # the Ray cluster, when the executor is Ray
+        self.stop: Any = None  # the search's SearchOutcome (why it stopped), after run()
 
     # -- the whole run ------------------------------------------------------------------------
     def run(self) -> AutotuneResult:
@@ -185,33 +196,57 @@ class TuningSession:
 
     # -- the search loop ----------------------------------------------------------------------
     def _search_loop(self, builder: BuildStage, runner: RunStage) -> str | None:
-        """Measure the default config, then what the strategy proposes; why it stopped."""
-        strategy = self.search
-        strategy.start(len(self.unique))
-        proposed: set[int] = set()
-        round_ids = [self.default_id]  # round 1 measures the default first: the reference
-        while True:
-            picks = [
-                i for i in strategy.propose() if 0 <= i < len(self.unique) and i not in proposed
-            ]
-            proposed.update(picks)
-            round_ids += [self.unique[i] for i in picks if self.unique[i] not in round_ids]
-            if not round_ids:
-                break
-            self._measure(round_ids, builder, runner)
-            if not picks:
-                break
-            strategy.observe({i: self._measured[self.unique[i]] for i in picks})
-            round_ids = []
-        never = [cid for cid in self.unique if cid not in self._measured and cid not in self.known]
-        for cid in never:
-            self._measured[cid] = Trial(
-                self.index_of.get(cid, -1),
-                self.by_id[cid],
-                TrialStatus.NOT_RUN,
-                error=f"not proposed by {strategy.describe()}",
-            )
-        return f"{strategy.describe()} proposed no more configs" if never else None
+        """Measure the default config, then what the strategy asks for, within the budgets.
+
+        The loop is :func:`tileauto.search.run_search`, the same one replays drive; this
+        session's ``measure`` builds a batch in parallel and runs it (the default config rides
+        with the first batch: it is the reference). Returns why the search stopped when
+        configs were left untried (None when every config was measured).
+        """
+        from tileauto.search import run_search
+
+        pa = self.problem.profile_args
+        space = [self.by_id[cid] for cid in self.unique]
+        known = {
+            i: self.known[cid]
+            for i, cid in enumerate(self.unique)
+            if cid in self.known and cid != self.default_id
+        }
+        pending_default = [self.default_id]
+
+        def measure(indices: list[int]) -> Any:
+            ids = [self.unique[i] for i in indices]
+            ids = pending_default + [c for c in ids if c not in pending_default]
+            pending_default.clear()
+            self._measure(ids, builder, runner)
+            for i in indices:
+                yield i, self._measured[self.unique[i]]
+
+        outcome = run_search(
+            self.search,
+            space,
+            measure,
+            max_trials=pa.max_trials,
+            max_seconds=pa.max_seconds,
+            plateau=pa.plateau,
+            parallelism=self.workers,
+            seed=pa.seed,
+            known=known,
+            started_at=time.monotonic() - (time.perf_counter() - self._started),
+        )
+        if pending_default:  # the strategy asked for nothing: the default is still measured
+            self._measure(pending_default, builder, runner)
+        why = f"{outcome.describe()} ({self.search.describe()})"
+        for cid in self.unique:
+            if cid not in self._measured and cid not in self.known:
+                self._measured[cid] = Trial(
+                    self.index_of.get(cid, -1),
+                    self.by_id[cid],
+                    TrialStatus.NOT_RUN,
+                    error=f"never tried: {why}",
+                )
+        self.stop = outcome
+        return why if outcome.never_tried else None
 
     def _measure(self, round_ids: list[str], builder: BuildStage, runner: RunStage) -> None:
         """Build one round in parallel and run each config (CPU: after all its compiles)."""
@@ -237,12 +272,16 @@ class TuningSession:
             finally:
                 arrivals.put(None)
 
-        thread = threading.Thread(target=build_all, daemon=True, name="tileauto-build")
-        thread.start()
+        # a thread that leaves SIGINT to this one, which wakes every 0.1 s: Ctrl-C is never
+        # delivered to a thread that ignores it (a native pool's, say) and lost
+        thread = background_thread(build_all, name="tileauto-build")
         pending: dict[str, BuildResult] = {}
         device = "cpu"
         while True:
-            result = arrivals.get()
+            try:
+                result = arrivals.get(timeout=0.1)
+            except queue.Empty:
+                continue
             if result is None:
                 break
             cid = to_build[result.index]
@@ -448,12 +487,20 @@ class TuningSession:
 
     # -- the local stages ---------------------------------------------------------------------
     def _local_builder(self) -> BuildStage:
+        """The builder of the problem's executor: a local process pool, or Ray tasks."""
+        p = self.problem
+        if self._executor() == "ray":
+            from tileauto.ray_stages import RayBuilder
+
+            return RayBuilder(
+                p.factory,
+                p.compile_args,
+                staging_dir=self.staging,
+                timeout_s=p.settings.compile_timeout_s,
+                cluster=self._ray_cluster(),
+            )
         from tileauto.builder import Builder
 
-        p = self.problem
-        if not hasattr(Builder, "close"):  # TEMPORARY until the pool rework lands
-            Builder.start = Builder.start_workers  # type: ignore[attr-defined]
-            Builder.close = Builder.close_forked_workers  # type: ignore[attr-defined]
         return Builder(
             p.factory,
             p.compile_args,
@@ -464,9 +511,21 @@ class TuningSession:
         )
 
     def _local_runner(self) -> RunStage:
+        """The runner of the problem's executor: an isolated run worker, or a Ray actor."""
+        p = self.problem
+        if self._executor() == "ray":
+            from tileauto.ray_stages import RayRunner
+
+            return RayRunner(
+                p.profile_args,
+                threads=p.settings.run_threads(),
+                device=p.device_type,
+                captured=p.captured_inputs,
+                timer=p.timer,
+                cluster=self._ray_cluster(),
+            )
         from tileauto.runner import Runner
 
-        p = self.problem
         return Runner(
             p.profile_args,
             threads=p.settings.run_threads(),
@@ -475,6 +534,18 @@ class TuningSession:
             captured=p.captured_inputs,
             timer=p.timer,
         )
+
+    def _executor(self) -> str:
+        """``executor=`` of the tuning, else ``TILEAUTO_EXECUTOR``."""
+        return self.problem.profile_args.executor or self.problem.settings.executor
+
+    def _ray_cluster(self) -> Any:
+        """One cluster connection for this session's builder and runner."""
+        if self._cluster is None:
+            from tileauto.ray_stages import RayCluster
+
+            self._cluster = RayCluster(self.problem.settings.ray_address)
+        return self._cluster
 
 
 def _claim_staging(staging_dir: Path) -> Any:

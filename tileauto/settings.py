@@ -211,6 +211,21 @@ class Settings:
         "`auto` forks CPU tuning workers from the caller when that is safe (milliseconds), else "
         "starts them from a forkserver (seconds, once); `forkserver` always uses the forkserver.",
     )
+    executor: str = _var(
+        "TILEAUTO_EXECUTOR",
+        "local",
+        _parse_choice(("local", "ray")),
+        "Where configs are compiled and timed: `local` (worker processes of this machine) or "
+        '`ray` (tasks and actors of a Ray cluster: `pip install "tileauto[ray]"`). The '
+        "`executor=` option of a tuning wins over it.",
+    )
+    ray_address: str | None = _var(
+        "TILEAUTO_RAY_ADDRESS",
+        None,
+        lambda n, r: r.strip() or None,
+        "With the Ray executor: unset starts a local Ray (or joins the one this process "
+        "joined), `auto` joins the cluster running on this machine, an address joins that one.",
+    )
     num_threads: int = _var(
         "TILEAUTO_NUM_THREADS",
         -1,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
+import math
 import numbers
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tileauto.errors import ConfigSpaceError
 
@@ -250,3 +254,656 @@ def full_config(
 ) -> dict[str, Any]:
     """The config with factory defaults filled in for every tuned key."""
     return {k: config.get(k, defaults.get(k)) for k in sorted(set(keys))}
+
+
+# -- the public space builder -------------------------------------------------------------------
+#
+# A :class:`Space` is a sequence of configs that is never expanded into dicts up front: a
+# product of parameter values is decoded from an index (mixed radix, the first parameter most
+# significant, as ``itertools.product``), and its constraints are applied once, over the whole
+# product, in vectorized chunks that keep only the positions of the valid configs (8 bytes per
+# valid config, no dicts). numpy is imported inside the functions that need it, so importing
+# this module stays cheap for the command line and the cache.
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+_CHUNK = 1 << 16  # configs decoded and checked at once when a product's constraints are applied
+MAX_CONSTRAINED_PRODUCT = 1 << 27  # products up to this size may carry constraints (a scan)
+
+
+class _Absent:
+    """The value of a parameter that a config of a list does not set."""
+
+    def __repr__(self) -> str:
+        return "<not set>"
+
+
+_ABSENT: Any = _Absent()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tuned parameter, or several tied together, and the values it takes.
+
+    Attributes:
+        names: the parameter's name, or the names of parameters that move together
+            (``("micro_M", "micro_N")`` with values ``((4, 16), (8, 32))``).
+        values: the values, in the order given; for tied names, one tuple per value.
+        ordered: True when the values are numbers (a strategy may treat them as ordered);
+            False for choices (strings, bools, tuples of tied values).
+    """
+
+    names: tuple[str, ...]
+    values: tuple[Any, ...]
+    ordered: bool
+
+    @classmethod
+    def of(cls, name: str | Sequence[str], values: Iterable[Any]) -> Param:
+        """A checked parameter: ``Param.of("block_M", [32, 64])``, or tied names given as
+        ``"micro_M, micro_N"`` (or a tuple of names) with a tuple of values per entry.
+
+        Raises:
+            ConfigSpaceError: no values, repeated values, a value that is not plain data, or
+                a tied value whose length differs from the number of names.
+        """
+        names = tuple(n.strip() for n in name.split(",")) if isinstance(name, str) else tuple(name)
+        if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise ConfigSpaceError(
+                f"a parameter name must be an identifier (or several, "
+                f"comma-separated, for tied values), got {name!r}"
+            )
+        label = ", ".join(names)
+        if isinstance(values, (str, bytes, dict)) or not isinstance(values, Iterable):
+            raise ConfigSpaceError(f"parameter {label!r} takes a list of values, got {values!r}")
+        vals = tuple(_plain(v) for v in values)
+        if not vals:
+            raise ConfigSpaceError(f"parameter {label!r} has no values: give at least one")
+        for v in vals:
+            problem = _not_plain(v)
+            if problem is not None:
+                raise ConfigSpaceError(
+                    f"parameter {label!r} has a value that is {problem}; "
+                    "values must be plain data (numbers, strings, bools)"
+                )
+            if len(names) > 1 and not (isinstance(v, (tuple, list)) and len(v) == len(names)):
+                raise ConfigSpaceError(
+                    f"parameter {label!r} ties {len(names)} names, so each "
+                    f"value must be a tuple of {len(names)}, got {v!r}"
+                )
+        if len(names) > 1:
+            vals = tuple(tuple(v) for v in vals)
+        seen = [config_id({"v": v}) for v in vals]
+        if len(set(seen)) != len(seen):
+            raise ConfigSpaceError(f"parameter {label!r} repeats a value: {list(vals)}")
+        ordered = len(names) == 1 and all(_is_number(v) for v in vals)
+        return cls(names, vals, ordered)
+
+    @property
+    def name(self) -> str:
+        """The name, or the tied names joined by ", "."""
+        return ", ".join(self.names)
+
+    def assign(self, code: int) -> dict[str, Any]:
+        """The config entries of the value at position ``code``."""
+        value = self.values[code]
+        if len(self.names) == 1:
+            return {} if value is _ABSENT else {self.names[0]: value}
+        return dict(zip(self.names, value))
+
+    def columns(self) -> dict[str, NDArray[Any]]:
+        """Each name's values as an array indexed by value position (for vectorized checks)."""
+        if len(self.names) == 1:
+            return {self.names[0]: _array([None if v is _ABSENT else v for v in self.values])}
+        return {n: _array([v[k] for v in self.values]) for k, n in enumerate(self.names)}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numpy() -> Any:
+    import numpy
+
+    return numpy
+
+
+def _array(values: list[Any]) -> NDArray[Any]:
+    """Values as an array: numbers and bools keep their dtype, anything else is an object."""
+    np = _numpy()
+    kinds = {type(v) for v in values}
+    if kinds <= {int} or kinds <= {int, float} or kinds <= {bool} or kinds <= {str}:
+        return np.array(values)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+class Space:
+    """A tuning space: configs by index, and the parameters they are made of.
+
+    Iterating yields dicts (``list(space)`` is the list of configs), so code that takes a list
+    of dicts keeps working; strategies use :meth:`codes` and :meth:`index_of` instead, which
+    see each config as the positions of its values in the parameters' value lists.
+    """
+
+    params: tuple[Param, ...]
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def config(self, index: int) -> dict[str, Any]:
+        """The config at ``index`` (a new dict)."""
+        raise NotImplementedError
+
+    def codes(self, indices: Sequence[int] | NDArray[Any]) -> NDArray[Any]:
+        """Value positions, one row per index and one column per parameter (int64)."""
+        raise NotImplementedError
+
+    def index_of(self, codes: NDArray[Any]) -> NDArray[Any]:
+        """The index of each row of value positions, or -1 where no config of the space has it."""
+        raise NotImplementedError
+
+    @property
+    def pruned(self) -> dict[str, int]:
+        """How many configs each constraint removed (empty when there are none)."""
+        return {}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every parameter name, tied names one by one."""
+        return tuple(n for p in self.params for n in p.names)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise TypeError(f"a Space is indexed by an int, got {type(index).__name__}")
+        n = len(self)
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"config index {index} out of range for a space of {n}")
+        return self.config(i)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield self.config(i)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.name}[{len(p.values)}]" for p in self.params)
+        return f"{type(self).__name__}({len(self)} configs: {params})"
+
+    @staticmethod
+    def from_configs(
+        configs: Iterable[dict[str, Any]], params: Sequence[Param] | None = None
+    ) -> ListSpace:
+        """A space of the given configs, in order; each parameter's values inferred from them
+        (numbers sorted, other values in order of appearance) unless ``params`` are given."""
+        return ListSpace(configs, params)
+
+
+def _radix(sizes: Sequence[int]) -> list[int]:
+    """Place values of a mixed-radix number whose first digit is the most significant."""
+    out, acc = [], 1
+    for s in reversed(sizes):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
+
+
+class ProductSpace(Space):
+    """Every combination of the parameters' values that satisfies the constraints (lazy).
+
+    Without constraints, an index is decoded into a config directly. With constraints, the
+    positions of the valid configs are found once, on first use (``len``, indexing, iterating),
+    by checking the product in chunks of 65,536: expression constraints run on arrays of the
+    chunk's values, callables on the configs the expressions kept. Use :func:`product` to
+    build one.
+    """
+
+    def __init__(self, params: Sequence[Param], constraints: Sequence[Any] = ()) -> None:
+        names = [n for p in params for n in p.names]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigSpaceError(f"parameters {twice} are given more than once")
+        if not params:
+            raise ConfigSpaceError("a product needs at least one parameter")
+        self.params = tuple(params)
+        rules: list[Constraint] = []
+        for c in constraints:
+            rule = Constraint.of(c, names)
+            taken = {r.name for r in rules}
+            if rule.name in taken:  # two lambdas: keep their counts apart
+                k = 2
+                while f"{rule.name} #{k}" in taken:
+                    k += 1
+                rule = Constraint(f"{rule.name} #{k}", rule.source, rule.expression)
+            rules.append(rule)
+        self.rules = tuple(rules)
+        self._sizes = [len(p.values) for p in self.params]
+        self._radix = _radix(self._sizes)
+        self.product_size = math.prod(self._sizes)
+        if self.product_size >= 1 << 62:
+            raise ConfigSpaceError(
+                f"a product of {self.product_size} configs is too large to "
+                "index; split the space or give fewer values"
+            )
+        if self.rules and self.product_size > MAX_CONSTRAINED_PRODUCT:
+            raise ConfigSpaceError(
+                f"a product of {self.product_size:,} configs is too large to check constraints "
+                f"over (the limit is {MAX_CONSTRAINED_PRODUCT:,}); give fewer values, or tie "
+                "parameters that move together into one parameter (Param.of('a, b', [...]))"
+            )
+        self._valid: NDArray[Any] | None = None
+        self._pruned: dict[str, int] = {}
+
+    # -- composition -----------------------------------------------------------------------------
+    def where(self, *constraints: Any) -> ProductSpace:
+        """This space with more constraints."""
+        return ProductSpace(self.params, [*(r.source for r in self.rules), *constraints])
+
+    def __mul__(self, other: ProductSpace) -> ProductSpace:
+        """The product of two spaces: every pair of their configs, both constraints applied."""
+        if not isinstance(other, ProductSpace):
+            return NotImplemented
+        return ProductSpace(
+            [*self.params, *other.params],
+            [*(r.source for r in self.rules), *(r.source for r in other.rules)],
+        )
+
+    # -- indexing --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.product_size if not self.rules else len(self._positions())
+
+    @property
+    def pruned(self) -> dict[str, int]:
+        if self.rules:
+            self._positions()
+        return dict(self._pruned)
+
+    def config(self, index: int) -> dict[str, Any]:
+        if self.rules:
+            valid = self._positions()
+            if not 0 <= index < len(valid):
+                raise IndexError(f"config index {index} out of range for {len(valid)}")
+            position = int(valid[index])
+        else:
+            if not 0 <= index < self.product_size:
+                raise IndexError(f"config index {index} out of range for {self.product_size}")
+            position = int(index)
+        out: dict[str, Any] = {}
+        for p, r, s in zip(self.params, self._radix, self._sizes):
+            out.update(p.assign((position // r) % s))
+        return out
+
+    def codes(self, indices: Sequence[int] | NDArray[Any]) -> NDArray[Any]:
+        np = _numpy()
+        idx = np.asarray(indices, dtype=np.int64)
+        positions = self._positions()[idx] if self.rules else idx
+        return self._decode(positions)
+
+    def index_of(self, codes: NDArray[Any]) -> NDArray[Any]:
+        np = _numpy()
+        codes = np.asarray(codes, dtype=np.int64).reshape(-1, len(self.params))
+        inside = ((codes >= 0) & (codes < np.asarray(self._sizes))).all(axis=1)
+        positions = np.where(inside[:, None], codes, 0) @ np.asarray(self._radix, dtype=np.int64)
+        if not self.rules:
+            return np.where(inside, positions, -1)
+        valid = self._positions()
+        at = np.minimum(np.searchsorted(valid, positions), max(len(valid) - 1, 0))
+        found = inside & (len(valid) > 0) & (valid[at] == positions if len(valid) else False)
+        return np.where(found, at, -1)
+
+    def _decode(self, positions: NDArray[Any]) -> NDArray[Any]:
+        np = _numpy()
+        radix = np.asarray(self._radix, dtype=np.int64)
+        sizes = np.asarray(self._sizes, dtype=np.int64)
+        return (np.asarray(positions, dtype=np.int64)[:, None] // radix) % sizes
+
+    def _positions(self) -> NDArray[Any]:
+        """The product positions of the valid configs, sorted (found once)."""
+        if self._valid is None:
+            self._valid, self._pruned = self._scan()
+        return self._valid
+
+    def _scan(self) -> tuple[NDArray[Any], dict[str, int]]:
+        np = _numpy()
+        tables = [p.columns() for p in self.params]
+        entries = [[p.assign(c) for c in range(len(p.values))] for p in self.params]
+        exprs = [r for r in self.rules if r.expression is not None]
+        calls = [r for r in self.rules if r.expression is None]
+        pruned = dict.fromkeys((r.name for r in self.rules), 0)
+        kept = []
+        for start in range(0, self.product_size, _CHUNK):
+            positions = np.arange(start, min(start + _CHUNK, self.product_size), dtype=np.int64)
+            codes = self._decode(positions)
+            columns = {
+                name: col[codes[:, j]] for j, t in enumerate(tables) for name, col in t.items()
+            }
+            alive = np.ones(len(positions), dtype=bool)
+            for rule in exprs:
+                ok = rule.check_columns(columns, len(positions))
+                pruned[rule.name] += int(np.count_nonzero(alive & ~ok))
+                alive &= ok
+            survivors = np.flatnonzero(alive) if calls else ()
+            for k, row in zip(survivors, codes[survivors].tolist() if calls else ()):
+                config = {}
+                for j, code in enumerate(row):
+                    config.update(entries[j][code])
+                for rule in calls:
+                    if not rule.check(config):
+                        pruned[rule.name] += 1
+                        alive[k] = False
+                        break
+            kept.append(positions[alive])
+        return np.concatenate(kept), pruned
+
+
+def product(
+    *params: Param, constraints: Iterable[Any] = (), **values: Iterable[Any]
+) -> ProductSpace:
+    """The product of parameters' values, with constraints: a lazy :class:`Space`.
+
+    ``product(block_M=[64, 128], block_N=[64, 128], micro_M=[4, 8],
+    constraints=["block_M % micro_M == 0"])``. Positional :class:`Param` objects come first
+    (tied names: ``Param.of("micro_M, micro_N", [(4, 16), (8, 32)])``), then the keywords, in
+    order; the first parameter varies slowest.
+
+    Args:
+        params: parameters built with :meth:`Param.of`.
+        constraints: expressions over the parameter names (``"block_M % micro_M == 0"``:
+            names, numbers, strings, arithmetic, comparisons, ``in``, ``and``/``or``/``not``;
+            no calls, no attributes) or callables that take a config dict and return whether
+            to keep it. A config that fails one is pruned, never compiled.
+        values: ``name=[values]`` for each other parameter.
+
+    Raises:
+        ConfigSpaceError: a bad parameter or constraint (named), or a product too large.
+    """
+    if isinstance(constraints, (str, bytes)) or callable(constraints):
+        constraints = [constraints]
+    every = [*params, *(Param.of(name, vals) for name, vals in values.items())]
+    if not all(isinstance(p, Param) for p in every):
+        raise ConfigSpaceError(
+            "product() takes Param objects positionally and name=[values] as keywords"
+        )
+    return ProductSpace(every, list(constraints))
+
+
+class ListSpace(Space):
+    """A space given as a list of configs (the configs are kept; their codes are computed)."""
+
+    def __init__(self, configs: Iterable[dict[str, Any]], params: Sequence[Param] | None = None):
+        np = _numpy()
+        self._configs = [dict(c) for c in configs]
+        self.params = tuple(params) if params is not None else _infer_params(self._configs)
+        lookup = [{config_id({"v": v}): k for k, v in enumerate(p.values)} for p in self.params]
+        codes = np.zeros((len(self._configs), len(self.params)), dtype=np.int64)
+        for i, cfg in enumerate(self._configs):
+            for j, p in enumerate(self.params):
+                value = (
+                    cfg.get(p.names[0], _ABSENT)
+                    if len(p.names) == 1
+                    else tuple(cfg.get(n) for n in p.names)
+                )
+                code = lookup[j].get(config_id({"v": value}))
+                if code is None:
+                    raise ConfigSpaceError(
+                        f"config {i} = {cfg!r} sets {p.name} to {value!r}, which is not one of "
+                        f"its values {list(p.values)}"
+                    )
+                codes[i, j] = code
+        self._codes = codes
+        self._sizes = [len(p.values) for p in self.params]
+        self._radix = _radix(self._sizes)
+        self._exact = math.prod(self._sizes) < 1 << 62
+        if self._exact:
+            keys = codes @ np.asarray(self._radix, dtype=np.int64)
+        else:
+            keys = np.asarray([hash(tuple(row)) for row in codes.tolist()], dtype=np.int64)
+        self._order = np.argsort(keys, kind="stable")
+        self._keys = keys[self._order]
+
+    def __len__(self) -> int:
+        return len(self._configs)
+
+    def config(self, index: int) -> dict[str, Any]:
+        return dict(self._configs[index])
+
+    def codes(self, indices: Sequence[int] | NDArray[Any]) -> NDArray[Any]:
+        np = _numpy()
+        return self._codes[np.asarray(indices, dtype=np.int64)]
+
+    def index_of(self, codes: NDArray[Any]) -> NDArray[Any]:
+        np = _numpy()
+        codes = np.asarray(codes, dtype=np.int64).reshape(-1, len(self.params))
+        if not len(self._configs):
+            return np.full(len(codes), -1, dtype=np.int64)
+        if self._exact:
+            inside = ((codes >= 0) & (codes < np.asarray(self._sizes))).all(axis=1)
+            keys = np.where(inside[:, None], codes, 0) @ np.asarray(self._radix, dtype=np.int64)
+        else:
+            inside = np.ones(len(codes), dtype=bool)
+            keys = np.asarray([hash(tuple(row)) for row in codes.tolist()], dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+        found = inside & (self._keys[at] == keys)
+        index = self._order[at]
+        if not self._exact:  # a hash can collide: confirm the codes
+            found &= (self._codes[index] == codes).all(axis=1)
+        return np.where(found, index, -1)
+
+
+def _infer_params(configs: list[dict[str, Any]]) -> tuple[Param, ...]:
+    """Each name's values across the configs: numbers sorted, others in order of appearance."""
+    names: dict[str, dict[str, Any]] = {}
+    for cfg in configs:
+        for k, v in cfg.items():
+            names.setdefault(k, {}).setdefault(config_id({"v": v}), v)
+    params = []
+    for name, found in names.items():
+        values = list(found.values())
+        absent = any(name not in cfg for cfg in configs)
+        if all(_is_number(v) for v in values):
+            values.sort()
+        params.append(
+            Param(
+                (name,),
+                (*values, *([_ABSENT] if absent else [])),
+                ordered=not absent and all(_is_number(v) for v in values),
+            )
+        )
+    return tuple(params)
+
+
+def as_space(configs: Space | Iterable[dict[str, Any]]) -> Space:
+    """A :class:`Space` as it is; a list of configs as a :class:`ListSpace`."""
+    return configs if isinstance(configs, Space) else ListSpace(configs)
+
+
+# -- constraints ----------------------------------------------------------------------------------
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A rule a config must satisfy: an expression over parameter names, or a callable.
+
+    Attributes:
+        name: how the report names it (the expression, or the callable's qualified name).
+        source: what was given (the text or the callable).
+        expression: the parsed expression (None for a callable).
+    """
+
+    name: str
+    source: Any
+    expression: ast.expr | None
+
+    @classmethod
+    def of(cls, rule: Any, names: Sequence[str]) -> Constraint:
+        """Check a rule against the parameter names.
+
+        Raises:
+            ConfigSpaceError: a rule that is neither text nor callable, text that is not a
+                safe expression, or a name that is not a parameter.
+        """
+        if isinstance(rule, Constraint):
+            rule = rule.source
+        if callable(rule):
+            return cls(getattr(rule, "__name__", None) or repr(rule), rule, None)
+        if not isinstance(rule, str):
+            raise ConfigSpaceError(
+                f"a constraint is an expression (str) or a callable of a "
+                f"config, got {type(rule).__name__}: {rule!r}"
+            )
+        try:
+            tree = ast.parse(rule.strip(), mode="eval").body
+        except SyntaxError as exc:
+            raise ConfigSpaceError(f"constraint {rule!r} is not an expression: {exc.msg}") from None
+        _check_expression(tree, rule, set(names))
+        return cls(rule.strip(), rule, tree)
+
+    def check(self, config: dict[str, Any]) -> bool:
+        """Whether one config satisfies the rule."""
+        if self.expression is None:
+            try:
+                return bool(self.source(dict(config)))
+            except Exception as exc:
+                raise ConfigSpaceError(
+                    f"constraint {self.name} raised {type(exc).__name__}: {exc} for config "
+                    f"{config!r}; a constraint must return True (keep) or False (prune)"
+                ) from exc
+        columns = {k: _array([v]) for k, v in config.items()}
+        return bool(self.check_columns(columns, 1)[0])
+
+    def check_columns(self, columns: dict[str, NDArray[Any]], n: int) -> NDArray[Any]:
+        """Whether each of ``n`` configs, given as one array per name, satisfies the expression.
+
+        A division or modulo by zero makes the comparison that uses it false, so
+        ``"b != 0 and a % b == 0"`` reads as it would in Python.
+        """
+        np = _numpy()
+        assert self.expression is not None
+        try:
+            with np.errstate(all="ignore"):
+                got = _evaluate(self.expression, columns)
+            return np.broadcast_to(np.asarray(got, dtype=bool), (n,)).copy()
+        except Exception as exc:
+            raise ConfigSpaceError(
+                f"constraint {self.name!r} cannot be evaluated: {type(exc).__name__}: {exc}"
+            ) from None
+
+
+def _check_expression(node: ast.AST, text: str, names: set[str]) -> None:
+    """Allow names, constants, arithmetic, comparisons, and/or/not; nothing else."""
+    allowed = (
+        ast.Name,
+        ast.Constant,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.BoolOp,
+        ast.Compare,
+        ast.Tuple,
+        ast.List,
+        ast.Set,
+        ast.Load,
+        ast.And,
+        ast.Or,
+        ast.Not,
+        ast.USub,
+        ast.UAdd,
+        ast.In,
+        ast.NotIn,
+        *_BINARY,
+        *_COMPARE,
+    )
+    for sub in ast.walk(node):
+        if not isinstance(sub, allowed):
+            raise ConfigSpaceError(
+                f"constraint {text!r} uses {type(sub).__name__}, which a constraint expression "
+                "may not: use parameter names, numbers, strings, + - * / // % **, comparisons, "
+                "in, and/or/not; pass a callable of the config for anything else"
+            )
+        if isinstance(sub, ast.Name) and sub.id not in names:
+            raise ConfigSpaceError(
+                f"constraint {text!r} names {sub.id!r}, which is not a "
+                f"parameter; the parameters are {sorted(names)}"
+            )
+        if isinstance(sub, (ast.Tuple, ast.List, ast.Set)) and not all(
+            isinstance(e, ast.Constant) for e in sub.elts
+        ):
+            raise ConfigSpaceError(f"constraint {text!r}: a list after 'in' holds constants only")
+        if isinstance(sub, ast.Compare):
+            for op, right in zip(sub.ops, sub.comparators):
+                if isinstance(op, (ast.In, ast.NotIn)) != isinstance(
+                    right, (ast.Tuple, ast.List, ast.Set)
+                ):
+                    raise ConfigSpaceError(
+                        f"constraint {text!r}: 'in' takes a list of "
+                        "constants on its right, and only 'in' does"
+                    )
+
+
+def _evaluate(node: ast.expr, columns: dict[str, NDArray[Any]]) -> Any:
+    np = _numpy()
+    if isinstance(node, ast.Name):
+        return columns[node.id]
+    if isinstance(node, ast.Constant):
+        return np.asarray(node.value) if _is_number(node.value) else node.value
+    if isinstance(node, ast.UnaryOp):
+        value = _evaluate(node.operand, columns)
+        if isinstance(node.op, ast.Not):
+            return np.logical_not(value)
+        return -value if isinstance(node.op, ast.USub) else +value
+    if isinstance(node, ast.BoolOp):
+        parts = [np.asarray(_evaluate(v, columns), dtype=bool) for v in node.values]
+        join = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+        out = parts[0]
+        for part in parts[1:]:
+            out = join(out, part)
+        return out
+    if isinstance(node, ast.BinOp):
+        left, right = _evaluate(node.left, columns), _evaluate(node.right, columns)
+        op = type(node.op)
+        if op in (ast.Div, ast.FloorDiv, ast.Mod, ast.Pow):
+            # float results, NaN where a divisor is zero: every comparison with NaN is false
+            left = np.asarray(left, dtype=np.float64)
+            right = np.asarray(right, dtype=np.float64)
+            if op is ast.Pow:
+                return np.power(left, right)
+            zero = right == 0
+            return np.where(zero, np.nan, _BINARY[op](left, np.where(zero, 1.0, right)))
+        return _BINARY[op](left, right)
+    if isinstance(node, ast.Compare):
+        chain: Any = True
+        left = _evaluate(node.left, columns)
+        for cmp, comparator in zip(node.ops, node.comparators):
+            if isinstance(cmp, (ast.In, ast.NotIn)):
+                assert isinstance(comparator, (ast.Tuple, ast.List, ast.Set))
+                allowed = [e.value for e in comparator.elts if isinstance(e, ast.Constant)]
+                hit = np.zeros(np.shape(left), dtype=bool)
+                for value in allowed:
+                    hit = hit | (np.asarray(left == value, dtype=bool))
+                result = hit if isinstance(cmp, ast.In) else ~hit
+                right = left
+            else:
+                right = _evaluate(comparator, columns)
+                result = _COMPARE[type(cmp)](left, right)
+            chain = np.logical_and(chain, result)
+            left = right
+        return chain
+    raise ConfigSpaceError(f"unexpected {type(node).__name__} in a constraint")  # checked above

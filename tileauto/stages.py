@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from tileauto.builder import BuildRequest, BuildResult
-    from tileauto.records import RunOutcome, Trial
+    from tileauto.records import BuildRequest, BuildResult, RunOutcome, Trial
     from tileauto.result import AutotuneResult
 
 
@@ -32,7 +31,9 @@ if TYPE_CHECKING:
 class BuildStage(Protocol):
     """Compiles configs in parallel; a failure is a result with a status, never an exception."""
 
-    workers: int  # how many configs it compiles at once (the session sizes its batches by it)
+    @property
+    def workers(self) -> int:
+        """How many configs it compiles at once (the session sizes its batches by it)."""
 
     def start(self) -> None:
         """Get ready before the session starts any thread (for example: fork the workers)."""

@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tileauto.builder import BuildRequest, BuildResult, BuildStatus
-from tileauto.records import RunOutcome, TrialStatus
+from tileauto.records import BuildRequest, BuildResult, BuildStatus, RunOutcome, TrialStatus
 
 Script = Callable[[dict[str, Any]], Any]
 

@@ -107,8 +107,8 @@ def child_main(argv=None) -> None:
     import psutil
     import torch
 
-    from tileauto.utils.pool import WorkerPool
     from tileauto.jit import compiler
+    from tileauto.utils.pool import WorkerPool
 
     argv = list(sys.argv[1:] if argv is None else argv)
     mode = argv[0]

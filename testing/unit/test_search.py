@@ -1,10 +1,22 @@
-"""Search strategies as pure functions: proposals, rounds, seeds, and bad arguments."""
+"""tileauto.search through the first interface (start(n), propose(), observe()), which callers
+of the first search API still use, and strategies by name (resolve_search)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tileauto.search import Exhaustive, RandomSearch, SearchStrategy, resolve_search
+from tileauto.records import Trial, TrialStatus
+from tileauto.search import (
+    AutoSearch,
+    Exhaustive,
+    GuidedSearch,
+    LegacyStrategy,
+    RandomSearch,
+    SearchStrategy,
+    resolve_search,
+    run_search,
+)
+from tileauto.space import product
 
 
 def drain(strategy: SearchStrategy, n: int) -> list[list[int]]:
@@ -26,9 +38,14 @@ def test_random_search_is_seeded_bounded_and_split_in_rounds():
     assert once == drain(RandomSearch(budget=4, seed=3), 10)
     assert len(once) == 1 and len(once[0]) == 4 and len(set(once[0])) == 4
     assert drain(RandomSearch(budget=4, seed=4), 10) != once
-    assert drain(RandomSearch(budget=50), 6) == [[0, 1, 2, 3, 4, 5]]
+    everything = drain(RandomSearch(budget=50), 6)
+    assert len(everything) == 1 and sorted(everything[0]) == [0, 1, 2, 3, 4, 5]
     rounds = drain(RandomSearch(budget=5, seed=1, rounds=2), 10)
     assert [len(r) for r in rounds] == [3, 2]
+    # the same sample as the first API drew (random.Random(seed).sample), in draw order
+    import random
+
+    assert once[0] == random.Random(3).sample(range(10), 4)
 
 
 @pytest.mark.parametrize("budget", [0, -1, 2.5, True])
@@ -37,10 +54,71 @@ def test_random_search_rejects_a_bad_budget(budget):
         RandomSearch(budget=budget)
 
 
+def test_describe_keeps_its_form():
+    assert RandomSearch(budget=2, seed=0).describe() == "RandomSearch(budget=2, seed=0)"
+    assert RandomSearch(budget=2).describe() == "RandomSearch(budget=2)"
+    assert Exhaustive().describe() == "Exhaustive"
+
+
 def test_resolve_search():
     assert isinstance(resolve_search(None), Exhaustive)
     assert isinstance(resolve_search("exhaustive"), Exhaustive)
+    assert isinstance(resolve_search("auto"), AutoSearch)
+    assert isinstance(resolve_search("guided"), GuidedSearch)
+    random_search = resolve_search("random")
+    assert isinstance(random_search, RandomSearch) and random_search.budget is None
     rs = RandomSearch(2)
     assert resolve_search(rs) is rs
-    with pytest.raises(TypeError, match="SearchStrategy"):
+    with pytest.raises(TypeError, match="SearchStrategy") as info:
         resolve_search("bayesian")
+    assert "'auto'" in str(info.value) and "'guided'" in str(info.value)
+    with pytest.raises(TypeError, match="SearchStrategy"):
+        resolve_search(42)
+
+
+class FirstApi(SearchStrategy):
+    """A custom strategy written for the first interface: halves, told in one dict."""
+
+    def start(self, n):
+        self.n, self.seen = n, []
+        self.rounds = [list(range(0, n, 2)), list(range(1, n, 2))]
+
+    def propose(self):
+        return self.rounds.pop(0) if self.rounds else []
+
+    def observe(self, trials):
+        self.seen.append(sorted(trials))
+
+    def describe(self):
+        return "FirstApi()"
+
+
+class Duck:
+    """Not a SearchStrategy, the first interface by duck typing."""
+
+    def start(self, n):
+        self.left = list(range(n))
+
+    def propose(self):
+        out, self.left = self.left[:2], self.left[2:]
+        return out
+
+    def observe(self, trials):
+        pass
+
+
+@pytest.mark.parametrize("make", [FirstApi, Duck])
+def test_a_strategy_of_the_first_interface_runs_in_the_loop(make):
+    inner = make()
+    strategy = resolve_search(inner)
+    assert isinstance(strategy, LegacyStrategy)
+    space = product(x=list(range(6)))
+
+    def measure(indices):
+        return [(i, Trial(i, {}, TrialStatus.COMPILE_ERROR)) for i in indices]
+
+    out = run_search(strategy, space, measure)
+    assert sorted(out.trials) == list(range(6)) and out.never_tried == 0
+    if make is FirstApi:
+        assert inner.seen == [[0, 2, 4], [1, 3, 5]]
+        assert strategy.describe() == "FirstApi()"

@@ -99,7 +99,7 @@ def test_failures_carry_their_status_and_reason_and_never_win(problem):
     assert result.config == {"block": 32}
 
 
-@pytest.mark.parametrize("status", ["compile_timeout"])
+@pytest.mark.parametrize("status", ["compile_timeout", "compile_out_of_memory", "cancelled"])
 def test_a_transient_build_failure_is_not_a_permanent_one(problem, status):
     fails = lambda c: status if c["block"] == 16 else None  # noqa: E731
     store = MemoryStore("k")
@@ -153,7 +153,54 @@ def test_a_search_strategy_decides_what_is_measured(problem):
     assert 32 in measured and len(measured - {32}) in (1, 2)  # the default, and 2 sampled
     never = [t for t in result.trials if t.status is TrialStatus.NOT_RUN]
     assert len(never) == 4 - len(measured)
-    assert all(t.error.startswith("not proposed by RandomSearch") for t in never)
+    assert all(t.error.startswith("never tried: search stopped") for t in never)
+    assert s.stop.stop_reason == "done"
+
+
+class OneByOne:
+    """A strategy that asks for one config at a time, in the space's order."""
+
+    def start(self, space, *, parallelism=1, seed=0):
+        self.left = list(range(len(space)))
+
+    def ask(self):
+        return [self.left.pop(0)] if self.left else []
+
+    def tell(self, index, trial):
+        pass
+
+    def describe(self):
+        return "one-by-one"
+
+
+@pytest.mark.parametrize(
+    ("budget", "reason"), [({"max_trials": 2}, "max_trials"), ({"plateau": 1}, "plateau")]
+)
+def test_budgets_stop_the_search_and_say_why(problem, budget, reason):
+    # 16 (1 ms) is the best so far, 32 (2 ms) does not improve: a plateau of 1 stops there
+    latency = {16: 1.0, 32: 2.0, 64: 3.0, 128: 0.5}
+    s, reporter = session(
+        problem(**budget), search=OneByOne(), script=lambda c: latency[c["block"]]
+    )
+    result = s.run()
+    assert s.stop.stop_reason == reason
+    never = [t for t in result.trials if t.status is TrialStatus.NOT_RUN]
+    assert never and all(reason in t.error for t in never)  # never tried, not failed
+    assert reason in reporter.of("finished")[0]["stop_reason"]
+    assert result.config in [t.config for t in result.trials if t.ok]
+
+
+def test_max_seconds_counts_the_whole_tuning(problem):
+    import time
+
+    def slow(config):  # each run takes real time: the budget runs out after the first batch
+        time.sleep(0.0) if config["block"] == 32 else None
+        return LATENCY[config["block"]]
+
+    s, _ = session(problem(max_seconds=1e-9), script=slow)
+    result = s.run()
+    assert s.stop.stop_reason == "max_seconds"
+    assert result.default_trial.ok  # the default is always measured
 
 
 def test_on_trial_sees_each_trial_and_a_raising_callback_does_not_stop_tuning(problem):
@@ -221,3 +268,28 @@ def test_a_gpu_runs_configs_as_they_are_built(problem):
     assert s.run().config == {"block": 64}
     # on a GPU each config runs as soon as it is built (a CPU waits for the whole round)
     assert order == [(e, b) for b in (32, 16, 64, 128) for e in ("built", "ran")]
+
+
+def test_the_result_draws_its_trials(problem, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    fails = lambda c: "compile_error" if c["block"] == 128 else None  # noqa: E731
+    s, _ = session(problem(), fails=fails)
+    out = s.run().plot(tmp_path / "trials.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_trial_log_streams_every_trial_and_reads_back(problem):
+    from tileauto.report import default_reporter, read_trial_log
+
+    p = problem()
+    reporter = default_reporter(p.settings.logs_dir, p.name, verbose=False)
+    s = TuningSession(
+        p,
+        builder=ScriptedBuilder(),
+        runner=ScriptedRunner(lambda c: LATENCY[c["block"]]),
+        reporter=reporter,
+    )
+    result = s.run()
+    trials, finish = read_trial_log(result.log_path)
+    assert [t.index for t in trials] == [0, 1, 2, 3]
+    assert finish is not None and finish["best"]["config"] == {"block": 64}

@@ -224,3 +224,222 @@ def test_prune_that_invents_or_empties_configs_is_an_error():
 def test_bad_prune_configs_by_is_named(prune, match):
     with pytest.raises(ValueError, match=match):
         check_prune_configs_by(prune)
+
+
+# -- the space builder ----------------------------------------------------------------------------
+
+import itertools  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from tileauto.space import (  # noqa: E402
+    ListSpace,
+    Param,
+    ProductSpace,
+    Space,
+    as_space,
+    product,
+)
+
+
+def test_a_product_is_every_combination_in_itertools_order():
+    space = product(block_M=[32, 64], block_N=[16, 32, 64], layout=["row", "col"])
+    expected = [
+        {"block_M": m, "block_N": n, "layout": lay}
+        for m, n, lay in itertools.product([32, 64], [16, 32, 64], ["row", "col"])
+    ]
+    assert len(space) == 12 and list(space) == expected
+    assert space[0] == expected[0] and space[-1] == expected[-1]
+    assert [space.config(i) for i in range(12)] == expected
+    with pytest.raises(IndexError):
+        space[12]
+
+
+def test_a_product_is_lazy_indexing_without_expanding():
+    # 10^12 configs: len and indexing decode an index, nothing is listed
+    space = product(**{f"p{k}": list(range(10)) for k in range(12)})
+    assert len(space) == 10**12
+    assert space[123_456_789_012] == {f"p{k}": int(d) for k, d in enumerate("000123456789012"[3:])}
+
+
+def test_expression_and_callable_constraints_and_what_each_pruned():
+    space = product(
+        block_M=[32, 64, 128],
+        micro_M=[3, 4, 8],
+        layout=["row", "col"],
+        constraints=[
+            "block_M % micro_M == 0",
+            lambda c: c["layout"] == "row" or c["block_M"] > 32,
+        ],
+    )
+    expected = [
+        c
+        for c in (
+            {"block_M": m, "micro_M": u, "layout": lay}
+            for m, u, lay in itertools.product([32, 64, 128], [3, 4, 8], ["row", "col"])
+        )
+        if c["block_M"] % c["micro_M"] == 0 and (c["layout"] == "row" or c["block_M"] > 32)
+    ]
+    assert list(space) == expected
+    assert space.pruned == {"block_M % micro_M == 0": 6, "<lambda>": 2}
+    twice = product(a=[1, 2, 3], constraints=[lambda c: c["a"] > 1, lambda c: c["a"] > 2])
+    assert twice.pruned == {"<lambda>": 1, "<lambda> #2": 1}
+    assert sum(space.pruned.values()) + len(space) == space.product_size
+
+
+@pytest.mark.parametrize(
+    "rule, kept",
+    [
+        ("a < b", [(1, 2), (1, 4), (2, 4)]),
+        ("a * 2 == b or a == 4", [(1, 2), (2, 4), (4, 2), (4, 4)]),
+        ("not a >= 2", [(1, 2), (1, 4)]),
+        ("a in (1, 4) and b != 2", [(1, 4), (4, 4)]),
+        ("a not in [1, 4]", [(2, 2), (2, 4)]),
+        ("1 < a <= 2", [(2, 2), (2, 4)]),
+        ("b // a == 2", [(1, 2), (2, 4)]),
+        ("a ** 2 == b * 2 - 2 * 0", [(2, 2)]),
+        ("-a + b > 1", [(1, 4), (2, 4)]),
+        ("b / a == 1.0", [(2, 2), (4, 4)]),
+    ],
+)
+def test_constraint_expressions_read_as_python(rule, kept):
+    space = product(a=[1, 2, 4], b=[2, 4], constraints=rule)
+    assert [(c["a"], c["b"]) for c in space] == kept
+
+
+def test_a_division_by_zero_makes_its_comparison_false_as_a_guard_would():
+    space = product(a=[0, 1, 2, 3], b=[0, 2], constraints="b != 0 and a % b == 0")
+    assert list(space) == [{"a": 0, "b": 2}, {"a": 2, "b": 2}]
+    assert list(product(a=[1, 2], b=[0, 1], constraints="a / b > 0")) == [
+        {"a": 1, "b": 1},
+        {"a": 2, "b": 1},
+    ]
+
+
+def test_strings_and_bools_in_constraints():
+    space = product(
+        layout=["row", "col"], swizzle=[False, True], constraints="swizzle or layout == 'row'"
+    )
+    assert list(space) == [
+        {"layout": "row", "swizzle": False},
+        {"layout": "row", "swizzle": True},
+        {"layout": "col", "swizzle": True},
+    ]
+
+
+@pytest.mark.parametrize(
+    "rule, says",
+    [
+        ("__import__('os').system('true')", "Call"),
+        ("a.real > 0", "Attribute"),
+        ("a[0] > 1", "Subscript"),
+        ("(lambda: 1)()", "Call"),
+        ("a if a else 1", "IfExp"),
+        ("[x for x in (1, 2)]", "ListComp"),
+        ("z > 1", "'z', which is not a parameter"),
+        ("a in b", "'in' takes a list of constants"),
+        ("a +", "not an expression"),
+        ("a := 1", "not an expression"),
+    ],
+)
+def test_unsafe_or_bad_expressions_are_refused_before_anything_runs(rule, says):
+    with pytest.raises(ConfigSpaceError, match=re_escape(says)):
+        product(a=[1, 2], b=[1], constraints=[rule])
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_a_constraint_that_raises_names_itself_and_the_config():
+    def picky(config):
+        raise KeyError("block_K")
+
+    with pytest.raises(ConfigSpaceError, match="picky raised KeyError"):
+        len(product(a=[1, 2], constraints=[picky]))
+
+
+def test_tied_parameters_move_together():
+    space = product(
+        Param.of("micro_M, micro_N", [(4, 16), (8, 32)]),
+        block_K=[16, 32],
+        constraints="micro_N > block_K",
+    )
+    assert list(space) == [{"micro_M": 8, "micro_N": 32, "block_K": 16}]
+    assert space.pruned == {"micro_N > block_K": 3}
+    assert space.names == ("micro_M", "micro_N", "block_K")
+
+
+@pytest.mark.parametrize(
+    "name, values, says",
+    [
+        ("block_M", [], "no values"),
+        ("block_M", [32, 32], "repeats a value"),
+        ("block M", [1], "identifier"),
+        ("micro_M, micro_N", [(4, 16), 8], "tuple of 2"),
+        ("block_M", [object()], "plain data"),
+        ("block_M", "64", "list of values"),
+    ],
+)
+def test_bad_parameters_are_named(name, values, says):
+    with pytest.raises(ConfigSpaceError, match=says):
+        Param.of(name, values)
+
+
+def test_spaces_compose_by_product_and_by_more_constraints():
+    tiles = product(block_M=[32, 64], constraints="block_M > 32")
+    threads = product(threads=[128, 256])
+    both = tiles * threads
+    assert list(both) == [{"block_M": 64, "threads": 128}, {"block_M": 64, "threads": 256}]
+    narrower = both.where("threads == 256")
+    assert list(narrower) == [{"block_M": 64, "threads": 256}]
+    assert narrower.pruned == {"block_M > 32": 2, "threads == 256": 1}
+    with pytest.raises(ConfigSpaceError, match="more than once"):
+        tiles * product(block_M=[1])
+
+
+def test_codes_and_index_of_round_trip_and_miss_outside_the_space():
+    space = product(a=[1, 2, 3], b=[10, 20], constraints="a + b != 12")
+    codes = space.codes(np.arange(len(space)))
+    assert space.index_of(codes).tolist() == list(range(len(space)))
+    assert space.index_of([[1, 0]]).tolist() == [-1]  # a=2, b=10 was pruned
+    assert space.index_of([[5, 0], [-1, 0]]).tolist() == [-1, -1]
+    plain = product(a=[1, 2, 3], b=[10, 20])
+    assert plain.index_of(plain.codes([4])).tolist() == [4]
+
+
+def test_a_constrained_product_too_large_to_scan_is_refused_with_the_fix():
+    with pytest.raises(ConfigSpaceError, match="tie parameters"):
+        product(**{f"p{k}": list(range(10)) for k in range(9)}, constraints="p0 > 1")
+
+
+def test_a_million_configs_are_indexed_without_a_dict_each():
+    space = product(
+        **{name: list(range(10)) for name in "abcdef"},
+        constraints=["a % 2 == 0", "b + c < 12"],
+    )
+    assert len(space) == 500_000 * 72 // 100  # b + c >= 12 for 28 of the 100 (b, c)
+    assert space._valid is not None and space._valid.nbytes == len(space) * 8
+    assert space[0] == dict.fromkeys("abcdef", 0)
+
+
+def test_a_list_of_configs_is_a_space_with_values_inferred():
+    configs = [{"block_M": 64, "layout": "row"}, {"block_M": 32}, {"block_M": 128, "layout": "col"}]
+    space = Space.from_configs(configs)
+    assert isinstance(space, ListSpace) and list(space) == configs and len(space) == 3
+    by_name = {p.name: p for p in space.params}
+    assert by_name["block_M"].values == (32, 64, 128) and by_name["block_M"].ordered
+    assert by_name["layout"].values[:2] == ("row", "col") and not by_name["layout"].ordered
+    assert space.index_of(space.codes([2, 0, 1])).tolist() == [2, 0, 1]
+    assert as_space(space) is space and list(as_space(configs)) == configs
+
+
+def test_iterating_a_space_gives_dicts_that_resolve_configs_takes():
+    space = product(block_M=[32, 64], block_N=[64])
+    assert resolve_configs(space, matmul, (1, 2, 3), {}) == [
+        {"block_M": 32, "block_N": 64},
+        {"block_M": 64, "block_N": 64},
+    ]
+    assert isinstance(space, ProductSpace) and isinstance(space, Space)

@@ -1,0 +1,223 @@
+"""Local against Ray: a compile-heavy GEMM space tuned three ways, and Ray's per-job overhead.
+
+    python bench/ray_scale.py [--configs 200] [--size 256] [--skip-local]
+
+Tunes the first ``--configs`` configs of a large space of ``examples/gemm_cpu.py`` (its 16
+register and cache tilings times ``unroll`` and ``block_K`` choices: 256 configs) with a
+scripted timer (each config "takes" a fixed time: the bench measures compiles, not kernels),
+the tuning cache off, in one process, three ways:
+
+- local: ``TuningSession``'s own stages (a pool of compile processes, one run worker);
+- ray 1 node: ``RayBuilder`` + ``RayRunner`` on a loopback cluster of one node with every
+  core of this machine (a head without CPUs, the driver joined to it);
+- ray 2 nodes: the same cores split over two nodes (each with half of them).
+
+It prints each one's wall time and compile phase (``TuningSession.compile_wall_s``) with its
+ratio to local, side by side, then the per-job overhead of the engines: a no-op Ray task (one
+at a time and many in flight), a no-op call to a Ray actor, and a no-op call to a local
+``Worker`` (the local pool's unit), and the cluster's start-up time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+os.environ["TILEAUTO_AUTO_TUNING_DISABLE_CACHE"] = "1"
+os.environ["TILEAUTO_DISABLE_CACHE"] = "1"
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+
+import gemm_cpu  # noqa: E402
+
+from tileauto.options import ProfileArgs  # noqa: E402
+from tileauto.problem import TuningProblem  # noqa: E402
+from tileauto.session import TuningSession  # noqa: E402
+from tileauto.settings import Settings  # noqa: E402
+
+
+def space(size: int, n: int) -> list[dict]:
+    out: list[dict] = []
+    for unroll in (4, 1, 2, 8):
+        for block_k in (256, 64, 128, 512):
+            for cfg in gemm_cpu.configs(size, size, size):
+                c = {**cfg, "unroll": unroll, "block_K": block_k}
+                if c not in out:
+                    out.append(c)
+    return out[:n]
+
+
+def fixed_timer(func, args, *, warmup, rep, config, device):
+    """The kernel runs once (it must work); the latency is a function of the config."""
+    func(*args)
+    ms = 1.0 + (config.get("block_M", 0) * 7 + config.get("block_K", 0)) % 97 / 100
+    return [ms * 1e6] * rep
+
+
+def problem(size: int, n: int, workers: int) -> TuningProblem:
+    os.environ["TILEAUTO_AUTO_TUNING_CPU_COUNTS"] = str(workers)
+    return TuningProblem(
+        factory=gemm_cpu.gemm,
+        args=(size, size, size),
+        kwargs={},
+        configs=space(size, n),
+        compile_args=gemm_cpu.matmul.compile_args,
+        profile_args=ProfileArgs(warmup_iters=1, rep_iters=2, retime_top_k=0),
+        settings=Settings.from_env(),
+        timer=fixed_timer,
+        verbose=False,
+        name="gemm",
+    )
+
+
+def tune_local(size: int, n: int, workers: int) -> dict:
+    session = TuningSession(problem(size, n, workers))
+    start = time.perf_counter()
+    result = session.run()
+    return {
+        "wall": time.perf_counter() - start,
+        "compile": session.compile_wall_s,
+        "config": result.config,
+    }
+
+
+def tune_ray(size: int, n: int, nodes: int, cores: int) -> dict:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from tileauto.ray_stages import RayBuilder, RayCluster, RayRunner
+
+    t0 = time.perf_counter()
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=cores // nodes)
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    cluster.wait_for_nodes()
+    up = time.perf_counter() - t0
+    try:
+        p = problem(size, n, cores)
+        rc = RayCluster()
+        builder = RayBuilder(
+            p.factory,
+            p.compile_args,
+            staging_dir=Path(tempfile.mkdtemp(prefix="tileauto-bench-ray-")),
+            cluster=rc,
+        )
+        runner = RayRunner(p.profile_args, threads=cores, timer=p.timer, cluster=rc)
+        session = TuningSession(p, builder=builder, runner=runner)
+        start = time.perf_counter()
+        result = session.run()
+        out = {
+            "wall": time.perf_counter() - start,
+            "compile": session.compile_wall_s,
+            "config": result.config,
+            "startup": up,
+        }
+        out["overhead"] = overheads() if nodes == 1 else None
+        return out
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _noop(x=None):
+    return x
+
+
+class _Echo:
+    def call(self, x=None):
+        return x
+
+
+def overheads(n: int = 200) -> dict[str, float]:
+    """Milliseconds per no-op job: Ray task (serial, pipelined), Ray actor call."""
+    import ray
+
+    task = ray.remote(_noop).options(num_cpus=1)
+    ray.get(task.remote())  # a worker up
+    t = time.perf_counter()
+    for _ in range(n):
+        ray.get(task.remote())
+    serial = (time.perf_counter() - t) / n * 1e3
+    t = time.perf_counter()
+    ray.get([task.remote() for _ in range(n)])
+    piped = (time.perf_counter() - t) / n * 1e3
+    actor = ray.remote(_Echo).options(num_cpus=0).remote()
+    ray.get(actor.call.remote())
+    t = time.perf_counter()
+    for _ in range(n):
+        ray.get(actor.call.remote())
+    actor_ms = (time.perf_counter() - t) / n * 1e3
+    blob = b"x" * (200 << 10)  # a kernel folder's size, about (kernel.so + sources)
+    t = time.perf_counter()
+    for _ in range(n // 4):
+        ray.get(actor.call.remote(blob))
+    actor_200k = (time.perf_counter() - t) / (n // 4) * 1e3
+    ray.kill(actor)
+    return {
+        "task serial": serial,
+        "task pipelined": piped,
+        "actor call": actor_ms,
+        "actor call, 200 KiB arg": actor_200k,
+    }
+
+
+def local_overhead(n: int = 200) -> float:
+    from tileauto.utils.procs import Worker
+
+    worker = Worker("bench").start()
+    worker.call(_noop)
+    t = time.perf_counter()
+    for _ in range(n):
+        worker.call(_noop)
+    ms = (time.perf_counter() - t) / n * 1e3
+    worker.close()
+    return ms
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=int, default=200)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--skip-local", action="store_true")
+    args = parser.parse_args(argv)
+    cores = len(os.sched_getaffinity(0))
+    n = len(space(args.size, args.configs))
+    print(f"{n} configs of gemm {args.size}^3 on {cores} cores (load {os.getloadavg()[0]:.1f})")
+    rows: dict[str, dict] = {}
+    if not args.skip_local:
+        rows["local"] = tune_local(args.size, args.configs, cores)
+        print(f"  local done: {rows['local']['wall']:.1f} s", flush=True)
+    rows["ray 1 node"] = tune_ray(args.size, args.configs, 1, cores)
+    print(f"  ray 1 node done: {rows['ray 1 node']['wall']:.1f} s", flush=True)
+    if cores >= 2:
+        rows["ray 2 nodes"] = tune_ray(args.size, args.configs, 2, cores)
+    base = rows.get("local")
+    print(f"\n{'':14}{'wall s':>9}{'x local':>9}{'compile s':>11}{'x local':>9}{'start s':>9}")
+    for name, r in rows.items():
+        wr = f"{r['wall'] / base['wall']:.2f}" if base else "-"
+        cr = f"{r['compile'] / base['compile']:.2f}" if base else "-"
+        st = f"{r['startup']:.1f}" if "startup" in r else "-"
+        print(f"{name:14}{r['wall']:9.1f}{wr:>9}{r['compile']:11.1f}{cr:>9}{st:>9}")
+    winners = {str(r["config"]) for r in rows.values()}
+    print(f"same winner everywhere: {len(winners) == 1}")
+    over = rows["ray 1 node"].get("overhead") or {}
+    print("\nper-job overhead (ms, the mean over 200 no-op jobs):")
+    for name, ms in over.items():
+        print(f"  ray {name:28}{ms:8.2f}")
+    print(f"  local Worker.call{'':15}{local_overhead():8.2f}")
+    if base:
+        per_cfg = (rows["ray 1 node"]["compile"] - base["compile"]) / n * 1e3
+        print(f"\nray 1 node costs {per_cfg:+.0f} ms per config in the compile phase vs local")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

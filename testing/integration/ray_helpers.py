@@ -1,0 +1,142 @@
+"""Helpers of the Ray tests: a loopback Ray cluster on this machine, problems, sessions.
+
+Importing this module makes every Ray process it starts use the loopback interface only
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray take 127.0.0.1 as the node address).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback only (read at ray import)
+
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import ray  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from tileauto.builder import Builder  # noqa: E402
+from tileauto.options import ProfileArgs  # noqa: E402
+from tileauto.problem import TuningProblem  # noqa: E402
+from tileauto.ray_stages import RayBuilder, RayCluster, RayRunner  # noqa: E402
+from tileauto.runner import Runner  # noqa: E402
+from tileauto.session import TuningSession  # noqa: E402
+from tileauto.settings import Settings  # noqa: E402
+
+ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before
+
+
+@contextlib.contextmanager
+def local_cluster(nodes: int = 2, cpus: int = 1) -> Iterator[Cluster]:
+    """A head without CPUs (it schedules nothing) and ``nodes`` nodes of ``cpus`` CPUs each,
+    on loopback; the driver joined; everything stopped at the end."""
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "include_dashboard": False},
+    )
+    try:
+        for _ in range(nodes):
+            cluster.add_node(num_cpus=cpus)
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def scripted_latency(func, args, *, warmup, rep, config, device):
+    """A scripted timer: the kernel runs once (it must not crash), the latency is fixed by the
+    config (vec=16 wins, slow loses)."""
+    ms = {4: 3.0, 8: 2.0, 16: 1.0, 32: 1.5}[config["vec"]] * (
+        5 if config.get("mode") == "slow" else 1
+    )
+    func(*args)
+    return [ms * 1e6] * rep
+
+
+def problem(configs: list[dict], *, timeout: float = 5.0, timer: Any = scripted_latency):
+    from tune_kernels import scale, scale_jit
+
+    return TuningProblem(
+        factory=scale,
+        args=(4096,),
+        kwargs={},
+        configs=configs,
+        compile_args=scale_jit.compile_args,
+        profile_args=ProfileArgs(warmup_iters=1, rep_iters=3, timeout=timeout),
+        settings=Settings.from_env(),
+        timer=timer,
+        verbose=False,
+        name="scale",
+    )
+
+
+def ray_session(p: TuningProblem, staging: Path, cluster: RayCluster | None = None, **kw: Any):
+    cluster = cluster or RayCluster()
+    builder = RayBuilder(
+        p.factory,
+        p.compile_args,
+        staging_dir=staging,
+        timeout_s=p.settings.compile_timeout_s,
+        cluster=cluster,
+    )
+    runner = RayRunner(
+        p.profile_args,
+        threads=1,
+        device=p.device_type,
+        captured=p.captured_inputs,
+        timer=p.timer,
+        cluster=cluster,
+    )
+    return TuningSession(p, builder=builder, runner=runner, **kw), builder, runner
+
+
+def local_session(p: TuningProblem, staging: Path, **kw: Any):
+    builder = Builder(p.factory, p.compile_args, workers=2, staging_dir=staging, timeout_s=60.0)
+    runner = Runner(p.profile_args, threads=1, device=p.device_type, timer=p.timer)
+    return TuningSession(p, builder=builder, runner=runner, **kw)
+
+
+def comparable(trials) -> list[tuple]:
+    """What a Ray run and a local run must agree on, per trial."""
+    return [
+        (
+            t.index,
+            dict(t.config),
+            t.status,
+            None if t.latency is None else dataclasses.astuple(t.latency),
+        )
+        for t in trials
+    ]
+
+
+def flaky_factory(n: int, vec: int = 8, mode: str = "ok"):
+    """For builder tests: ``sleep`` never finishes compiling, ``die`` kills its process."""
+    import signal
+    import time
+
+    from tune_kernels import scale
+
+    if mode == "sleep":
+        time.sleep(3600)
+    if mode == "die":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return scale(n, vec)
+
+
+def eventually(condition, limit_s: float = 60.0) -> bool:
+    """A hang guard for what Ray does asynchronously (an actor kill, resources given back):
+    True as soon as ``condition()`` holds, False after ``limit_s``."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

@@ -1,0 +1,275 @@
+"""Builds and runs over Ray (issue 11): a loopback cluster of 2 nodes on this machine.
+
+One cluster serves the whole module (a head without CPUs and two 1-CPU nodes: ~8 s to start);
+the node-loss test adds a third node and removes it during a tuning. The stages are plugged
+into a ``TuningSession`` directly (``builder=RayBuilder(...)``, ``runner=RayRunner(...)``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import ray_helpers as h  # noqa: E402
+
+from tileauto import TrialStatus  # noqa: E402
+from tileauto.builder import BuildRequest, BuildStatus  # noqa: E402
+from tileauto.errors import TileautoError  # noqa: E402
+from tileauto.ray_stages import (  # noqa: E402
+    NoMatchingNodeError,
+    RayBuilder,
+    RayCluster,
+    import_ray,
+)
+from tileauto.testing import RecordingReporter  # noqa: E402
+
+MIXED = [
+    {"vec": 4},
+    {"mode": "compile"},
+    {"mode": "wrong"},
+    {"mode": "segfault"},
+    {"mode": "hang"},
+    {"vec": 16},
+    {"mode": "slow", "repeat": 64},
+]
+EXPECTED = {
+    0: TrialStatus.OK,
+    1: TrialStatus.COMPILE_ERROR,
+    2: TrialStatus.MISMATCH,
+    3: TrialStatus.CRASH,
+    4: TrialStatus.TIMEOUT,
+    5: TrialStatus.OK,
+    6: TrialStatus.OK,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with h.local_cluster(nodes=2, cpus=1) as c:
+        yield c
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(TileautoError, match=r"tileauto\[ray\]"):
+        import_ray()
+
+
+@pytest.mark.timeout(300)
+def test_fault_matrix_and_results_match_a_local_run(cluster, tmp_path):
+    ray_result = h.ray_session(h.problem(MIXED), tmp_path / "ray")[0].run()
+    local_result = h.local_session(h.problem(MIXED), tmp_path / "local").run()
+    for index, status in EXPECTED.items():
+        assert ray_result.trials[index].status is status, ray_result.trials[index]
+    assert "deliberate compile failure" in ray_result.trials[1].error
+    assert "Ray run actor died" in ray_result.trials[3].error
+    assert "timed out after 5 s" in ray_result.trials[4].error
+    # the same trials (index, config, status, latency statistics) and the same winner
+    assert h.comparable(ray_result.trials) == h.comparable(local_result.trials)
+    assert ray_result.config == local_result.config == {"mode": "ok", "repeat": 1, "vec": 16}
+    assert ray_result.latency == local_result.latency == pytest.approx(1.0)
+    assert h.comparable([ray_result.default_trial]) == h.comparable([local_result.default_trial])
+    # the winner was staged on the driver like a local build: its kernel runs here
+    import torch
+
+    a = torch.randn(4096)
+    torch.testing.assert_close(ray_result.kernel(a), a * 2)
+
+
+def test_no_matching_node_is_an_error_before_anything_compiles(cluster, tmp_path, monkeypatch):
+    from tileauto import ray_stages
+
+    monkeypatch.setattr(ray_stages, "local_hardware", lambda device: {"device": "elsewhere"})
+    session, builder, _ = h.ray_session(h.problem([{"vec": 4}]), tmp_path)
+    with pytest.raises(NoMatchingNodeError, match="no node of the Ray cluster matches"):
+        session.run()
+    assert builder.submitted == 0
+
+
+@pytest.mark.timeout(180)
+def test_compile_timeout_crash_and_cancel(cluster, tmp_path):
+    from tune_kernels import scale_jit
+
+    builder = RayBuilder(
+        h.flaky_factory,
+        scale_jit.compile_args,
+        staging_dir=tmp_path,
+        timeout_s=10.0,
+        cluster=RayCluster(),
+    )
+    requests = [
+        BuildRequest(index=i, config=c, args=(1024,))
+        for i, c in enumerate([{"vec": 4}, {"mode": "sleep"}, {"mode": "die"}])
+    ]
+    got = []
+    results = builder.build(requests, got.append)
+    assert [r.index for r in results] == [0, 1, 2]
+    assert sorted(r.index for r in got) == [0, 1, 2]  # each once, as it ended
+    assert results[0].ok and results[0].artifact.lib_path.is_file()
+    assert results[0].artifact.directory.parent.parent == tmp_path  # staged on the driver
+    assert results[1].status is BuildStatus.TIMEOUT, results[1]
+    assert results[2].status is BuildStatus.CRASH, results[2]
+    assert builder.submitted == 3  # a deterministic crash is never run again
+    assert builder.resubmitted == 0
+
+    # cancel from on_result: the compile in flight is killed, the rest is cancelled
+    builder2 = RayBuilder(
+        h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=RayCluster()
+    )
+    requests = [
+        BuildRequest(index=0, config={"vec": 4}, args=(1024,)),
+        BuildRequest(index=1, config={"mode": "sleep"}, args=(1024,)),
+        BuildRequest(index=2, config={"mode": "sleep"}, args=(1024,)),
+    ]
+    results = builder2.build(requests, lambda result: builder2.cancel())
+    statuses = [r.status for r in results]
+    assert statuses == [BuildStatus.OK, BuildStatus.CANCELLED, BuildStatus.CANCELLED]
+    assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)
+
+
+@pytest.mark.timeout(300)
+def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
+    """A third node joins and is removed while it compiles; the run ends as without it.
+
+    Deterministic: the two first nodes' CPUs are held until a compile has started on the
+    third one, which is then removed with that compile in flight.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from tileauto.ray_stages import _CoreHold  # an actor that holds its CPUs while it lives
+
+    first_nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
+    blockers = [
+        ray.remote(_CoreHold)
+        .options(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
+        .remote()
+        for n in first_nodes
+    ]
+    ray.get([b.ready.remote() for b in blockers])
+    extra = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    space = [{"vec": v} for v in (4, 8, 16, 32)] + [
+        {"mode": "slow", "repeat": r, "vec": v} for r in (2, 3) for v in (4, 8)
+    ]
+    reporter = RecordingReporter()
+    session, builder, runner = h.ray_session(h.problem(space), tmp_path, reporter=reporter)
+    removed = []
+
+    def on_start(index, node):
+        if not removed and node == extra.node_id:
+            removed.append(index)
+            cluster.remove_node(extra)  # with this compile in flight
+            for b in blockers:
+                ray.kill(b)
+
+    builder.on_start = on_start
+    arrived = []
+    forward = builder.build
+    builder.build = lambda requests, on_result: forward(
+        requests, lambda r: (arrived.append(r.index), on_result(r))
+    )
+    result = session.run()
+    assert removed
+    assert builder.resubmitted >= 1
+    assert sorted(arrived) == list(range(len(session.unique)))  # each build counted once
+    trials = [e[1] for e in reporter.events if e[0] == "trial"]
+    assert len(trials) == len(session.unique)  # each config measured once
+    assert all(t.status is TrialStatus.OK for t in result.trials), result.trials
+    assert result.config == {"mode": "ok", "repeat": 1, "vec": 16}
+    latencies = {(t.config["vec"], t.config["mode"]): t.latency_ms for t in result.trials}
+    assert latencies[(16, "ok")] == pytest.approx(1.0)
+    assert latencies[(4, "slow")] == pytest.approx(15.0)
+    # nothing of the run is left on the surviving nodes: the run actors are gone and every
+    # CPU is free (no compile task, no core hold)
+    for pid in runner.worker.pids if runner.worker else []:
+        assert h.eventually(lambda pid=pid: not psutil.pid_exists(pid)), pid
+    assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)
+
+
+def test_executor_option_and_variable_are_checked_where_given(monkeypatch):
+    import tileauto
+    from tileauto.errors import SettingsError
+    from tileauto.settings import Settings
+
+    with pytest.raises(ValueError, match="executor must be None .* got 'dask'"):
+        tileauto.ProfileArgs(executor="dask")
+    with pytest.raises(SettingsError, match="TILEAUTO_EXECUTOR='dask'"):
+        Settings.from_env({"TILEAUTO_EXECUTOR": "dask"})
+    assert Settings.from_env({"TILEAUTO_EXECUTOR": "ray"}).executor == "ray"
+    assert Settings.from_env({"TILEAUTO_RAY_ADDRESS": "auto"}).ray_address == "auto"
+
+
+WARM_CHILD = """
+import json, sys
+sys.path.insert(0, {here!r})
+import tileauto, ray_helpers as h
+from tune_kernels import scale_jit
+result = (
+    tileauto.AutoTuner.from_kernel(scale_jit(4096), {space!r})
+    .set_profile_args(warmup_iters=1, rep_iters=3, timeout=5.0, timer=h.scripted_latency)
+    .run(verbose=False)
+)
+print(json.dumps({{"hit": result.cache_hit, "key": result.key, "config": result.config,
+                  "ray": "ray" in sys.modules and sys.modules["ray"].is_initialized()}}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_executor_ray_through_the_api_matches_local_and_warm_starts_without_a_cluster(
+    cluster, tmp_path, monkeypatch
+):
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from tune_kernels import scale_jit
+
+    import tileauto
+
+    space = [{"vec": 4}, {"vec": 16}, {"vec": 8}]
+
+    def tune(executor: str, cache: Path):
+        monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(cache))
+        return (
+            tileauto.AutoTuner.from_kernel(scale_jit(4096), space)
+            .set_profile_args(
+                warmup_iters=1,
+                rep_iters=3,
+                timeout=5.0,
+                timer=h.scripted_latency,
+                executor=executor,
+            )  # fmt: skip
+            .run(verbose=False)
+        )
+
+    on_ray, local = tune("ray", tmp_path / "ray"), tune("local", tmp_path / "local")
+    assert h.comparable(on_ray.trials) == h.comparable(local.trials)
+    assert on_ray.config == local.config == {"vec": 16}
+    # the executor is not part of the problem: one key, the same entry's records
+    assert on_ray.key == local.key
+    for name in ("best_config.json",):
+        ray_file = tmp_path / "ray" / "autotuner" / on_ray.key / name
+        assert (
+            ray_file.read_bytes()
+            == (tmp_path / "local" / "autotuner" / local.key / name).read_bytes()
+        )
+    # a warm start after a Ray run needs no cluster, even with the Ray executor selected
+    here = str(Path(__file__).parent)
+    env = {
+        **os.environ,
+        "TILEAUTO_CACHE_DIR": str(tmp_path / "ray"),
+        "TILEAUTO_EXECUTOR": "ray",
+        "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+    }
+    child = subprocess.run(
+        [sys.executable, "-c", WARM_CHILD.format(here=here, space=space)],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-3000:]
+    got = json.loads(child.stdout.strip().splitlines()[-1])
+    assert got == {"hit": True, "key": on_ray.key, "config": on_ray.config, "ray": False}

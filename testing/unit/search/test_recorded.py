@@ -1,0 +1,129 @@
+"""RecordedSpace.load: Kernel Tuner cache files and tileauto trial exports, made in the test."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from tileauto.records import LatencyStats, Trial, TrialStatus
+from tileauto.search import RecordedSpace
+from tileauto.space import ListSpace
+
+
+def kernel_tuner_file(tmp_path, *, gz=False, unterminated=False):
+    params = {"block_size_x": [16, 32, 64], "tile": [1, 2], "flag": [0]}
+    cache = {}
+    times = {
+        (16, 1): 3.0,
+        (16, 2): 2.0,
+        (32, 1): "RuntimeFailedConfig",
+        (32, 2): 1.5,
+        (64, 1): "CompilationFailedConfig",
+        (64, 2): "InvalidConfig",
+    }
+    for (bx, tile), t in times.items():
+        record = {
+            "block_size_x": bx,
+            "tile": tile,
+            "flag": 0,
+            "time": t,
+            "compile_time": 500.0,
+            "benchmark_time": 250.0,
+        }
+        if t == 1.5:
+            record["times"] = [1.4, 1.5, 1.6, 1.5, 1.5]
+        cache[f"{bx},{tile},0"] = record
+    data = {
+        "device_name": "Fake GPU",
+        "kernel_name": "fake_kernel",
+        "tune_params_keys": ["block_size_x", "tile", "flag"],
+        "tune_params": params,
+        "objective": "time",
+        "cache": cache,
+    }
+    text = json.dumps(data)
+    if unterminated:  # Kernel Tuner closes the object only when tuning ends
+        text = text[:-2] + ","
+    path = tmp_path / ("space.json.gz" if gz else "space.json")
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    return path
+
+
+@pytest.mark.parametrize("gz, unterminated", [(False, False), (True, False), (False, True)])
+def test_a_kernel_tuner_cache_file(tmp_path, gz, unterminated):
+    rec = RecordedSpace.load(kernel_tuner_file(tmp_path, gz=gz, unterminated=unterminated))
+    assert len(rec) == 5 and rec.kernel == "fake_kernel" and rec.device == "Fake GPU"
+    assert rec.left_out == {"InvalidConfig (broke the kernel's constraints)": 1}
+    assert [p.name for p in rec.space.params] == ["block_size_x", "tile", "flag"]
+    assert rec.space.config(3) == {"block_size_x": 32, "tile": 2, "flag": 0}
+    statuses = [t.status for t in rec.trials]
+    assert statuses == [
+        TrialStatus.OK,
+        TrialStatus.OK,
+        TrialStatus.RUN_ERROR,
+        TrialStatus.OK,
+        TrialStatus.COMPILE_ERROR,
+    ]
+    assert rec.optimum_ms == 1.5 and rec.failed == 2 and rec.within(0.5) == 2
+    best = rec.trials[3]
+    assert best.latency_ms == 1.5 and best.latency.spread_ms > 0 and best.latency.samples == 5
+    assert best.compile_s == 0.5 and best.run_s == 0.25
+    assert "5 configs (2 failed)" in rec.describe()
+
+
+def test_a_tileauto_trial_export(tmp_path):
+    stats = LatencyStats(2.0, 1.9, 2.1, 1.8, 2.0, 10)
+    trials = [
+        Trial(0, {"block_M": 32}, TrialStatus.OK, latency=stats, compile_s=1.0, run_s=0.5),
+        Trial(1, {"block_M": 64}, TrialStatus.MISMATCH, error="wrong result"),
+        Trial(2, {"block_M": 128}, TrialStatus.NOT_RUN, error="not proposed"),
+    ]
+    records = [{**t.to_json(), "latency_ms": t.latency_ms} for t in trials]
+    records.append(
+        {
+            "index": 3,
+            "config": {"block_M": 256},
+            "status": "ok",
+            "latency_ms": 3.0,
+            "compile_s": None,
+            "run_s": None,
+            "error": None,
+        }
+    )  # no full statistics
+    doc = {
+        "format": "tileauto-trials/1",
+        "kernel": "gemm",
+        "key": "abc",
+        "device": "cpu",
+        "best_index": 0,
+        "trials": records,
+    }
+    path = tmp_path / "trials.json"
+    path.write_text(json.dumps(doc))
+    rec = RecordedSpace.load(path)
+    assert len(rec) == 3 and rec.left_out == {"not run": 1}
+    assert [c["block_M"] for c in rec.space] == [32, 64, 256]
+    assert rec.trials[0].latency == stats and rec.trials[1].status is TrialStatus.MISMATCH
+    assert rec.trials[2].latency_ms == 3.0 and rec.optimum_ms == 2.0
+    assert rec.kernel == "gemm" and rec.device == "cpu"
+
+
+def test_another_file_is_refused_with_what_was_found(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ValueError, match="neither a Kernel Tuner cache file"):
+        RecordedSpace.load(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        RecordedSpace.load(path)
+
+
+def test_from_latencies_and_its_checks():
+    rec = RecordedSpace.from_latencies([{"a": 1}, {"a": 2}], [2.0, None])
+    assert isinstance(rec.space, ListSpace) and rec.optimum_ms == 2.0 and rec.failed == 1
+    with pytest.raises(ValueError, match="one trial per config"):
+        RecordedSpace(rec.space, rec.trials[:1])
+    with pytest.raises(ValueError, match="at least one config that passed"):
+        RecordedSpace.from_latencies([{"a": 1}], [None])

@@ -1,0 +1,989 @@
+"""Builds and runs on a Ray cluster: the build and run stages of ``executor="ray"``.
+
+:class:`RayBuilder` (a :class:`~tileauto.stages.BuildStage`) compiles each config as a Ray
+task; :class:`RayRunner` (a :class:`~tileauto.stages.RunStage`) checks and times configs in a
+Ray actor. A :class:`~tileauto.session.TuningSession` drives them exactly as it drives the
+local stages::
+
+    cluster = RayCluster("auto")                  # or an address; None starts a local Ray
+    session = TuningSession(
+        problem,
+        builder=RayBuilder(problem.factory, problem.compile_args, cluster=cluster,
+                           staging_dir=..., timeout_s=problem.settings.compile_timeout_s),
+        runner=RayRunner(problem.profile_args, cluster=cluster,
+                         threads=problem.settings.run_threads(), device=problem.device_type,
+                         captured=problem.captured_inputs, timer=problem.timer),
+    )
+
+What runs where:
+
+* **Compiles** are Ray tasks (``num_cpus=1``, ``max_retries=0``) on any node: the factory and
+  the compile options travel once per build through the object store (cloudpickle bytes, with
+  the driver's ``sys.path`` and ``TILEAUTO_*`` settings, as a local compile worker gets them);
+  the task compiles into a temporary folder on its node and returns the folder's files as
+  bytes; the driver writes them into its staging folder, so a Ray build leaves exactly what a
+  local build leaves. The task reports when it starts, so the compile timeout counts from
+  there (not from the queue); past it the task is cancelled with ``force=True`` (its worker
+  process is killed): ``compile_timeout``. A task whose worker dies is ``compile_crash``; one
+  lost with its node (``NodeDiedError``, its result's object lost, or its worker gone with a
+  node that is dead) is submitted again elsewhere, at most ``node_retries`` times.
+* **Runs** happen in one run actor at a time (the run stage is called one config at a time),
+  placed on a node whose hardware matches the driver's target (CPU: the model and flags and
+  the cache key's device fingerprint; GPU: the device fingerprint, ``num_gpus=1``). The actor
+  runs :mod:`tileauto.run_worker`'s functions, the code of the local run worker: a config that
+  segfaults kills the actor (``crash``), one that hangs is killed past the tuning's timeout
+  (``timeout``); the actor is replaced and set up again, as :class:`tileauto.runner.Runner`
+  does (``RayRunner`` *is* a ``Runner`` whose worker is :class:`RayWorker`). Built folders are
+  shipped to the actor's node as bytes, once per actor. On a CPU target, while it times, the
+  runner holds every core of the actor's node (an actor with ``num_cpus`` = the node's CPUs),
+  so no compile of any session shares the cores with a timing run; the next build releases
+  them.
+
+Ray is an optional dependency: nothing here imports it at module level, and
+:func:`import_ray` says which extra to install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from tileauto._logging import get_logger
+from tileauto.artifact import KernelArtifact
+from tileauto.builder import BuildRequest, BuildResult, BuildStatus, _compile_job, first_lines
+from tileauto.errors import TileautoError, WorkerError
+from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.records import RunOutcome
+from tileauto.runner import Runner
+from tileauto.utils.procs import (
+    RemoteError,
+    RemoteJobError,
+    WorkerCrashed,
+    WorkerTimeout,
+)
+
+log = get_logger("ray")
+
+RAY_EXTRA = "pip install 'tileauto[ray]'"
+_WAKE_S = 0.1  # a build looks at its deadlines and cancel this often, at least
+_START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports torch and TVM)
+
+
+class NoMatchingNodeError(TileautoError):
+    """No node of the cluster has the hardware of the tuning's target."""
+
+
+class NodeLost(WorkerError):
+    """The node running a job died: the job is not the config's fault (it is run again)."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a clear error naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise TileautoError(
+            f"executor='ray' needs Ray, which is not installed: {RAY_EXTRA}"
+        ) from exc
+    return ray
+
+
+# -- the cluster ------------------------------------------------------------------------------
+class RayCluster:
+    """The connection to a Ray cluster and what a builder and a runner of one session share.
+
+    Args:
+        address: ``None`` (join the Ray this process already joined, or start a local one),
+            ``"auto"`` (join the cluster running on this machine) or a cluster's address.
+        node_retries: how many times a job lost with its node is run again elsewhere.
+        init_kwargs: more arguments for ``ray.init``.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        node_retries: int = 3,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.address = address
+        self.node_retries = node_retries
+        self.init_kwargs = dict(init_kwargs or {})
+        self._lock = threading.Lock()
+        self._hold: Any = None  # the actor that holds a node's cores while configs are timed
+        self._hold_node: str | None = None
+
+    def connect(self) -> Any:
+        """Join (or start) the cluster once; the ``ray`` module."""
+        ray = import_ray()
+        with self._lock:
+            if not ray.is_initialized():
+                kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
+                ray.init(address=self.address, **kwargs)
+        return ray
+
+    def nodes(self) -> dict[str, dict[str, float]]:
+        """The alive nodes: node id -> resources."""
+        ray = self.connect()
+        return {n["NodeID"]: dict(n["Resources"]) for n in ray.nodes() if n["Alive"]}
+
+    def node_alive(self, node_id: str | None) -> bool:
+        return node_id is not None and node_id in self.nodes()
+
+    def cpus(self) -> int:
+        """CPUs of the alive nodes: how many compiles run at once."""
+        return int(sum(r.get("CPU", 0.0) for r in self.nodes().values()))
+
+    # -- the cores of a timing node ------------------------------------------------------------
+    def hold_cores(self, node_id: str) -> None:
+        """Hold every CPU of ``node_id`` (waits for the compiles running there to end)."""
+        ray = self.connect()
+        with self._lock:
+            if self._hold_node == node_id:
+                return
+        self.release_cores()
+        cpus = self.nodes().get(node_id, {}).get("CPU", 0.0)
+        if cpus <= 0:
+            return
+        hold = (
+            _actor_class(ray, _CoreHold)
+            .options(
+                num_cpus=cpus,
+                scheduling_strategy=_on_node(ray, node_id),
+                max_restarts=0,
+            )
+            .remote()
+        )
+        try:
+            ray.get(hold.ready.remote())
+        except ray.exceptions.RayError as exc:
+            ray.kill(hold, no_restart=True)
+            raise NodeLost(f"node {node_id[:12]} was lost while its cores were reserved") from exc
+        with self._lock:
+            self._hold, self._hold_node = hold, node_id
+
+    def release_cores(self) -> None:
+        """Give back the cores held for timing (a build is about to use them)."""
+        with self._lock:
+            hold, self._hold, self._hold_node = self._hold, None, None
+        if hold is not None:
+            ray = import_ray()
+            try:
+                ray.kill(hold, no_restart=True)
+            except Exception:  # noqa: BLE001 - its node may be gone already
+                pass
+
+
+class _CoreHold:
+    """An actor that does nothing but hold CPUs (its ``num_cpus``) while it lives."""
+
+    def ready(self) -> bool:
+        return True
+
+
+# -- hardware ---------------------------------------------------------------------------------
+def local_hardware(device: str) -> dict[str, Any]:
+    """What identifies this machine's hardware for ``device`` (two nodes may share timings
+    only when this is equal): the cache key's device fingerprint, and for a CPU also a hash of
+    the CPU's model and flags."""
+    from tileauto.jit.target import device_fingerprint
+    from tileauto.jit.target_memo import host_identity
+
+    hardware: dict[str, Any] = {"device": device_fingerprint(device)}
+    if device == "cpu":
+        hardware["cpu"] = host_identity()
+    return hardware
+
+
+def _probe(device: str, path: list[str]) -> dict[str, Any]:
+    """On a node: its hardware (a Ray task)."""
+    _use_path(path)
+    import ray
+
+    from tileauto import ray_stages
+
+    return {
+        "node": ray.get_runtime_context().get_node_id(),
+        "hardware": ray_stages.local_hardware(device),
+    }
+
+
+def matching_nodes(cluster: RayCluster, device: str) -> list[str]:
+    """The alive nodes whose hardware for ``device`` is the driver's (CPU targets).
+
+    Raises:
+        NoMatchingNodeError: none matches (with what each node has).
+    """
+    ray = cluster.connect()
+    want = local_hardware(device)
+    nodes = {n: r for n, r in cluster.nodes().items() if r.get("CPU", 0.0) > 0}
+    refs = {
+        node: ray.remote(_probe)
+        .options(num_cpus=0, max_retries=0, scheduling_strategy=_on_node(ray, node))
+        .remote(device, list(sys.path))
+        for node in nodes
+    }
+    found: list[str] = []
+    others: dict[str, Any] = {}
+    for node, ref in refs.items():
+        try:
+            got = ray.get(ref, timeout=_START_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a node that cannot answer is not used
+            others[node[:12]] = f"{type(exc).__name__}"
+            continue
+        if got["hardware"] == want:
+            found.append(node)
+        else:
+            others[node[:12]] = got["hardware"]
+    if not found:
+        raise NoMatchingNodeError(
+            f"no node of the Ray cluster matches this {device} target's hardware {want}: "
+            f"the nodes have {others or 'no CPUs'}; timings from different hardware are "
+            "never compared, so tuning did not start"
+        )
+    if others:
+        log.info("nodes left out (other hardware): %s", others)
+    return found
+
+
+# -- helpers for jobs -------------------------------------------------------------------------
+def _use_path(path: list[str]) -> None:
+    """The driver's import path, so the factory's module imports on the node as it does here."""
+    for entry in reversed(path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+
+def _settings_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
+
+
+def _apply_settings(env: dict[str, str]) -> None:
+    for key in [k for k in os.environ if k.startswith("TILEAUTO_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+
+
+def _on_node(ray: Any, node_id: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+_CLASSES: dict[tuple[int, type], Any] = {}
+
+
+def _actor_class(ray: Any, cls: type) -> Any:
+    key = (id(ray), cls)
+    if key not in _CLASSES:
+        _CLASSES[key] = ray.remote(cls)
+    return _CLASSES[key]
+
+
+def _folder_files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _write_files(directory: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        target = directory / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+# -- builds -----------------------------------------------------------------------------------
+def _compile_task(setup: bytes, request: BuildRequest) -> Any:
+    """On a node (a streaming Ray task): say where it started, then compile one config.
+
+    Yields the node id first (the driver counts the timeout from then), then
+    ``("ok", artifact JSON, files)`` or ``("error", type name, message)``.
+    """
+    import ray
+
+    yield ray.get_runtime_context().get_node_id()
+    path, env, payload = cloudpickle.loads(setup)
+    _use_path(path)
+    _apply_settings(env)
+    factory, compile_args = cloudpickle.loads(payload)
+    with tempfile.TemporaryDirectory(prefix="tileauto-ray-build-") as tmp:
+        out = Path(tmp) / "kernel"
+        try:
+            artifact = _compile_job(factory, request, compile_args, str(out))
+        except BaseException as exc:  # noqa: BLE001 - a failed compile is data
+            yield ("error", type(exc).__name__, str(exc))
+            return
+        yield ("ok", artifact.to_json(), _folder_files(out))
+
+
+@dataclass
+class _Job:
+    index: int
+    ref: Any = None  # the task's ObjectRefGenerator
+    node: str | None = None
+    started: float | None = None
+    submitted: float = 0.0
+    attempts: int = 0
+    dead_before: frozenset[str] = frozenset()
+
+
+class RayBuilder:
+    """Compiles configs as Ray tasks (a :class:`~tileauto.stages.BuildStage`).
+
+    Args:
+        factory: the kernel factory (sent by cloudpickle, once per build, via the object store).
+        compile_args: target, out_idx and pass options.
+        staging_dir: the driver's folder for built kernels (one ``build-<id>`` per build).
+        timeout_s: per-config compile limit, from the moment the task starts on its node.
+        cluster: the cluster (default: ``RayCluster()``, this process's Ray or a local one).
+        num_cpus: CPUs each compile task reserves.
+
+    Attributes:
+        submitted: compile tasks submitted (resubmissions after a node loss included).
+        resubmitted: compile tasks submitted again because their node was lost.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        compile_args: CompileArgs,
+        *,
+        staging_dir: Path,
+        timeout_s: float = 300.0,
+        cluster: RayCluster | None = None,
+        num_cpus: float = 1,
+    ) -> None:
+        self.factory = factory
+        self.compile_args = compile_args
+        self.staging_dir = Path(staging_dir)
+        self.timeout_s = timeout_s
+        self.cluster = cluster if cluster is not None else RayCluster()
+        self.num_cpus = num_cpus
+        self.submitted = 0
+        self.resubmitted = 0
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._inflight: set[Any] = set()
+        self._workers: int | None = None
+        self._jobs: dict[Any, _Job] = {}
+        # called (on the build's thread) as a compile starts on a node: (request index, node)
+        self.on_start: Callable[[int, str | None], None] | None = None
+
+    @property
+    def workers(self) -> int:
+        """How many configs compile at once: the cluster's CPUs (read once)."""
+        if self._workers is None:
+            self._workers = max(1, int(self.cluster.cpus() // max(self.num_cpus, 1e-9)))
+        return self._workers
+
+    def start(self) -> None:
+        self.cluster.connect()
+
+    def cancel(self) -> None:
+        """Cancel this builder's compiles in flight (their workers are killed). Any thread."""
+        self._cancelled.set()
+        with self._lock:
+            refs = list(self._inflight)
+        ray = import_ray()
+        for ref in refs:
+            _cancel(ray, ref)
+
+    def close(self) -> None:
+        with self._lock:
+            leftover = bool(self._inflight)
+        if leftover:
+            self.cancel()
+
+    def build(
+        self,
+        requests: Sequence[BuildRequest],
+        on_result: Callable[[BuildResult], None] | None = None,
+    ) -> list[BuildResult]:
+        """Compile every request; ``on_result`` as each ends; results index-aligned."""
+        if not requests:
+            return []
+        ray = self.cluster.connect()
+        self.cluster.release_cores()  # a timing run of this session is over: compile there
+        batch_dir = self.staging_dir / f"build-{uuid.uuid4().hex[:12]}"
+        payload = cloudpickle.dumps((self.factory, self.compile_args))
+        setup = ray.put(cloudpickle.dumps((list(sys.path), _settings_env(), payload)))
+        task = ray.remote(_compile_task).options(
+            num_cpus=self.num_cpus,
+            max_retries=0,
+            retry_exceptions=False,
+            num_returns="streaming",
+            runtime_env={"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}},
+        )
+        results: list[BuildResult | None] = [None] * len(requests)
+        jobs: dict[Any, _Job] = {}
+        self._jobs = jobs
+
+        def submit(job: _Job) -> None:
+            job.attempts += 1
+            job.node, job.started = None, None
+            job.submitted = time.monotonic()
+            job.dead_before = frozenset(self._dead_nodes())
+            job.ref = task.remote(setup, requests[job.index])
+            jobs[job.ref] = job
+            with self._lock:
+                self._inflight.add(job.ref)
+            self.submitted += 1
+
+        def finish(job: _Job, result: BuildResult) -> None:
+            jobs.pop(job.ref, None)
+            with self._lock:
+                self._inflight.discard(job.ref)
+            if results[job.index] is None:  # one result per request, whatever happened
+                results[job.index] = result
+                if on_result is not None:
+                    on_result(result)
+
+        self._known_nodes = set(self.cluster.nodes())
+        for i in range(len(requests)):
+            if self._cancelled.is_set():
+                break
+            submit(_Job(i))
+        try:
+            while jobs and not self._cancelled.is_set():
+                now = time.monotonic()
+                deadlines = [j.started + self.timeout_s for j in jobs.values() if j.started]
+                wait = min([_WAKE_S, *(max(0.0, d - now) for d in deadlines)])
+                ready, _ = ray.wait(list(jobs), num_returns=1, timeout=wait)
+                for ref in ready:
+                    job = jobs[ref]
+                    outcome = self._next(ray, job, requests[job.index], batch_dir)
+                    if outcome == "started":
+                        if self.on_start is not None:
+                            self.on_start(job.index, job.node)
+                        continue
+                    if outcome == "again":
+                        jobs.pop(job.ref, None)
+                        with self._lock:
+                            self._inflight.discard(job.ref)
+                        self.resubmitted += 1
+                        submit(job)
+                        continue
+                    finish(job, outcome)
+                now = time.monotonic()
+                for job in list(jobs.values()):
+                    if job.started is not None and now - job.started > self.timeout_s:
+                        _cancel(ray, job.ref)
+                        finish(
+                            job,
+                            _failed(
+                                requests[job.index],
+                                BuildStatus.TIMEOUT,
+                                f"compile timed out after {self.timeout_s:g} s; its Ray worker "
+                                "was killed",
+                                now - job.started,
+                            ),
+                        )
+        except BaseException:
+            self.cancel()
+            raise
+        for job in list(jobs.values()):
+            _cancel(ray, job.ref)
+            finish(job, _failed(requests[job.index], BuildStatus.CANCELLED, "cancelled", 0.0))
+        for i, request in enumerate(requests):
+            if results[i] is None:
+                cancelled = _failed(request, BuildStatus.CANCELLED, "cancelled", 0.0)
+                results[i] = cancelled
+                if on_result is not None:
+                    on_result(cancelled)
+        return [r for r in results if r is not None]
+
+    def running_nodes(self) -> set[str]:
+        """Nodes running a compile of this builder now (for tests and reports)."""
+        return {j.node for j in list(self._jobs.values()) if j.node is not None}
+
+    def _dead_nodes(self) -> set[str]:
+        ray = import_ray()
+        return {n["NodeID"] for n in ray.nodes() if not n["Alive"]}
+
+    def _next(self, ray: Any, job: _Job, request: BuildRequest, batch_dir: Path) -> Any:
+        """The next thing a compile task says: "started", "again" (its node was lost) or
+        its BuildResult."""
+        exc_types = ray.exceptions
+        try:
+            value = ray.get(next(job.ref))
+        except StopIteration:
+            value = None
+            error: BaseException | None = RuntimeError("the compile task returned nothing")
+        except exc_types.TaskCancelledError:
+            return _failed(request, BuildStatus.CANCELLED, "cancelled", 0.0)
+        except (exc_types.NodeDiedError, exc_types.ObjectLostError) as exc:
+            error = exc
+            if job.attempts <= self.cluster.node_retries:
+                log.info("compile of %s lost with its node; submitted again", request.config)
+                return "again"
+        except exc_types.WorkerCrashedError as exc:
+            error = exc
+            lost = (
+                not self.cluster.node_alive(job.node)
+                if job.node is not None
+                else bool(self._dead_nodes() - job.dead_before)
+            )
+            if lost and job.attempts <= self.cluster.node_retries:
+                log.info("compile of %s lost with its node; submitted again", request.config)
+                return "again"
+            if not lost:
+                return _failed(
+                    request,
+                    BuildStatus.CRASH,
+                    f"compiler crashed: its Ray worker died ({first_lines(str(exc), 1)})",
+                    _since(job),
+                )
+        except exc_types.OutOfMemoryError as exc:
+            return _failed(request, BuildStatus.OUT_OF_MEMORY, f"compiler {exc}", _since(job))
+        except exc_types.RayError as exc:
+            error = exc
+        else:
+            error = None
+        if error is not None:
+            return _failed(
+                request,
+                BuildStatus.CRASH,
+                f"compile failed in Ray: {type(error).__name__}: {first_lines(str(error), 2)}",
+                _since(job),
+            )
+        if job.started is None:
+            job.node, job.started = value, time.monotonic()
+            return "started"
+        wall = _since(job)
+        if value[0] == "error":
+            _, type_name, message = value
+            oom = type_name == "MemoryError" or message.startswith("MemoryError")
+            status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
+            log.info("config %s failed to compile: %s", request.config, message.splitlines()[:1])
+            return _failed(request, status, first_lines(message), wall)
+        _, data, files = value
+        out = batch_dir / f"{request.index:04d}"
+        out.mkdir(parents=True, exist_ok=True)
+        _write_files(out, files)
+        artifact = KernelArtifact.from_json(data, directory=out)
+        # the folder's own record names the folder it is in, as after a local build
+        import json
+
+        (out / KernelArtifact.META).write_text(
+            json.dumps(artifact.to_json(), indent=1, default=str)
+        )
+        return BuildResult(
+            index=request.index,
+            config=request.config,
+            status=BuildStatus.OK,
+            artifact=artifact,
+            compile_s=artifact.compile_s + artifact.export_s,
+            wall_s=wall,
+        )
+
+
+def _since(job: _Job) -> float:
+    return time.monotonic() - (job.started if job.started is not None else job.submitted)
+
+
+def _failed(request: BuildRequest, status: BuildStatus, error: str, wall: float) -> BuildResult:
+    return BuildResult(
+        index=request.index,
+        config=request.config,
+        status=status,
+        error=error,
+        compile_s=wall,
+        wall_s=wall,
+    )
+
+
+def _cancel(ray: Any, ref: Any) -> None:
+    try:
+        ray.cancel(ref, force=True)
+    except Exception:  # noqa: BLE001 - already finished, or its node is gone
+        pass
+
+
+# -- runs -------------------------------------------------------------------------------------
+class _RunActor:
+    """The run worker as a Ray actor: :mod:`tileauto.run_worker`'s functions, called by
+    :class:`RayWorker` with the driver's import path and settings, on built folders shipped
+    as bytes."""
+
+    def __init__(self) -> None:
+        self.scratch = Path(tempfile.gettempdir()) / "tileauto-ray" / f"run-{os.getpid()}"
+        _remove_stale_scratch(self.scratch.parent)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.folders: dict[str, Path] = {}
+
+    def ping(self, device: str, path: list[str]) -> dict[str, Any]:
+        import ray
+
+        _use_path(path)
+        from tileauto import ray_stages
+
+        return {
+            "node": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "hardware": ray_stages.local_hardware(device),
+        }
+
+    def call(
+        self,
+        path: list[str],
+        env: dict[str, str],
+        payload: bytes,
+        folders: dict[str, dict[str, bytes]],
+    ) -> tuple[str, Any]:
+        _use_path(path)
+        _apply_settings(env)
+        for key, files in folders.items():
+            local = self.scratch / f"{len(self.folders):05d}"
+            _write_files(local, files)
+            self.folders[key] = local
+        try:
+            fn, args = cloudpickle.loads(payload)
+            args = _map_artifacts(args, lambda a: a.moved_to(self.folders[str(a.directory)]))
+            return ("ok", fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - the job's error is data
+            return ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
+
+
+def _remove_stale_scratch(parent: Path) -> None:
+    """Folders of run actors that died (killed actors leave theirs)."""
+    import psutil
+
+    if not parent.is_dir():
+        return
+    for folder in parent.glob("run-*"):
+        try:
+            pid = int(folder.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if not psutil.pid_exists(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _map_artifacts(value: Any, fn: Callable[[KernelArtifact], KernelArtifact]) -> Any:
+    """``value`` with every artifact in it (alone, in a RunRequest, in a list) mapped."""
+    from tileauto.run_worker import RunRequest
+
+    if isinstance(value, KernelArtifact):
+        return fn(value)
+    if isinstance(value, RunRequest):
+        return dataclasses.replace(value, artifact=fn(value.artifact))
+    if isinstance(value, (list, tuple)):
+        mapped = [_map_artifacts(v, fn) for v in value]
+        return mapped if isinstance(value, list) else tuple(mapped)
+    return value
+
+
+class RayWorker:
+    """A run actor that stands in for :class:`tileauto.utils.procs.Worker` in a Runner.
+
+    ``call`` runs a function in the actor and raises what a local worker raises
+    (:class:`WorkerTimeout`, :class:`WorkerCrashed`, :class:`RemoteJobError`), plus
+    :class:`NodeLost` when the actor's node died (not the config's fault).
+    """
+
+    def __init__(self, runner: RayRunner, device: str, threads: int) -> None:
+        self.runner = runner
+        self.device = device
+        self.threads = threads
+        self.name = f"ray-run-{device}"
+        self.actor: Any = None
+        self.node: str | None = None
+        self.pid: int | None = None
+        self.pids: list[int] = []  # every actor process this worker started (tests look)
+        self._shipped: set[str] = set()
+        self._busy = False
+        self._lock = threading.RLock()  # one job at a time, as a local worker
+
+    @property
+    def alive(self) -> bool:
+        return self.actor is not None
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def start(self) -> RayWorker:
+        """Start the actor on a matching node, if it is not running."""
+        if self.actor is not None:
+            return self
+        ray = self.runner.cluster.connect()
+        while True:
+            node = self.runner.next_node()
+            env = {"TVM_NUM_THREADS": str(self.threads), "OMP_NUM_THREADS": str(self.threads)}
+            actor = (
+                _actor_class(ray, _RunActor)
+                .options(
+                    num_cpus=0,
+                    num_gpus=1 if self.device == "cuda" else 0,
+                    scheduling_strategy=_on_node(ray, node),
+                    max_restarts=0,
+                    max_task_retries=0,
+                    runtime_env={"env_vars": env},
+                )
+                .remote()
+            )
+            try:
+                info = ray.get(
+                    actor.ping.remote(self.device, list(sys.path)), timeout=_START_TIMEOUT_S
+                )
+            except ray.exceptions.RayError as exc:
+                ray.kill(actor, no_restart=True)
+                if self.runner.cluster.node_alive(node):
+                    raise TileautoError(f"the Ray run actor could not start: {exc}") from exc
+                self.runner.lost(node)
+                continue
+            if not self.runner.hardware_ok(node, info["hardware"]):
+                ray.kill(actor, no_restart=True)
+                continue
+            self.actor, self.node, self.pid = actor, node, info["pid"]
+            self.pids.append(info["pid"])
+            self._shipped = set()
+            return self
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
+        with self._lock:
+            return self._call(fn, args, timeout_s)
+
+    def _call(self, fn: Callable[..., Any], args: tuple, timeout_s: float | None) -> Any:
+        self.start()
+        ray = self.runner.cluster.connect()
+        if self.device == "cpu" and self.runner.reserve_cores and fn in _TIMING:
+            assert self.node is not None
+            try:
+                self.runner.cluster.hold_cores(self.node)
+            except NodeLost:
+                self._lost()
+                raise
+        folders: dict[str, dict[str, bytes]] = {}
+
+        def ship(artifact: KernelArtifact) -> KernelArtifact:
+            key = str(artifact.directory)
+            if key not in self._shipped:
+                folders[key] = _folder_files(Path(artifact.directory))
+            return artifact
+
+        _map_artifacts(args, ship)
+        payload = cloudpickle.dumps((fn, args))
+        self._busy = True
+        try:
+            ref = self.actor.call.remote(list(sys.path), _settings_env(), payload, folders)
+            ready, _ = ray.wait([ref], timeout=timeout_s)
+            if not ready:
+                self.kill()
+                raise WorkerTimeout(
+                    f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                )
+            try:
+                status, value = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                node = self.node
+                self.actor = None
+                if not self.runner.cluster.node_alive(node):
+                    self._lost()
+                    raise NodeLost(f"node {str(node)[:12]} was lost during {fn.__name__}") from exc
+                oom = "memory" in str(exc).lower() and "OutOfMemory" in type(exc).__name__
+                raise WorkerCrashed(
+                    f"crashed: the Ray run actor died ({_actor_reason(exc)})",
+                    out_of_memory=oom,
+                ) from None
+        finally:
+            self._busy = False
+        self._shipped.update(folders)
+        if status == "ok":
+            return value
+        raise RemoteJobError(value)
+
+    def _lost(self) -> None:
+        node = self.node
+        self.actor, self.node = None, None
+        if node is not None:
+            self.runner.lost(node)
+
+    def kill(self) -> None:
+        """Kill the actor (its process and what it runs) now."""
+        actor, self.actor = self.actor, None
+        if actor is not None:
+            ray = import_ray()
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - its node may be gone
+                pass
+
+    close = kill
+
+
+def _actor_reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if "exit detail:" in text:
+        text = text.split("exit detail:", 1)[1]
+    return text.split(" Some common causes", 1)[0][:200].strip()
+
+
+def _timing_functions() -> tuple[Any, ...]:
+    from tileauto import run_worker
+
+    return (run_worker.check_and_time, run_worker.retime, run_worker.time_reference)
+
+
+class _Timing:
+    def __contains__(self, fn: Any) -> bool:
+        return fn in _timing_functions()
+
+
+_TIMING = _Timing()
+
+
+class RayRunner(Runner):
+    """Checks and times configs in a Ray actor (a :class:`~tileauto.stages.RunStage`).
+
+    A :class:`tileauto.runner.Runner` (the same inputs, reference, replacement after a crash
+    or a timeout) whose worker is a :class:`RayWorker`. Args as ``Runner``'s, plus:
+
+    Args:
+        cluster: the cluster (default: ``RayCluster()``).
+        reserve_cores: on a CPU target, hold every core of the timing node while timing.
+
+    Attributes:
+        nodes: the matching nodes (found by :meth:`start`), the first one used first.
+        lost_nodes: nodes lost during the run (their jobs were run again elsewhere).
+    """
+
+    def __init__(
+        self,
+        profile: ProfileArgs,
+        *,
+        threads: int,
+        device: str = "cpu",
+        captured: Sequence[Any] | None = None,
+        timer: Any = None,
+        cluster: RayCluster | None = None,
+        reserve_cores: bool = True,
+    ) -> None:
+        super().__init__(profile, threads=threads, device=device, captured=captured, timer=timer)
+        self.cluster = cluster if cluster is not None else RayCluster()
+        self.reserve_cores = reserve_cores
+        self.nodes: list[str] = []
+        self.lost_nodes: list[str] = []
+        self._hardware: dict[str, Any] | None = None
+        self._started = False
+
+    # -- placement -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Join the cluster and find the nodes whose hardware matches (before any compile).
+
+        Raises:
+            NoMatchingNodeError: no node matches.
+        """
+        self.cluster.connect()
+        if self.device == "cpu":
+            self.nodes = matching_nodes(self.cluster, "cpu")
+            self._hardware = local_hardware("cpu")
+        else:
+            gpus = [n for n, r in self.cluster.nodes().items() if r.get("GPU", 0.0) >= 1]
+            if not gpus:
+                raise NoMatchingNodeError("no node of the Ray cluster has a GPU")
+            self.nodes = gpus
+        self._started = True
+
+    def next_node(self) -> str:
+        """The node for a new run actor: the first matching one still alive."""
+        if not self._started:
+            self.start()
+        alive = self.cluster.nodes()
+        for node in self.nodes:
+            if node in alive:
+                return node
+        raise NoMatchingNodeError(
+            f"every node matching the target was lost ({len(self.lost_nodes)} lost)"
+        )
+
+    def hardware_ok(self, node: str, hardware: dict[str, Any]) -> bool:
+        """A new actor's hardware: the target's (GPU: the first actor's, when the driver has
+        no GPU of that kind); a node that does not match is not used again."""
+        if self._hardware is None:
+            try:
+                here = local_hardware(self.device)
+            except Exception:  # noqa: BLE001 - no GPU on the driver
+                here = None
+            usable = here is not None and here.get("device", {}).get("name") != "no-gpu"
+            self._hardware = here if usable else hardware
+        if hardware == self._hardware:
+            return True
+        log.info("node %s left out: hardware %s, not %s", node[:12], hardware, self._hardware)
+        self.nodes = [n for n in self.nodes if n != node]
+        return False
+
+    def lost(self, node: str) -> None:
+        if node not in self.lost_nodes:
+            self.lost_nodes.append(node)
+        self.nodes = [n for n in self.nodes if n != node]
+
+    def make_worker(  # type: ignore[override]
+        self, device: str, threads: int, memory_limit_mb: int = -1, *, fork_ok: bool = False
+    ) -> RayWorker:
+        return RayWorker(self, device, threads)
+
+    # -- node loss: the same job again, elsewhere -------------------------------------------------
+    def setup(self, key: str | None = None) -> Any:
+        try:
+            return super().setup(key)
+        except NodeLost:
+            self._setup_errors.pop(self.first if key is None else key, None)
+            self._ready.clear()
+            raise
+
+    def run(
+        self,
+        artifact: KernelArtifact,
+        config: dict,
+        *,
+        is_reference: bool = False,
+        time_it: bool = True,
+    ) -> RunOutcome:
+        for _ in range(self.cluster.node_retries):
+            try:
+                return super().run(artifact, config, is_reference=is_reference, time_it=time_it)
+            except NodeLost as exc:
+                log.info("%s; running %s again elsewhere", exc, config)
+                self._ready.clear()
+        return super().run(artifact, config, is_reference=is_reference, time_it=time_it)
+
+    def retime(
+        self, items: Sequence[tuple[KernelArtifact, dict]], rounds: int
+    ) -> list[tuple[float, ...]] | None:
+        for _ in range(self.cluster.node_retries + 1):
+            lost = len(self.lost_nodes)
+            got = super().retime(items, rounds)
+            if got is not None or len(self.lost_nodes) == lost:
+                return got
+            self._ready.clear()
+        return None
+
+    def time_reference(self, warmup: int = 3, rep: int = 10) -> float | None:
+        for _ in range(self.cluster.node_retries + 1):
+            lost = len(self.lost_nodes)
+            got = super().time_reference(warmup, rep)
+            if got is not None or len(self.lost_nodes) == lost:
+                return got
+            self._ready.clear()
+        return None
+
+    def kill(self) -> None:
+        super().kill()
+        self.cluster.release_cores()

@@ -1,0 +1,234 @@
+"""A model-guided search for discrete, constrained spaces whose configs can fail.
+
+Each batch, a random forest (scikit-learn) learns from the trials so far which configs are
+*good* (the fastest fifth of the configs that passed, and at least the five fastest),
+weighting each good config by how much faster it is than the threshold; a second forest learns
+which configs *fail* (compile error, crash, mismatch), when any has. Every untried config of the
+space (or, in a space of more than ``pool`` configs, a random sample of them plus every
+one-parameter change of the best configs) is scored by P(good) x P(passes), and the batch is
+chosen greedily by score, halving the score of the configs within two parameters of each pick
+(so a batch is not eight copies of one idea). A share of each batch is drawn at random.
+
+It proposes configs of the space only (constraints hold by construction), never one twice, and
+the first batches are random until the models have something to learn from. Chosen by
+measurement on four recorded GPU spaces against random sampling and Optuna's TPE: see
+``docs/search.md`` and ``bench/search_quality.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import random
+from typing import Any
+
+from tileauto.records import Trial
+from tileauto.search.base import SearchStrategy, SpaceLike
+from tileauto.search.features import Encoder
+from tileauto.search.sampling import Untried
+
+EXTRA = "search"  # pip install "tileauto[search]"
+
+
+def require_sklearn(what: str) -> None:
+    """Raise ImportError naming the extra when scikit-learn is not installed."""
+    try:
+        importlib.import_module("sklearn")
+    except ImportError:
+        raise ImportError(
+            f"{what} needs scikit-learn, which is not installed; install the extra with "
+            f'pip install "tileauto[{EXTRA}]" (or pip install scikit-learn), or use '
+            "search='random' or 'exhaustive'"
+        ) from None
+
+
+class GuidedSearch(SearchStrategy):
+    """Model-guided search (random forests of good and of failing configs).
+
+    Args:
+        budget: how many configs to propose in all; None: until the loop's budget stops it.
+        batch: configs per batch; None: ``max(parallelism, 8)`` (a batch is one model fit).
+        initial: random configs before the first model; None: ``max(2 * batch, 10)``.
+        trees: trees per forest.
+        good_fraction: the share of passing configs that count as good (at least 5 do).
+        explore: the share of each batch drawn at random.
+        pool: the most candidates scored per batch (a larger space is sampled).
+        seed: None: the seed the search is started with.
+    """
+
+    def __init__(
+        self,
+        budget: int | None = None,
+        *,
+        batch: int | None = None,
+        initial: int | None = None,
+        trees: int = 20,
+        good_fraction: float = 0.2,
+        explore: float = 0.1,
+        pool: int = 20_000,
+        seed: int | None = None,
+    ) -> None:
+        for name, value in (("budget", budget), ("batch", batch), ("initial", initial)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(f"GuidedSearch {name} must be an int >= 1 or None, got {value!r}")
+        if not 0.0 < good_fraction < 1.0:
+            raise ValueError(f"GuidedSearch good_fraction must be in (0, 1), got {good_fraction!r}")
+        if not 0.0 <= explore <= 1.0:
+            raise ValueError(f"GuidedSearch explore must be in [0, 1], got {explore!r}")
+        if not isinstance(trees, int) or trees < 1 or not isinstance(pool, int) or pool < 100:
+            raise ValueError(f"GuidedSearch needs trees >= 1 and pool >= 100, got {trees}, {pool}")
+        self.budget, self.batch, self.initial = budget, batch, initial
+        self.trees, self.good_fraction, self.explore, self.pool = (
+            trees,
+            good_fraction,
+            explore,
+            pool,
+        )
+        self.own_seed = seed
+
+    def describe(self) -> str:
+        seed = "" if self.own_seed is None else f", seed={self.own_seed}"
+        return (
+            f"GuidedSearch(budget={self.budget}, batch={self.batch}, initial={self.initial}, "
+            f"trees={self.trees}, good_fraction={self.good_fraction}, explore={self.explore}, "
+            f"pool={self.pool}{seed})"
+        )
+
+    def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
+        require_sklearn("search='guided'")
+        import numpy as np
+
+        super().start(space, parallelism=parallelism, seed=seed)
+        seed = self.own_seed if self.own_seed is not None else self.seed
+        self._rng = np.random.default_rng(seed)
+        self._untried = Untried(len(self.space), random.Random(seed))
+        self._encoder = Encoder(self.space)
+        self._size = self.batch or max(self.parallelism, 8)
+        self._first = self.initial or max(2 * self._size, 10)
+        self._asked = 0
+        self._told: list[int] = []
+        self._logs: list[float] = []  # log latency, NaN for a failed config
+
+    def tell(self, index: int, trial: Trial) -> None:
+        self._untried.mark([index])
+        self._told.append(index)
+        latency = trial.latency_ms
+        good = trial.ok and latency is not None and math.isfinite(latency)
+        self._logs.append(
+            math.log(max(latency, 1e-12)) if good and latency is not None else math.nan
+        )
+
+    def ask(self) -> list[int]:
+        k = min(self._size, self._untried.left)
+        if self.budget is not None:
+            k = min(k, self.budget - self._asked)
+        if k <= 0:
+            return []
+        picks = None
+        if len(self._told) >= self._first and self._encoder.width:
+            picks = self._guided(k)
+        if picks is None:
+            picks = self._untried.draw(k)
+        self._asked += len(picks)
+        return picks
+
+    # -- one model-guided batch ----------------------------------------------------------------
+    def _guided(self, k: int) -> list[int] | None:
+        import numpy as np
+
+        told = np.asarray(self._told, dtype=np.int64)
+        logs = np.asarray(self._logs)
+        ok = ~np.isnan(logs)
+        if ok.sum() < 2:
+            return None
+        ranked = np.sort(logs[ok])
+        threshold = max(np.quantile(logs[ok], self.good_fraction), ranked[min(5, len(ranked)) - 1])
+        good = ok & (logs <= threshold)
+        if good.sum() == ok.sum():  # nothing passing is bad yet: nothing to tell apart
+            return None
+        weight = np.ones(len(logs))
+        lift = threshold - logs[good] + 1e-3  # the faster, the more a good config counts
+        weight[good] = lift * good.sum() / lift.sum()
+        rows = self._encoder.rows(self.space.codes(told))
+        good_model = self._forest().fit(rows[ok], good[ok], sample_weight=weight[ok])
+        fail_model = self._forest().fit(rows, ok) if not ok.all() else None
+
+        candidates = self._candidates(told, logs)
+        if len(candidates) == 0:
+            return None
+        cand_codes = self.space.codes(candidates)
+        cand_rows = self._encoder.rows(cand_codes)
+        score = _positive(good_model, cand_rows)
+        if fail_model is not None:
+            score = score * _positive(fail_model, cand_rows)
+        score = score + 1e-9 * self._rng.random(len(score))  # ties broken at random, seeded
+
+        explore = self._explore_count(k)
+        picks: list[int] = []
+        for _ in range(min(k - explore, len(candidates))):
+            best = int(np.argmax(score))
+            picks.append(int(candidates[best]))
+            near = (cand_codes != cand_codes[best]).sum(axis=1) <= 2
+            score[near] *= 0.5
+            score[best] = -1.0
+        self._untried.mark(picks)
+        return picks + self._untried.draw(k - len(picks))
+
+    def _explore_count(self, k: int) -> int:
+        expected = self.explore * k
+        whole = int(expected)
+        return whole + int(self._rng.random() < expected - whole)
+
+    def _candidates(self, told: Any, logs: Any) -> Any:
+        """Untried indices to score: all of them, or a sample and the best configs' neighbours."""
+        import numpy as np
+
+        if self._untried.left <= self.pool:
+            return self._untried.all()
+        sample = np.unique(self._rng.integers(0, len(self.space), size=self.pool))
+        ok = ~np.isnan(logs)
+        best = told[ok][np.argsort(logs[ok])[:8]]
+        near = _neighbours(self.space, self.space.codes(best))
+        both = np.union1d(sample, near)
+        return both[~self._untried.mask(both)]
+
+    def _forest(self) -> Any:
+        ensemble = importlib.import_module("sklearn.ensemble")  # the search extra
+        return ensemble.RandomForestClassifier(
+            n_estimators=self.trees,
+            max_features=1.0,
+            random_state=int(self._rng.integers(2**31 - 1)),
+            n_jobs=1,
+        )
+
+
+def _positive(model: Any, rows: Any) -> Any:
+    """P(class True) from a fitted classifier (1 or 0 when it saw one class only)."""
+    import numpy as np
+
+    classes = list(model.classes_)
+    if True not in classes:
+        return np.zeros(len(rows))
+    if len(classes) == 1:
+        return np.ones(len(rows))
+    return model.predict_proba(rows)[:, classes.index(True)]
+
+
+def _neighbours(space: Any, codes: Any) -> Any:
+    """Indices of the configs that differ from one of ``codes`` in exactly one parameter."""
+    import numpy as np
+
+    found = []
+    for j, param in enumerate(space.params):
+        size = len(param.values)
+        if size < 2:
+            continue
+        moved = np.repeat(codes, size, axis=0)
+        moved[:, j] = np.tile(np.arange(size), len(codes))
+        found.append(space.index_of(moved))
+    if not found:
+        return np.zeros(0, dtype=np.int64)
+    every = np.concatenate(found)
+    return np.unique(every[every >= 0])

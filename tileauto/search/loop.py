@@ -1,0 +1,191 @@
+"""The search loop that the tuning session and the replay share: ask, measure, tell, stop.
+
+``run_search`` owns the budgets; the strategy only proposes, and ``measure`` only measures (a
+session compiles and runs the batch; a replay looks it up in a record), so the same strategy
+code runs the same way in both.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tileauto.records import Trial
+from tileauto.search.base import SearchStrategy
+from tileauto.space import Space, as_space
+
+Measure = Callable[[list[int]], Iterable[tuple[int, Trial]]]
+
+
+class StopReason(str, enum.Enum):
+    """Why a search stopped (the value is what reports print)."""
+
+    DONE = "done"  # the strategy proposed all it wanted (every config, for exhaustive)
+    MAX_TRIALS = "max_trials"
+    MAX_SECONDS = "max_seconds"
+    PLATEAU = "plateau"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a search measured and why it stopped.
+
+    Attributes:
+        stop_reason: a :class:`StopReason` (a str: ``"done"``, ``"max_trials"``,
+            ``"max_seconds"``, ``"plateau"``).
+        trials: every measured config's trial by index (the ``known`` ones included).
+        never_tried: configs of the space that have no trial (not failures: never measured).
+        best_index: the fastest passing config's index, or None when none passed.
+    """
+
+    stop_reason: StopReason
+    trials: dict[int, Trial]
+    never_tried: int
+    best_index: int | None = None
+
+    def describe(self) -> str:
+        """One line for a report: what stopped the search and what was left."""
+        what = {
+            StopReason.DONE: "the strategy proposed no more configs",
+            StopReason.MAX_TRIALS: "max_trials was reached",
+            StopReason.MAX_SECONDS: "max_seconds ran out",
+            StopReason.PLATEAU: "the best latency stopped improving (plateau)",
+        }[self.stop_reason]
+        return (
+            f"search stopped: {what}; {len(self.trials)} measured, {self.never_tried} never tried"
+        )
+
+
+class _Plateau:
+    """Counts trials since the best latency last improved by more than its timing spread."""
+
+    def __init__(self) -> None:
+        self.best: Trial | None = None
+        self.since = 0
+
+    def add(self, trial: Trial) -> None:
+        latency = trial.latency_ms if trial.ok else None
+        if latency is None:
+            self.since += self.best is not None
+            return
+        best = self.best.latency_ms if self.best is not None else None
+        if self.best is None or best is None:
+            self.best, self.since = trial, 0
+            return
+        spread = self.best.latency.spread_ms if self.best.latency is not None else 0.0
+        if latency < best - spread:
+            self.best, self.since = trial, 0
+        else:
+            if latency < best:
+                self.best = trial  # faster, but within the noise: not an improvement
+            self.since += 1
+
+
+def run_search(
+    strategy: SearchStrategy,
+    space: Space | Iterable[dict[str, Any]],
+    measure: Measure,
+    *,
+    max_trials: int | None = None,
+    max_seconds: float | None = None,
+    plateau: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    parallelism: int = 1,
+    seed: int = 0,
+    known: Mapping[int, Trial] | None = None,
+    started_at: float | None = None,
+) -> SearchOutcome:
+    """Drive ``strategy`` over ``space`` until it is done or a budget stops it.
+
+    Args:
+        strategy: a started or fresh strategy (it is started here; see
+            :func:`tileauto.search.resolve_search` for names and old-style strategies).
+        space: the configs (a :class:`tileauto.space.Space`, or a list of dicts).
+        measure: measures a batch of indices and yields ``(index, trial)`` for each, in any
+            order, as each is done. It may be a generator: when a budget runs out in the middle
+            of a batch, the loop stops iterating and closes it (its ``finally`` can cancel what
+            is in flight); the indices it did not yield are never tried.
+        max_trials: the most configs to measure (``known`` ones do not count).
+        max_seconds: the most seconds of ``clock`` since ``started_at`` (default: now).
+        plateau: stop after this many trials in a row that do not beat the best latency by
+            more than its timing spread (p80 - p20).
+        clock: the time source (a fake one in tests; replays pass recorded seconds).
+        parallelism: how many configs can be measured at once (sizes the strategy's batches).
+        seed: the seed the strategy is started with.
+        known: trials measured before the loop (the default config, a cache): told to the
+            strategy first, never proposed again.
+        started_at: the ``clock`` value that ``max_seconds`` counts from.
+    """
+    for name, value in (("max_trials", max_trials), ("plateau", plateau)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds must be a number > 0 or None, got {max_seconds!r}")
+    space = as_space(space)
+    n = len(space)
+    start = clock() if started_at is None else started_at
+    strategy.start(space, parallelism=parallelism, seed=seed)
+    trials: dict[int, Trial] = {}
+    stall = _Plateau()
+    for index, trial in (known or {}).items():
+        if 0 <= index < n:
+            trials[index] = trial
+            strategy.tell(index, trial)
+            stall.add(trial)
+    stall.since = 0
+    measured = 0
+
+    def stop_now() -> StopReason | None:
+        if max_trials is not None and measured >= max_trials:
+            return StopReason.MAX_TRIALS
+        if max_seconds is not None and clock() - start >= max_seconds:
+            return StopReason.MAX_SECONDS
+        if plateau is not None and stall.since >= plateau:
+            return StopReason.PLATEAU
+        return None
+
+    reason = stop_now()
+    while reason is None:
+        batch = list(
+            dict.fromkeys(
+                int(i) for i in strategy.ask() if 0 <= int(i) < n and int(i) not in trials
+            )
+        )
+        if not batch:
+            reason = StopReason.DONE
+            break
+        if max_trials is not None:
+            batch = batch[: max_trials - measured]
+        results = iter(measure(batch))
+        try:
+            for index, trial in results:
+                if index in trials:
+                    continue
+                trials[index] = trial
+                measured += 1
+                strategy.tell(index, trial)
+                stall.add(trial)
+                reason = stop_now()
+                if reason is not None:
+                    break
+        finally:
+            close = getattr(results, "close", None)
+            if reason is not None and callable(close):
+                close()
+        if reason is None:
+            reason = stop_now()
+    ranked = [(t.latency_ms, i) for i, t in trials.items() if t.ok and t.latency_ms is not None]
+    return SearchOutcome(
+        stop_reason=reason,
+        trials=trials,
+        never_tried=n - len(trials),
+        best_index=min(ranked)[1] if ranked else None,
+    )

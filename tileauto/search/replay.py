@@ -1,0 +1,112 @@
+"""Replay a search on a recorded space: no compile, no run, the recorded trials instead."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tileauto.records import Trial
+from tileauto.search.loop import StopReason, run_search
+from tileauto.search.recorded import RecordedSpace
+from tileauto.search.resolve import resolve_search
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """How a strategy did on a recorded space.
+
+    Attributes:
+        best_ms: the best latency it found (inf when no config it tried passed).
+        optimum_ms: the best latency of the whole record.
+        score: ``optimum_ms / best_ms`` (1.0: it found the optimum; 0.0: nothing passed).
+        trace: the best latency so far after each trial (inf before the first pass).
+        trials: how many configs it measured (failures count).
+        best_index: the index of the best config it found (None when nothing passed).
+        stop_reason: why the search stopped.
+        strategy: the strategy's ``describe()``.
+    """
+
+    best_ms: float
+    optimum_ms: float
+    score: float
+    trace: tuple[float, ...]
+    trials: int
+    best_index: int | None
+    stop_reason: StopReason
+    strategy: str
+
+    def trials_to_reach(self, share: float = 0.05) -> int | None:
+        """Trials it took to come within ``share`` of the optimum (None: it never did)."""
+        limit = self.optimum_ms * (1 + share)
+        return next((k + 1 for k, best in enumerate(self.trace) if best <= limit), None)
+
+
+def replay(
+    space: RecordedSpace | str | Path,
+    strategy: Any = "auto",
+    budget: int | float | None = None,
+    seed: int = 0,
+    *,
+    parallelism: int = 8,
+    max_seconds: float | None = None,
+    plateau: int | None = None,
+) -> ReplayResult:
+    """Run a search against a recorded space, through the tuner's own loop.
+
+    Args:
+        space: a :class:`RecordedSpace`, or the path of a file :meth:`RecordedSpace.load` reads.
+        strategy: a name or a strategy object, as ``search=`` takes.
+        budget: the most trials: an int, or a share of the space (``0.02``: 2%); None: until
+            the strategy stops.
+        seed: the strategy's seed.
+        parallelism: configs measured at once (the batch size a strategy plans for).
+        max_seconds: a budget in *recorded* seconds (each trial's compile and run time, as
+            measured when the space was recorded, one after another).
+        plateau: as in :func:`tileauto.search.run_search`.
+    """
+    record = space if isinstance(space, RecordedSpace) else RecordedSpace.load(space)
+    n = len(record)
+    if isinstance(budget, float):
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(f"a budget given as a share must be in (0, 1], got {budget}")
+        budget = max(1, math.ceil(budget * n - 1e-9))
+    chosen = resolve_search(strategy)
+    spent = [0.0]
+
+    def measure(indices: list[int]) -> Any:
+        for i in indices:
+            trial: Trial = record.trials[i]
+            spent[0] += (trial.compile_s or 0.0) + (trial.run_s or 0.0)
+            yield i, trial
+
+    outcome = run_search(
+        chosen,
+        record.space,
+        measure,
+        max_trials=budget,
+        max_seconds=max_seconds,
+        plateau=plateau,
+        clock=lambda: spent[0],
+        parallelism=parallelism,
+        seed=seed,
+        started_at=0.0,
+    )
+    trace, best = [], math.inf
+    for index in outcome.trials:  # in the order they were measured
+        trial = outcome.trials[index]
+        if trial.ok and trial.latency_ms is not None:
+            best = min(best, trial.latency_ms)
+        trace.append(best)
+    optimum = record.optimum_ms
+    return ReplayResult(
+        best_ms=best,
+        optimum_ms=optimum,
+        score=optimum / best if math.isfinite(best) else 0.0,
+        trace=tuple(trace),
+        trials=len(outcome.trials),
+        best_index=outcome.best_index,
+        stop_reason=outcome.stop_reason,
+        strategy=chosen.describe(),
+    )
