@@ -1,0 +1,100 @@
+"""The run worker's side, called in this process: inputs, the reference, checks and timing.
+
+The run worker runs these functions in an isolated process; here they run in the test's own
+process (on kernels that do not crash), so each verdict is checked without a worker.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileauto import run_worker
+from tileauto.jit.compiler import compile_to_dir
+from tileauto.options import ProfileArgs
+from tileauto.records import TrialStatus
+from tileauto.run_worker import RunRequest, SessionSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from tune_kernels import scale, scale_jit  # noqa: E402
+
+N = 256
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Compiled configs by mode (one compile each, for the module)."""
+    out = tmp_path_factory.mktemp("built")
+    return {
+        mode: compile_to_dir(
+            scale, (N,), {"mode": mode}, scale_jit.compile_args, out / mode, config={"mode": mode}
+        )
+        for mode in ("ok", "wrong", "partial", "spill", "inplace")
+    }
+
+
+@pytest.fixture(autouse=True)
+def fresh_sessions(monkeypatch):
+    monkeypatch.setattr(run_worker, "_SESSIONS", {})
+
+
+def spec_for(artifact, **profile) -> SessionSpec:
+    return SessionSpec(
+        params=artifact.params,
+        out_pos=artifact.out_idx,
+        device="cpu",
+        profile=ProfileArgs(warmup_iters=1, rep_iters=3, **profile).for_worker(),
+        threads=1,
+    )
+
+
+def run(artifact, *, reference=False, time_it=True):
+    request = RunRequest(artifact, dict(artifact.config), is_reference=reference, time_it=time_it)
+    return run_worker.check_and_time(request)
+
+
+def test_the_default_is_the_reference_and_a_correct_config_passes_with_samples(built):
+    run_worker.setup(spec_for(built["ok"]), reference=False)
+    first = run(built["ok"], reference=True)
+    assert first.status is TrialStatus.OK and first.reference is not None
+    again = run(built["ok"])
+    assert again.status is TrialStatus.OK and len(again.samples_ns) == 3
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "says"),
+    [
+        ("wrong", TrialStatus.MISMATCH, "outside rtol"),
+        ("partial", TrialStatus.MISMATCH, "unwritten output"),
+        ("spill", TrialStatus.OUT_OF_BOUNDS, "wrote outside the bounds of B"),
+    ],
+)
+def test_each_wrong_kernel_gets_its_verdict(built, mode, status, says):
+    run_worker.setup(spec_for(built["ok"]), reference=False)
+    run(built["ok"], reference=True)
+    got = run(built[mode])
+    assert got.status is status, got
+    assert says in (got.error or ""), got.error
+
+
+def test_a_ref_prog_is_the_reference_and_a_kernel_that_writes_its_input_is_noted(built):
+    spec = spec_for(built["ok"], ref_prog=lambda a: a * 2)
+    run_worker.setup(spec, reference=False)
+    run_worker.compute_reference()
+    assert run(built["ok"]).status is TrialStatus.OK
+    inplace = run(built["inplace"])
+    assert any("writes into input 'A'" in note for note in inplace.notes)
+
+
+def test_the_user_inputs_are_never_touched(built):
+    import torch
+
+    a = torch.arange(N, dtype=torch.float32)
+    spec = spec_for(built["inplace"])
+    spec.captured = [a.clone()]
+    run_worker.setup(spec, reference=False)
+    run(built["inplace"], reference=True)
+    run(built["inplace"])
+    assert torch.equal(spec.captured[0], a)  # the session works on its own copies

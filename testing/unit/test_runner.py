@@ -1,0 +1,76 @@
+"""The parent's side of running configs: one isolated run worker, replaced after a failure."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileauto.jit.compiler import compile_to_dir
+from tileauto.options import ProfileArgs
+from tileauto.records import TrialStatus
+from tileauto.runner import Runner
+from tileauto.stages import RunStage
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from tune_kernels import scale, scale_jit  # noqa: E402
+
+N = 256
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("built")
+    return {
+        mode: compile_to_dir(
+            scale, (N,), {"mode": mode}, scale_jit.compile_args, out / mode, config={"mode": mode}
+        )
+        for mode in ("ok", "segfault", "hang", "wrong")
+    }
+
+
+@pytest.fixture
+def runner():
+    r = Runner(ProfileArgs(warmup_iters=1, rep_iters=3, timeout=5.0), threads=1)
+    yield r
+    r.kill()
+
+
+def run(r, artifact, reference=False):
+    return r.run(artifact, dict(artifact.config), is_reference=reference)
+
+
+def test_it_is_a_run_stage(runner):
+    assert isinstance(runner, RunStage)
+
+
+def test_inplace_args_are_checked_against_the_kernel_before_any_run(built):
+    r = Runner(ProfileArgs(inplace_args=[5]), threads=1)
+    with pytest.raises(ValueError, match=r"inplace_args=\[5\]: \[5\] is not .* 0: A"):
+        r.prepare(built["ok"])
+
+
+@pytest.mark.timeout(120)
+def test_a_crash_and_a_hang_replace_the_worker_and_the_next_config_runs(runner, built):
+    runner.start()
+    runner.prepare(built["ok"])
+    assert run(runner, built["ok"], reference=True).status is TrialStatus.OK
+    crash = run(runner, built["segfault"])
+    assert crash.status is TrialStatus.CRASH and "replaced" in crash.error
+    hang = run(runner, built["hang"])
+    assert hang.status is TrialStatus.TIMEOUT and "timed out after 5 s" in hang.error
+    assert runner.replacements == 2
+    # the replacement worker was set up again, with the default config's reference
+    assert run(runner, built["wrong"]).status is TrialStatus.MISMATCH
+    ok = run(runner, built["ok"])
+    assert ok.status is TrialStatus.OK and len(ok.samples_ns) == 3
+    assert ok.reference is None  # the reference stays with the runner, not in outcomes
+
+
+def test_kill_is_immediate_and_idempotent(runner, built):
+    runner.prepare(built["ok"])
+    assert run(runner, built["ok"], reference=True).status is TrialStatus.OK
+    runner.kill()
+    runner.kill()
+    assert not runner.worker.alive
