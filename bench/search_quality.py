@@ -238,7 +238,7 @@ def _plot(curves: dict[str, dict[str, list[list[float]]]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.6), squeeze=False)
     for ax, (space, by_name) in zip(axes[0], curves.items()):
         for name, traces in by_name.items():
             n = len(traces[0])
@@ -251,7 +251,8 @@ def _plot(curves: dict[str, dict[str, list[list[float]]]], path: str) -> None:
         ax.set_xlabel("trials")
         ax.set_ylim(0.5, 1.01)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("best so far: optimum / best (median, p10 band)")
+    axes[0][0].set_ylabel("optimum / best so far")
+    fig.suptitle("median over seeds; shaded: down to the 10th percentile", fontsize=9)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -172,7 +172,7 @@ class GuidedSearch(SearchStrategy):
             picks.append(int(candidates[best]))
             near = (cand_codes != cand_codes[best]).sum(axis=1) <= 2
             score[near] *= 0.5
-            score[best] = -1.0
+            score[best] = -np.inf  # never picked twice
         self._untried.mark(picks)
         return picks + self._untried.draw(k - len(picks))
 
