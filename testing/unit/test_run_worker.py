@@ -6,19 +6,13 @@ process (on kernels that do not crash), so each verdict is checked without a wor
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from scale_builds import build_modes  # noqa: E402
 
 from tileauto import run_worker
-from tileauto.jit.compiler import compile_to_dir
 from tileauto.options import ProfileArgs
 from tileauto.records import TrialStatus
 from tileauto.run_worker import RunRequest, SessionSpec
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from tune_kernels import scale, scale_jit  # noqa: E402
 
 N = 256
 
@@ -26,13 +20,9 @@ N = 256
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Compiled configs by mode (one compile each, for the module)."""
-    out = tmp_path_factory.mktemp("built")
-    return {
-        mode: compile_to_dir(
-            scale, (N,), {"mode": mode}, scale_jit.compile_args, out / mode, config={"mode": mode}
-        )
-        for mode in ("ok", "wrong", "partial", "spill", "inplace")
-    }
+    return build_modes(
+        tmp_path_factory.mktemp("built"), N, ("ok", "wrong", "partial", "spill", "inplace")
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from scale_builds import build_modes  # noqa: E402
 
-from tileauto.jit.compiler import compile_to_dir
 from tileauto.options import ProfileArgs
 from tileauto.records import TrialStatus
 from tileauto.runner import Runner
 from tileauto.stages import RunStage
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from tune_kernels import scale, scale_jit  # noqa: E402
 
 N = 256
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("built")
-    return {
-        mode: compile_to_dir(
-            scale, (N,), {"mode": mode}, scale_jit.compile_args, out / mode, config={"mode": mode}
-        )
-        for mode in ("ok", "segfault", "hang", "wrong")
-    }
+    return build_modes(tmp_path_factory.mktemp("built"), N, ("ok", "segfault", "hang", "wrong"))
 
 
 @pytest.fixture
