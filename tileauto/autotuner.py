@@ -29,10 +29,14 @@ from tileauto.search import resolve_search
 from tileauto.session import TuningSession, rebuild_best
 from tileauto.settings import Settings
 from tileauto.space import (
+    Param,
+    ProductSpace,
+    Space,
     baseline_config,
     config_id,
     materialize,
     merged_pass_configs,
+    product,
     prune_space,
     resolve_configs,
     split_pass_configs,
@@ -78,7 +82,7 @@ def tune(
             "only; nothing is tuned or cached"
         )
         space = [default_of_space(factory, space)]
-        profile_args = dataclasses.replace(profile_args, retime_top_k=0, search=None)
+        profile_args = dataclasses.replace(profile_args, retime_top_k=0, search="exhaustive")
         verbose = False
     captured = captured_inputs()
     target = resolve_target(compile_args.target, compile_args.target_host, settings)
@@ -145,14 +149,19 @@ def _disk_store(problem: TuningProblem, target: Any, bucket: Any) -> Any:
 
 
 def _pruned(
-    space: list[dict[str, Any]],
+    space: list[dict[str, Any]] | ProductSpace,
     profile_args: ProfileArgs,
     factory: Callable[..., Any],
     args: tuple,
     kwargs: dict[str, Any],
-) -> list[dict[str, Any]]:
-    """The space after ``prune_configs_by`` (Triton's semantics), logged when it shrank."""
-    kept = prune_space(space, profile_args.prune_configs_by, factory, args, kwargs)
+) -> list[dict[str, Any]] | ProductSpace:
+    """The space after ``prune_configs_by`` (Triton's semantics), logged when it shrank.
+
+    Triton's pruning functions take a list, so a product is expanded only when they are given.
+    """
+    if not profile_args.prune_configs_by:
+        return space
+    kept = prune_space(list(space), profile_args.prune_configs_by, factory, args, kwargs)
     if len(kept) < len(space):
         log.info(
             "%s: prune_configs_by kept %d of %d configs",
@@ -172,13 +181,15 @@ def _say_once(message: str) -> None:
         log.warning("%s", message)
 
 
-def default_of_space(factory: Callable[..., Any], space: list[dict[str, Any]]) -> dict[str, Any]:
+def default_of_space(
+    factory: Callable[..., Any], space: list[dict[str, Any]] | ProductSpace
+) -> dict[str, Any]:
     """The config that runs when tuning is off: the factory's defaults, else the first config.
 
     Only the keys without a default are set (the factory fills in the rest).
     """
     defaults = default_config(factory)
-    keys = {k for cfg in space for k in cfg}
+    keys = set(space.names) if isinstance(space, Space) else {k for cfg in space for k in cfg}
     chosen = baseline_config(space, defaults, keys)
     return {k: v for k, v in chosen.items() if k not in defaults or v != defaults[k]}
 
@@ -221,6 +232,13 @@ class AutoTuneImpl:
         verbose: bool,
         check_new_shapes: bool = False,
     ) -> None:
+        if isinstance(jit_impl, StackedParams):
+            if configs is not None:
+                raise ConfigSpaceError(
+                    "give the space once: autotune(configs=...) or stacked "
+                    f"@autotune.param(...) decorators, not both (params: {jit_impl.names()})"
+                )
+            configs, jit_impl = jit_impl.space(), jit_impl.target
         if not isinstance(jit_impl, JITImpl):
             raise TypeError(
                 "@autotune must be stacked on @tileauto.jit: @autotune(...) above @jit(...) above the "
@@ -228,7 +246,9 @@ class AutoTuneImpl:
             )
         if configs is None:
             raise ConfigSpaceError(
-                "autotune(configs=...) is required: a list of dicts or a callable returning one"
+                "autotune(configs=...) is required: a list of dicts, a tileauto.space.product(...) "
+                "or a callable returning one; or stack @autotune.param(name, values) decorators "
+                "under @autotune(...)"
             )
         self.jit_impl = jit_impl
         self.configs = materialize(configs)
@@ -321,7 +341,7 @@ class AutoTuneImpl:
         the default config's results), so it is cached on disk like any tuning.
         """
         compile_args, factory = self.jit_impl.compile_args, self.jit_impl.factory
-        quick = dataclasses.replace(self.profile_args, retime_top_k=0, search=None)
+        quick = dataclasses.replace(self.profile_args, retime_top_k=0, search="exhaustive")
         try:
             checked = tune(
                 factory, args, kwargs, [bucket_result.config], compile_args, quick,
@@ -368,7 +388,7 @@ def autotune(
     flush_cache: bool | None = None,
     seed: int = 0,
     retime_top_k: int = 3,
-    search: Any = None,
+    search: Any = "auto",
     max_trials: int | None = None,
     max_seconds: float | None = None,
     plateau: int | None = None,
@@ -389,8 +409,10 @@ def autotune(
     """Tune a ``@jit`` factory over ``configs`` on its first call per tuning key.
 
     Args:
-        configs: a list of dicts of tunable arguments, or a callable of the factory's
-            arguments returning one.
+        configs: a list of dicts of tunable arguments, a :class:`tileauto.space.Space`
+            (``tileauto.space.product(...)``: kept lazy, never expanded), or a callable of
+            the factory's arguments returning one; or stacked
+            ``@autotune.param(name, values)`` decorators under this one.
         warmup / rep: milliseconds of warm-up and of timed repetitions per config, as in
             TileLang and Triton: the counts come from a first estimate of one call (at least
             3 timed runs, at most 1,000,000). ``warmup_iters`` / ``rep_iters`` give counts
@@ -430,8 +452,11 @@ def autotune(
         executor: where configs are compiled and timed: ``"local"`` (worker processes of
             this machine) or ``"ray"`` (a Ray cluster; see ``docs/scale.md``). Default:
             ``TILEAUTO_EXECUTOR``, else local. Results and cache entries are the same.
-        search: which configs to measure: ``"exhaustive"`` (default, all of them) or a
-            :class:`tileauto.search.SearchStrategy` such as ``RandomSearch(budget=8)``.
+        search: which configs to measure: ``"auto"`` (default: every config of a space of
+            up to 256, a guided search of 5% of a larger one, at least 256 configs),
+            ``"exhaustive"``, ``"guided"``, ``"random"``, or a
+            :class:`tileauto.search.SearchStrategy` such as ``GuidedSearch(budget=200)``
+            (see ``docs/search.md``).
         num_threads: CPU threads to tune with and to run the returned kernel with (default:
             ``TILEAUTO_NUM_THREADS``, else ``TVM_NUM_THREADS``, else every core).
         key: maps the call's arguments to a tuning key; calls with equal keys share a tuning.
@@ -453,6 +478,75 @@ def autotune(
         return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose, check_new_shapes)
 
     return wrap(func) if func is not None else wrap
+
+
+class StackedParams:
+    """A ``@jit`` factory under ``@autotune.param`` / ``@autotune.constraint`` decorators.
+
+    ``@autotune(...)`` above them tunes the product of the parameters (the top one varies
+    slowest) under the constraints: ``tileauto.space.product(*params, constraints=...)``.
+    """
+
+    def __init__(self, target: Any) -> None:
+        if isinstance(target, StackedParams):
+            self.target: Any = target.target
+            self.params: list[Param] = list(target.params)
+            self.constraints: list[Any] = list(target.constraints)
+        else:
+            self.target, self.params, self.constraints = target, [], []
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+    def space(self) -> ProductSpace:
+        if not self.params:
+            raise ConfigSpaceError(
+                "@autotune.constraint(...) needs @autotune.param(name, values) decorators too"
+            )
+        return product(*self.params, constraints=self.constraints)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"@autotune.param({', '.join(map(repr, self.names()))}) declares a space for "
+            "@tileauto.autotune(...): put @tileauto.autotune(...) above the param decorators"
+        )
+
+
+def _param(name: str | Sequence[str], values: Any) -> Callable[[Any], StackedParams]:
+    """``@autotune.param("block_M", [32, 64])``, or tied names with a tuple per value:
+    ``@autotune.param("micro_M, micro_N", [(4, 16), (8, 32)])`` (tilus style).
+
+    Stack them under ``@autotune(...)`` and over ``@jit(...)``; the space is their product.
+
+    Raises:
+        ConfigSpaceError: a bad name or values (named), at decoration.
+    """
+    declared = Param.of(name, values)
+
+    def wrap(target: Any) -> StackedParams:
+        stacked = StackedParams(target)
+        if set(declared.names) & {n for p in stacked.params for n in p.names}:
+            raise ConfigSpaceError(f"@autotune.param({declared.name!r}) is declared twice")
+        stacked.params.insert(0, declared)  # decorators apply bottom-up: the top one is first
+        return stacked
+
+    return wrap
+
+
+def _constraint(*rules: Any) -> Callable[[Any], StackedParams]:
+    """``@autotune.constraint("block_M % micro_M == 0", ...)``: rules of the stacked space
+    (expressions or callables of a config, as ``product(constraints=...)`` takes them)."""
+
+    def wrap(target: Any) -> StackedParams:
+        stacked = StackedParams(target)
+        stacked.constraints[:0] = rules
+        return stacked
+
+    return wrap
+
+
+autotune.param = _param  # type: ignore[attr-defined]
+autotune.constraint = _constraint  # type: ignore[attr-defined]
 
 
 def _check_api_options(*, timer: Any, verbose: Any, check_new_shapes: Any = False) -> None:

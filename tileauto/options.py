@@ -99,7 +99,9 @@ class CompileArgs:
 KEY_KINDS = ("value", "text", "program", "describe", "strategy", "ms")
 
 
-def option(default: Any, *, key: str | None = None, worker: bool = False) -> Any:
+def option(
+    default: Any, *, key: str | None = None, worker: bool = False, search: bool = False
+) -> Any:
     """Declare a profile option once: its default, its part in the cache key, its destination.
 
     Args:
@@ -111,10 +113,13 @@ def option(default: Any, *, key: str | None = None, worker: bool = False) -> Any
             ``describe()``, ``"ms"`` milliseconds that count only when no ``<name>_iters``
             count replaces them (keyed as ``<name>_ms``).
         worker: whether the run worker needs it (it is sent with the session, others are not).
+        search: it changes only which configs are measured (a strategy, a budget), not a
+            config's measurement: keyed in the tuning entry, not in the measurements' folder,
+            so tunings with other strategies or budgets reuse each other's measurements.
     """
     if key is not None and key not in KEY_KINDS:
         raise ValueError(f"key must be None or one of {KEY_KINDS}, got {key!r}")
-    meta = {"key": key, "worker": worker}
+    meta = {"key": key, "worker": worker, "search": search}
     if callable(default):
         return field(default_factory=default, metadata=meta)
     return field(default=default, metadata=meta)
@@ -146,10 +151,10 @@ class ProfileArgs:
     flush_cache: bool | None = option(None, key="value", worker=True)  # None: L2 on CUDA only
     seed: int = option(0, key="value", worker=True)
     retime_top_k: int = option(3, key="value")  # re-time the best few, interleaved (0: off)
-    search: Any = option(None, key="strategy")  # None / a name / a SearchStrategy
-    max_trials: int | None = option(None, key="value")  # the most configs the search measures
-    max_seconds: float | None = option(None, key="value")  # wall clock of the whole tuning
-    plateau: int | None = option(None, key="value")  # stop after N trials without improvement
+    search: Any = option("auto", key="strategy", search=True)  # a name / a SearchStrategy
+    max_trials: int | None = option(None, key="value", search=True)  # the most configs measured
+    max_seconds: float | None = option(None, key="value", search=True)  # wall clock, whole tuning
+    plateau: int | None = option(None, key="value", search=True)  # N trials without improvement
     num_threads: int | None = option(
         None
     )  # CPU threads (None: the settings'); keyed as run_threads

@@ -8,6 +8,7 @@ from typing import Any
 
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.settings import Settings
+from tileauto.space import ProductSpace
 
 
 @dataclass
@@ -17,7 +18,8 @@ class TuningProblem:
     Attributes:
         factory: the kernel factory (a function of the problem and the tunable arguments).
         args / kwargs: the problem arguments (plain Python values).
-        configs: the space, after ``prune_configs_by``: dicts of tunable arguments.
+        configs: the space, after ``prune_configs_by``: a list of dicts of tunable arguments,
+            or a :class:`~tileauto.space.ProductSpace` (decoded by index, never expanded).
         compile_args / profile_args: how configs are compiled, fed, checked and timed.
         settings: the ``TILEAUTO_*`` settings of this run (thread count applied).
         captured_inputs: inputs captured with ``set_autotune_inputs`` (None: made).
@@ -31,7 +33,7 @@ class TuningProblem:
     factory: Callable[..., Any]
     args: tuple
     kwargs: dict[str, Any]
-    configs: list[dict[str, Any]]
+    configs: list[dict[str, Any]] | ProductSpace
     compile_args: CompileArgs
     profile_args: ProfileArgs
     settings: Settings

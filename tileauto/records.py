@@ -162,6 +162,14 @@ class Trial:
         )
 
 
+NEVER_TRIED = "never tried"  # the error of a NOT_RUN trial the search did not propose
+
+
+def is_never_tried(trial: Trial) -> bool:
+    """Whether a trial stands for a config the search never proposed (not a failure)."""
+    return trial.status is TrialStatus.NOT_RUN and (trial.error or "").startswith(NEVER_TRIED)
+
+
 # Failures that depend on the moment (load, memory, an interrupt), measured again next time;
 # every other outcome of a config is reused from the cache.
 TRANSIENT = frozenset(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from tileauto._logging import get_logger
-from tileauto.records import Trial
+from tileauto.records import Trial, is_never_tried
 
 if TYPE_CHECKING:
     from tileauto.stages import Reporter
@@ -52,7 +52,8 @@ def format_table(
     rows = [
         ("", "#", "config", "status", "median ms", "p20-p80 ms", "n", "vs default", "compile s")
     ]
-    listed = list(trials)
+    listed = [t for t in trials if not is_never_tried(t)]  # counted below the table instead
+    never = len(trials) - len(listed)
     if default is not None and default.index < 0:
         listed = [default, *listed]
     for t in listed:
@@ -82,6 +83,8 @@ def format_table(
         )
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if never:
+        lines.append(f"{never} config(s) of the space never tried (not failures; not listed)")
     return "\n".join(lines)
 
 
@@ -97,11 +100,27 @@ def summary_table(name: str, summary: dict[str, Any]) -> str:
     trials = summary.get("trials", ())
     best: Trial | None = summary.get("best")
     passed = sum(t.ok for t in trials)
-    title = f"autotune {name}: {len(trials)} configs, {passed} passed"
+    never = summary.get("never_tried") or 0  # not listed as trials (a large product)
+    measured = sum(not is_never_tried(t) for t in trials)
+    size = len(trials) + never
+    title = f"autotune {name}: {size} configs"
+    if measured < size:
+        title += f", {measured} measured ({size - measured} never tried)"
+    title += f", {passed} passed"
     title += f", {summary.get('elapsed_s') or 0.0:.1f} s" + (", no winner" if best is None else "")
     if summary.get("stop_reason"):
         title += f" (stopped: {summary['stop_reason']})"
-    return format_table(trials, best.index if best else None, summary.get("default"), title=title)
+    table = format_table(trials, best.index if best else None, summary.get("default"), title=title)
+    if never:
+        table += f"\n{never:,} config(s) of the space never tried (not failures; not listed)"
+    pruned = summary.get("pruned") or {}
+    if pruned:
+        rules = ", ".join(f"{rule!r}: {n:,}" for rule, n in pruned.items())
+        table += (
+            f"\npruned by constraints before compiling (not failures): "
+            f"{sum(pruned.values()):,} ({rules})"
+        )
+    return table
 
 
 class TrialLog:

@@ -35,6 +35,7 @@ from tileauto.console import note
 from tileauto.errors import NoValidConfigError
 from tileauto.problem import TuningProblem
 from tileauto.records import (
+    NEVER_TRIED,
     BuildRequest,
     BuildResult,
     BuildStatus,
@@ -46,7 +47,8 @@ from tileauto.records import (
 from tileauto.report import failure_summary
 from tileauto.result import AutotuneResult
 from tileauto.search import SearchStrategy, resolve_search
-from tileauto.space import baseline_config, config_id, full_config, tunable_parameters
+from tileauto.space import config_id, tunable_parameters
+from tileauto.space_view import SpaceView
 from tileauto.stages import BuildStage, Reporter, RunStage, Store
 from tileauto.utils.threads import background_thread
 
@@ -97,20 +99,12 @@ class TuningSession:
         p = problem
         self.staging = p.settings.staging_dir  # this run's own folder in it once it tunes
         self.defaults = tunable_parameters(p.factory)
-        keys = {k for c in p.configs for k in c}
-        self.full = [full_config(c, self.defaults, keys) for c in p.configs]
-        self.default_full = baseline_config(p.configs, self.defaults, keys)
-        ids = [config_id(c) for c in self.full]
-        self.default_id = config_id(self.default_full)
-        self.unique = list(dict.fromkeys(ids))  # the space in order, each config once
-        self.by_id = {config_id(c): c for c in [self.default_full, *self.full]}
-        self.index_of: dict[str, int] = {}  # config id -> first position (-1: the default only)
-        for i, cid in enumerate(ids):
-            self.index_of.setdefault(cid, i)
+        self.view = SpaceView(p.configs, self.defaults)
+        self.default_id = self.view.default_id
         self.workers = (
             builder.workers
             if builder is not None
-            else max(1, min(p.settings.compile_workers(), len(self.unique) + 1))
+            else max(1, min(p.settings.compile_workers(), len(self.view) + 1))
         )
         self.builder = builder
         self.runner = runner
@@ -167,7 +161,7 @@ class TuningSession:
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
-        self.reporter.started(p.name, len(self.unique))
+        self.reporter.started(p.name, len(self.view))
         builder = self.builder if self.builder is not None else self._local_builder()
         runner = self.runner if self.runner is not None else self._local_runner()
         ref_latency = None
@@ -206,25 +200,25 @@ class TuningSession:
         from tileauto.search import run_search
 
         pa = self.problem.profile_args
-        space = [self.by_id[cid] for cid in self.unique]
-        known = {
-            i: self.known[cid]
-            for i, cid in enumerate(self.unique)
-            if cid in self.known and cid != self.default_id
-        }
+        view = self.view
+        known = {}
+        for cid, trial in self.known.items():
+            index = view.search_index(cid)
+            if index >= 0 and cid != self.default_id:
+                known[index] = trial
         pending_default = [self.default_id]
 
         def measure(indices: list[int]) -> Any:
-            ids = [self.unique[i] for i in indices]
+            ids = [view.id_at(i) for i in indices]
             ids = pending_default + [c for c in ids if c not in pending_default]
             pending_default.clear()
             self._measure(ids, builder, runner)
             for i in indices:
-                yield i, self._measured[self.unique[i]]
+                yield i, self._measured[view.id_at(i)]
 
         outcome = run_search(
             self.search,
-            space,
+            view.search_space,
             measure,
             max_trials=pa.max_trials,
             max_seconds=pa.max_seconds,
@@ -233,18 +227,21 @@ class TuningSession:
             seed=pa.seed,
             known=known,
             started_at=time.monotonic() - (time.perf_counter() - self._started),
+            # the default is measured anyway (the reference): in the space, it is a trial too
+            first=[i for i in [view.search_index(self.default_id)] if i >= 0],
         )
         if pending_default:  # the strategy asked for nothing: the default is still measured
             self._measure(pending_default, builder, runner)
         why = f"{outcome.describe()} ({self.search.describe()})"
-        for cid in self.unique:
-            if cid not in self._measured and cid not in self.known:
-                self._measured[cid] = Trial(
-                    self.index_of.get(cid, -1),
-                    self.by_id[cid],
-                    TrialStatus.NOT_RUN,
-                    error=f"never tried: {why}",
-                )
+        if view.lists_never_tried():
+            for cid in view.all_ids():
+                if cid not in self._measured and cid not in self.known:
+                    self._measured[cid] = Trial(
+                        view.position(cid),
+                        view.config(cid),
+                        TrialStatus.NOT_RUN,
+                        error=f"{NEVER_TRIED}: {why}",
+                    )
         self.stop = outcome
         return why if outcome.never_tried else None
 
@@ -257,7 +254,7 @@ class TuningSession:
         to_build = [cid for cid in round_ids if cid not in self._measured]
         p = self.problem
         requests = [
-            BuildRequest(index=k, config=self.by_id[cid], args=p.args, kwargs=p.kwargs)
+            BuildRequest(index=k, config=self.view.config(cid), args=p.args, kwargs=p.kwargs)
             for k, cid in enumerate(to_build)
         ]
         self.reporter.steps(2 * len(requests))
@@ -366,7 +363,7 @@ class TuningSession:
     # -- trials ---------------------------------------------------------------------------------
     def _record(self, cid: str, trial: Trial) -> None:
         """Keep a config's trial, complete (its index in the space), and report it."""
-        trial = trial.at_index(self.index_of.get(cid, -1))
+        trial = trial.at_index(self.view.position(cid))
         self._measured[cid] = trial
         self.reporter.trial(trial)
         on_trial = self.problem.profile_args.on_trial
@@ -380,7 +377,7 @@ class TuningSession:
                 log.warning("on_trial raised %s: %s (tuning goes on)", type(exc).__name__, exc)
 
     def _trial(self, build: BuildResult, run: RunOutcome | None) -> Trial:
-        index = self.index_of.get(config_id(build.config), -1)
+        index = self.view.position(config_id(build.config))
         if not build.ok:
             return Trial(
                 index,
@@ -414,11 +411,9 @@ class TuningSession:
         p = self.problem
         measured = self._measured
         for cid, trial in self.known.items():
-            measured.setdefault(cid, trial.at_index(self.index_of.get(cid, -1)))
-        trials = tuple(measured[config_id(c)].at_index(i) for i, c in enumerate(self.full))
-        default_index = next(
-            (i for i, c in enumerate(self.full) if config_id(c) == self.default_id), -1
-        )
+            measured.setdefault(cid, trial.at_index(self.view.position(cid)))
+        trials = self.view.ordered(measured)
+        default_index = self.view.default_index
         default_trial = measured[self.default_id].at_index(default_index)
         # The winner comes from the user's space; the default config is the baseline only.
         candidates = [t for t in trials if t.ok]
@@ -448,6 +443,14 @@ class TuningSession:
             default_trial=default_trial,
             tuning_s=time.perf_counter() - self._started,
         )
+        if self.stop is not None:  # how the search ended: plain data, kept with the entry
+            result.extra["search"] = {
+                "strategy": self.search.describe(),
+                "stop_reason": self.stop.stop_reason.value,
+                "measured": len(self.stop.trials),
+                "never_tried": self.stop.never_tried,
+                "pruned": dict(getattr(p.configs, "pruned", None) or {}),
+            }
         call = {"args": list(p.args), "kwargs": dict(p.kwargs)}
         if _plain(call):  # lets load_from_disk(factory=...) compile the winner elsewhere
             result.extra["problem"] = call
@@ -482,8 +485,16 @@ class TuningSession:
                 "stop_reason": stop_reason,
                 "key": key,
                 "error": error,
+                "never_tried": self._never_listed(trials),
+                "pruned": getattr(self.problem.configs, "pruned", None) or {},
             }
         )
+
+    def _never_listed(self, trials: tuple[Trial, ...]) -> int:
+        """How many configs of a large product were never tried (they have no trial)."""
+        if self.view.lists_never_tried() or self.stop is None:
+            return 0
+        return max(0, len(self.view) - sum(t.index >= 0 for t in trials))
 
     # -- the local stages ---------------------------------------------------------------------
     def _local_builder(self) -> BuildStage:

@@ -26,8 +26,13 @@ def tunable_parameters(factory: Callable[..., Any]) -> dict[str, Any]:
 
 def resolve_configs(
     configs: Any, factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Turn ``configs`` (a list of dicts, or a callable of the factory's arguments) into a list.
+) -> list[dict[str, Any]] | ProductSpace:
+    """Turn ``configs`` (a list of dicts, a :class:`Space`, or a callable of the factory's
+    arguments returning one) into a list, or a :class:`ProductSpace` kept as it is (lazy).
+
+    A product is checked by its parameter names, never expanded; a product that sets a
+    tunable the call passes explicitly is expanded, as a list would be, so that the call's
+    value wins and each remaining config is tuned once.
 
     Raises:
         ConfigSpaceError: the space is empty, an entry is not a dict, or a key is not a
@@ -42,6 +47,10 @@ def resolve_configs(
                 f"it must accept the same arguments as the factory"
             ) from None
         configs = produced
+    if isinstance(configs, ProductSpace):
+        lazy = _checked_product(configs, factory, args, kwargs)
+        if lazy is not None:
+            return lazy
     if (
         configs is None
         or isinstance(configs, (str, bytes, dict))
@@ -96,6 +105,31 @@ def resolve_configs(
         rest = {k: _plain(v) for k, v in cfg.items() if k not in passed}
         remainders.setdefault(config_id(rest), rest)
     return list(remainders.values())
+
+
+def _checked_product(
+    space: ProductSpace, factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
+) -> ProductSpace | None:
+    """The product when its names are tunables the call leaves open; None to expand it."""
+    params = inspect.signature(factory).parameters
+    name = getattr(factory, "__qualname__", repr(factory))
+    unknown = [n for n in space.names if n not in params]
+    if unknown:
+        raise ConfigSpaceError(
+            f"the space sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
+            f"a parameter of {name}{inspect.signature(factory)}"
+        )
+    try:
+        passed = set(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
+    except TypeError as exc:
+        raise ConfigSpaceError(f"the call does not fit {name}: {exc}") from None
+    if passed & set(space.names):
+        return None
+    if len(space) == 0:
+        raise ConfigSpaceError(
+            f"the config space is empty: its constraints pruned every config ({space.pruned})"
+        )
+    return space
 
 
 def _not_plain(value: Any) -> str | None:
@@ -236,7 +270,7 @@ def config_id(config: dict[str, Any]) -> str:
 
 
 def baseline_config(
-    configs: list[dict[str, Any]], defaults: dict[str, Any], keys: Iterable[str]
+    configs: Sequence[dict[str, Any]] | Space, defaults: dict[str, Any], keys: Iterable[str]
 ) -> dict[str, Any]:
     """The default config, filled: the factory's defaults, or the first config of the list.
 
@@ -409,6 +443,31 @@ class Space:
         """How many configs each constraint removed (empty when there are none)."""
         return {}
 
+    def find(self, config: dict[str, Any]) -> int:
+        """The index of ``config`` (a dict with a value for every parameter), or -1.
+
+        Keys that are not parameters of the space are ignored; a missing key or a value that
+        is not one of its parameter's values gives -1.
+        """
+        lookup = self.__dict__.get("_value_codes")
+        if lookup is None:  # value -> position, per parameter (an absent value keys as "")
+            lookup = [
+                {"" if v is _ABSENT else config_id({"v": v}): k for k, v in enumerate(p.values)}
+                for p in self.params
+            ]
+            self.__dict__["_value_codes"] = lookup
+        row = []
+        for p, codes in zip(self.params, lookup):
+            if len(p.names) == 1:
+                value = config.get(p.names[0], _ABSENT)
+            else:
+                value = tuple(config.get(n, _ABSENT) for n in p.names)
+            code = codes.get("" if value is _ABSENT else config_id({"v": _plain(value)}), -1)
+            if code < 0:
+                return -1
+            row.append(code)
+        return int(self.index_of(_numpy().asarray([row], dtype=_numpy().int64))[0])
+
     @property
     def names(self) -> tuple[str, ...]:
         """Every parameter name, tied names one by one."""
@@ -508,6 +567,18 @@ class ProductSpace(Space):
             [*self.params, *other.params],
             [*(r.source for r in self.rules), *(r.source for r in other.rules)],
         )
+
+    def describe(self) -> dict[str, Any]:
+        """The space as plain data (for a cache key): each parameter's names and values, and
+        each constraint: an expression's text, or the callable itself (the cache keys it by
+        its source and what it reaches)."""
+        return {
+            "params": [
+                [list(p.names), [list(v) if isinstance(v, tuple) else v for v in p.values]]
+                for p in self.params
+            ],
+            "constraints": [r.name if r.expression is not None else r.source for r in self.rules],
+        }
 
     # -- indexing --------------------------------------------------------------------------------
     def __len__(self) -> int:

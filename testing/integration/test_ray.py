@@ -175,9 +175,9 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
     result = session.run()
     assert removed
     assert builder.resubmitted >= 1
-    assert sorted(arrived) == list(range(len(session.unique)))  # each build counted once
+    assert sorted(arrived) == list(range(len(session.view)))  # each build counted once
     trials = [e[1] for e in reporter.events if e[0] == "trial"]
-    assert len(trials) == len(session.unique)  # each config measured once
+    assert len(trials) == len(session.view)  # each config measured once
     assert all(t.status is TrialStatus.OK for t in result.trials), result.trials
     assert result.config == {"mode": "ok", "repeat": 1, "vec": 16}
     latencies = {(t.config["vec"], t.config["mode"]): t.latency_ms for t in result.trials}

@@ -160,10 +160,14 @@ def test_each_option_declares_its_key_and_worker_parts():
 
     declared = {f.name: f.metadata for f in dataclasses.fields(ProfileArgs)}
     assert all("key" in m and "worker" in m for m in declared.values())
-    keyed = profile_fingerprint(ProfileArgs())
+    problem = profile_fingerprint(ProfileArgs())
+    search = profile_fingerprint(ProfileArgs(), part="search")
     for name, meta in declared.items():
         shown = f"{name}_ms" if meta["key"] == "ms" else name
+        keyed = search if meta["search"] else problem  # search options: the entry key only
         assert (shown in keyed) == (meta["key"] is not None), name
+        assert shown not in (problem if meta["search"] else search), name
+    assert set(search) == {"search", "max_trials", "max_seconds", "plateau"}
     worker = ProfileArgs(rtol=0.5, on_trial=print, retime_top_k=7).for_worker()
     assert worker.rtol == 0.5  # the worker needs it
     assert worker.on_trial is None and worker.retime_top_k == 3  # the caller's only

@@ -61,7 +61,7 @@ def test_describe_keeps_its_form():
 
 
 def test_resolve_search():
-    assert isinstance(resolve_search(None), Exhaustive)
+    assert isinstance(resolve_search(None), AutoSearch)  # the default
     assert isinstance(resolve_search("exhaustive"), Exhaustive)
     assert isinstance(resolve_search("auto"), AutoSearch)
     assert isinstance(resolve_search("guided"), GuidedSearch)

@@ -438,8 +438,37 @@ def test_a_list_of_configs_is_a_space_with_values_inferred():
 
 def test_iterating_a_space_gives_dicts_that_resolve_configs_takes():
     space = product(block_M=[32, 64], block_N=[64])
-    assert resolve_configs(space, matmul, (1, 2, 3), {}) == [
+    assert resolve_configs(list(space), matmul, (1, 2, 3), {}) == [
         {"block_M": 32, "block_N": 64},
         {"block_M": 64, "block_N": 64},
     ]
     assert isinstance(space, ProductSpace) and isinstance(space, Space)
+
+
+def test_resolve_configs_keeps_a_product_lazy_and_checks_its_names():
+    space = product(block_M=[32, 64], block_N=[64])
+    assert resolve_configs(space, matmul, (1, 2, 3), {}) is space  # never expanded
+    with pytest.raises(ConfigSpaceError, match=r"\['tile'\], which is not a parameter"):
+        resolve_configs(product(tile=[1, 2]), matmul, (1, 2, 3), {})
+    with pytest.raises(ConfigSpaceError, match="pruned every config"):
+        resolve_configs(space.where("block_M > 64"), matmul, (1, 2, 3), {})
+    # a tunable the call passes is fixed: the product is expanded, each remainder once
+    fixed = resolve_configs(space, matmul, (1, 2, 3), {"block_M": 32})
+    assert fixed == [{"block_N": 64}]
+
+
+def test_find_is_the_inverse_of_config():
+    space = product(
+        Param.of("micro_M, micro_N", [(4, 16), (8, 32)]),
+        block_M=[32, 64, 128],
+        layout=["row", "col"],
+        constraints=["block_M % micro_M == 0", "block_M > 32 or layout == 'row'"],
+    )
+    for i in range(len(space)):
+        assert space.find(space[i]) == i
+        assert space.find({**space[i], "other": 1}) == i  # other keys are ignored
+    assert space.find({"micro_M": 4, "micro_N": 32, "block_M": 64, "layout": "row"}) == -1
+    assert space.find({"micro_M": 4, "micro_N": 16, "block_M": 32, "layout": "col"}) == -1
+    assert space.find({"micro_M": 4, "micro_N": 16, "block_M": 64}) == -1  # a key missing
+    listed = Space.from_configs([{"a": 1}, {"a": 2, "b": "x"}])
+    assert [listed.find(c) for c in listed] == [0, 1]

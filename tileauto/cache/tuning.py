@@ -44,7 +44,7 @@ from tileauto.keys import bind_arguments
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import TRANSIENT, Trial
 from tileauto.settings import Settings
-from tileauto.space import config_id, full_config, tunable_parameters
+from tileauto.space import ProductSpace, config_id, full_config, tunable_parameters
 
 log = get_logger("cache")
 
@@ -55,17 +55,23 @@ def _callable_key(fn: Any, owner: str) -> Any:
     return function_fingerprint(fn, owner=owner) if fn is not None else None
 
 
-def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, Any]:
+def profile_fingerprint(
+    profile: ProfileArgs, timer: Any = None, *, part: str = "problem"
+) -> dict[str, Any]:
     """The parts of the profile arguments that change which config passes or wins.
 
     Read from each option's declaration (``key=`` in :class:`~tileauto.options.ProfileArgs`),
     so a new option is keyed where it is declared. Programs count by their source (and what
     they close over), so a ``ref_prog`` or a ``supply_prog`` keeps the cache on.
+
+    ``part="problem"``: what changes a config's measurement (the measurements' folder);
+    ``part="search"``: what changes only which configs are measured (the strategy, the
+    budgets), keyed in the tuning entry, so that every strategy shares the measurements.
     """
     out: dict[str, Any] = {}
     for f in fields(profile):
         kind, value = f.metadata.get("key"), getattr(profile, f.name)
-        if kind is None:
+        if kind is None or (f.metadata.get("search", False) != (part == "search")):
             continue
         if kind == "ms":  # milliseconds count only when no iteration count replaces them
             out[f"{f.name}_ms"] = value if getattr(profile, f"{f.name}_iters") is None else None
@@ -77,14 +83,17 @@ def profile_fingerprint(profile: ProfileArgs, timer: Any = None) -> dict[str, An
             out[f.name] = _callable_key(value, f.name)
         elif kind == "strategy":
             describe = getattr(value, "describe", None)
+            if value is None:  # the default
+                value = "auto"
             out[f.name] = (
-                None
-                if value in (None, "exhaustive")
+                value
+                if isinstance(value, str)
                 else (describe() if describe is not None else repr(value))
             )
         else:  # "describe"
             out[f.name] = describe_key_value(value)
-    out["timer"] = None if timer is None else describe_key_value(timer)
+    if part == "problem":
+        out["timer"] = None if timer is None else describe_key_value(timer)
     return out
 
 
@@ -106,8 +115,9 @@ class TuningStore:
         key: str,
         problem_key: str,
         meta: dict[str, Any],
-        full_ids: dict[str, dict[str, Any]],
+        full_ids: dict[str, dict[str, Any]] | None,
         base_config: dict[str, Any] | None = None,
+        product: ProductSpace | None = None,
     ) -> None:
         self.settings = settings
         self.root = settings.cache_dir
@@ -116,6 +126,7 @@ class TuningStore:
         self.meta = meta
         self.full_ids = full_ids
         self.base_config = dict(base_config or {})
+        self.product = product  # a lazy space: measurements are found by listing the folder
         self.entry_dir = self.root / KIND_TUNED / key
         self.measure_dir = self.root / MEASUREMENTS / problem_key
         self.report = disk.OnceWarner()
@@ -127,7 +138,7 @@ class TuningStore:
         factory: Callable[..., Any],
         args: tuple,
         kwargs: dict[str, Any],
-        space: list[dict[str, Any]],
+        space: list[dict[str, Any]] | ProductSpace,
         compile_args: CompileArgs,
         profile: ProfileArgs,
         captured: Any,
@@ -151,7 +162,8 @@ class TuningStore:
         """
         if not settings.tuning_cache_enabled:
             return None
-        tuned = {k for cfg in space for k in cfg}
+        lazy = space if isinstance(space, ProductSpace) else None
+        tuned = set(lazy.names) if lazy is not None else {k for cfg in space for k in cfg}
         bound = bind_arguments(factory, args, kwargs, partial=True)  # tunables may lack defaults
         defaults = tunable_parameters(factory)
         try:
@@ -175,13 +187,27 @@ class TuningStore:
             # A measurement is named by every tunable argument's value, not only the space's
             # keys, so that it is found again when a config with a new key joins the space.
             base = {k: describe_key_value(bound[k], content=False) for k in defaults if k in bound}
+            search = profile_fingerprint(profile, part="search")
+            if lazy is not None:  # a product is keyed by its description, never expanded
+                described = lazy.describe()
+                described["constraints"] = [
+                    rule
+                    if isinstance(rule, str)
+                    else function_fingerprint(rule, owner="constraint")
+                    for rule in described["constraints"]
+                ]
         except UnkeyableError as exc:  # no key: this run tunes without the cache
             report_unkeyable(getattr(factory, "__qualname__", "kernel"), exc)
             return None
         problem_key = digest(problem)
-        full = [full_config(c, defaults, tuned) for c in space]
-        full_ids = {config_id(c): c for c in full}
-        key = digest({"problem": problem_key, "space": [config_id(c) for c in full]})
+        if lazy is not None:
+            full_ids: dict[str, dict[str, Any]] | None = None
+            space_key: Any = {"product": described}
+        else:
+            full = [full_config(c, defaults, tuned) for c in space]
+            full_ids = {config_id(c): c for c in full}
+            space_key = [config_id(c) for c in full]
+        key = digest({"problem": problem_key, "space": space_key, "search": search})
         meta = {
             **versions(),
             "kind": KIND_TUNED,
@@ -191,7 +217,7 @@ class TuningStore:
             "target": target,
             "device": device,
         }
-        return cls(settings, key, problem_key, meta, full_ids, base)
+        return cls(settings, key, problem_key, meta, full_ids, base, lazy)
 
     # -- reading --------------------------------------------------------------------------------
     def load(self) -> StoredResult | None:
@@ -225,11 +251,8 @@ class TuningStore:
             self.report(f"ignoring measurements/{self.problem_key}: {unsafe}")
             return out
         bad = 0
-        for cid, config in self.full_ids.items():
+        for cid, config, path in self._candidates():
             identity = self.measurement_id(config)
-            path = self.measure_dir / f"{digest(identity)}.json"
-            if not path.exists():
-                continue
             trial = _read_measurement(path, identity)
             if trial is None:
                 bad += 1
@@ -241,6 +264,29 @@ class TuningStore:
                 "modified, unsigned (older tileauto) or not yours; those configs are measured again"
             )
         return out
+
+    def _candidates(self) -> Iterator[tuple[str, dict[str, Any], Path]]:
+        """(config id, config, file) of each measurement file that may hold a config of this
+        space: a list's configs are looked up by name; a product's folder is listed (it holds
+        the configs measured, far fewer than the product has)."""
+        if self.full_ids is not None:
+            for cid, config in self.full_ids.items():
+                path = self.measure_dir / f"{digest(self.measurement_id(config))}.json"
+                if path.exists():
+                    yield cid, config, path
+            return
+        assert self.product is not None
+        names = self.product.names
+        for path in sorted(self.measure_dir.glob("*.json")):
+            try:
+                with open(path) as f:
+                    identity = json.load(f)["config"]
+                values = json.loads(identity)
+                config = {n: values[n] for n in sorted(names)}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # not a measurement of this space (checked again when read)
+            if self.product.find(config) >= 0 and self.measurement_id(config) == identity:
+                yield config_id(config), config, path
 
     def _unsafe_measurements(self) -> str | None:
         """Why the measurement folders cannot be trusted (see ``disk.folder_problem``), or None."""

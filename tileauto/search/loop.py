@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,7 @@ def run_search(
     seed: int = 0,
     known: Mapping[int, Trial] | None = None,
     started_at: float | None = None,
+    first: Sequence[int] = (),
 ) -> SearchOutcome:
     """Drive ``strategy`` over ``space`` until it is done or a budget stops it.
 
@@ -121,6 +122,9 @@ def run_search(
         known: trials measured before the loop (the default config, a cache): told to the
             strategy first, never proposed again.
         started_at: the ``clock`` value that ``max_seconds`` counts from.
+        first: indices measured in the first batch, ahead of the strategy's (the default
+            config, when the space has it: it is measured anyway, as the reference); they
+            count as trials and are told to the strategy like its own.
     """
     for name, value in (("max_trials", max_trials), ("plateau", plateau)):
         if value is not None and (
@@ -153,12 +157,16 @@ def run_search(
         return None
 
     reason = stop_now()
+    ahead = [int(i) for i in first]
     while reason is None:
         batch = list(
             dict.fromkeys(
-                int(i) for i in strategy.ask() if 0 <= int(i) < n and int(i) not in trials
+                int(i)
+                for i in [*ahead, *strategy.ask()]
+                if 0 <= int(i) < n and int(i) not in trials
             )
         )
+        ahead = []
         if not batch:
             reason = StopReason.DONE
             break

@@ -74,8 +74,8 @@ class AutoSearch(SearchStrategy):
 def resolve_search(search: Any) -> SearchStrategy:
     """The strategy for ``search=``: a name, a strategy object, or None.
 
-    - None or ``"exhaustive"``: :class:`Exhaustive`;
-    - ``"auto"``: :class:`AutoSearch`; ``"guided"``: :class:`GuidedSearch` (needs the
+    - ``"exhaustive"``: :class:`Exhaustive`;
+    - None or ``"auto"`` (the default): :class:`AutoSearch`; ``"guided"``: :class:`GuidedSearch` (needs the
       ``search`` extra); ``"random"``: :class:`RandomSearch` with no budget of its own;
     - a strategy object as it is; one written for the first interface (``propose`` and
       ``observe``) wrapped in :class:`LegacyStrategy`.
@@ -84,9 +84,9 @@ def resolve_search(search: Any) -> SearchStrategy:
         TypeError: anything else (the message lists the names).
         ImportError: ``"guided"`` without scikit-learn (the message names the extra).
     """
-    if search is None or search == "exhaustive":
+    if search == "exhaustive":
         return Exhaustive()
-    if search == "auto":
+    if search is None or search == "auto":
         return AutoSearch()
     if search == "guided":
         require_sklearn("search='guided'")

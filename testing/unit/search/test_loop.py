@@ -157,3 +157,19 @@ def test_the_loop_takes_a_list_of_dicts_as_the_space(make, measured):
     configs = list(space)[:40]
     out = run_search(make(), configs, lookup(space, latency), parallelism=2)
     assert out.stop_reason is StopReason.DONE and len(out.trials) == measured
+
+
+def test_first_indices_ride_with_the_first_batch_count_and_are_told():
+    strategy = Script([4, 1, 2], [3])
+    batches = []
+
+    def measure(indices):
+        batches.append(list(indices))
+        yield from latencies([5, 4, 3, 2, 1, 9, 9, 9, 9, 9])(indices)
+
+    out = run_search(strategy, SPACE, measure, max_trials=3, first=[4])
+    assert batches == [[4, 1, 2]]  # the strategy's 4 is the same config: measured once
+    assert strategy.told == [4, 1, 2] and out.stop_reason is StopReason.MAX_TRIALS
+    strategy = Script([1], [2])
+    out = run_search(strategy, SPACE, latencies([5] * 10), max_trials=2, first=[7])
+    assert list(out.trials) == [7, 1]  # counted against max_trials

@@ -1,0 +1,149 @@
+"""Spaces through the real tuner: stacked ``@autotune.param``, a lazy product, the guided default.
+
+Real LLVM compiles of the test kernel (``scale``); latencies come from a scripted timer, a
+function of the config, so the winner is known and the tests do not depend on the machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from tune_kernels import scale
+
+import tileauto
+from tileauto import TrialStatus
+from tileauto.errors import ConfigSpaceError
+from tileauto.space import ProductSpace, product
+
+FAST = {"warmup_iters": 1, "rep_iters": 3, "verbose": False}
+
+
+def valley(func, args, *, warmup, rep, config, device):
+    """A scripted timer: one smooth valley, fastest at vec=8, repeat=3 (1 ms)."""
+    func(*args)
+    vec, repeat = config.get("vec", 8), config.get("repeat", 1)
+    ms = 1.0 + abs(math.log2(vec) - 3) + abs(repeat - 3) / 4
+    return [ms * 1e6] * rep
+
+
+def slow_scale(n: int, vec: int = 8, repeat: int = 1):
+    return scale(n, vec, "slow", repeat)
+
+
+def test_stacked_params_are_the_product_of_their_values_under_the_constraints():
+    @tileauto.autotune(timer=valley, **FAST)
+    @tileauto.autotune.param("vec", [4, 8, 16])
+    @tileauto.autotune.param("repeat", [1, 3, 5])
+    @tileauto.autotune.constraint("vec * repeat <= 40")
+    @tileauto.jit(out_idx=[-1])
+    def kernel(n: int, vec: int = 8, repeat: int = 1):
+        return slow_scale(n, vec, repeat)
+
+    assert isinstance(kernel.configs, ProductSpace)
+    expected = product(vec=[4, 8, 16], repeat=[1, 3, 5], constraints=["vec * repeat <= 40"])
+    assert list(kernel.configs) == list(expected)  # the top decorator varies slowest
+    assert kernel.configs.pruned == {"vec * repeat <= 40": 2}  # (16, 3) and (16, 5)
+    kernel(1024)
+    result = kernel.get_tuner_result(1024)
+    assert result.config == {"vec": 8, "repeat": 3}
+    assert [t.index for t in result.trials] == list(range(7))
+    assert all(t.ok for t in result.trials)
+    table = result.table()
+    assert "vec=8, repeat=3" in table
+
+
+def test_tied_stacked_params_and_the_errors_of_a_stack():
+    @tileauto.autotune(timer=valley, **FAST)
+    @tileauto.autotune.param("vec, repeat", [(4, 1), (8, 3)])
+    @tileauto.jit(out_idx=[-1])
+    def tied(n: int, vec: int = 8, repeat: int = 1):
+        return slow_scale(n, vec, repeat)
+
+    assert list(tied.configs) == [{"vec": 4, "repeat": 1}, {"vec": 8, "repeat": 3}]
+
+    impl = tileauto.jit(out_idx=[-1])(slow_scale)
+    stacked = tileauto.autotune.param("vec", [4, 8])(impl)
+    with pytest.raises(TypeError, match=r"put @tileauto.autotune\(...\) above"):
+        stacked(1024)
+    with pytest.raises(ConfigSpaceError, match="not both"):
+        tileauto.autotune(configs=[{"vec": 4}])(stacked)
+    with pytest.raises(ConfigSpaceError, match="declared twice"):
+        tileauto.autotune.param("vec", [16])(stacked)
+    with pytest.raises(ConfigSpaceError, match="repeats a value"):
+        tileauto.autotune.param("vec", [4, 4])
+    unknown = tileauto.autotune(**FAST)(tileauto.autotune.param("tile", [1, 2])(impl))
+    with pytest.raises(ConfigSpaceError, match=r"\['tile'\], which is not a parameter"):
+        unknown(1024)  # before anything compiles
+
+
+def test_a_budgeted_product_measures_its_budget_and_a_later_tuning_reuses_the_measurements():
+    space = product(vec=[4, 8, 16, 32], repeat=[1, 2, 3], constraints=["vec * repeat <= 48"])
+    impl = tileauto.jit(out_idx=[-1])(slow_scale)
+    first = tileauto.autotune(configs=space, search="random", max_trials=4, timer=valley, **FAST)(
+        impl
+    )
+    first(2048)
+    result = first.get_tuner_result(2048)
+    measured = [t for t in result.trials if t.status is not TrialStatus.NOT_RUN]
+    never = [t for t in result.trials if t.status is TrialStatus.NOT_RUN]
+    assert len(result.trials) == len(space) == 10
+    assert len(measured) == 4 and len(never) == 6
+    assert all(t.error.startswith("never tried: search stopped: max_trials") for t in never)
+    assert "6 config(s) of the space never tried (not failures; not listed)" in result.table()
+
+    # the same problem searched exhaustively: a new tuning entry, the 4 measurements reused
+    again = tileauto.autotune(configs=space, search="exhaustive", timer=valley, **FAST)(impl)
+    again(2048)
+    full = again.get_tuner_result(2048)
+    assert not full.cache_hit and full.config == {"vec": 8, "repeat": 3}
+    reused = {t.index: t.compile_s for t in measured}
+    for t in full.trials:
+        if t.index in reused:  # measured by the first tuning: not compiled again
+            assert t.compile_s == reused[t.index]
+    assert all(t.ok for t in full.trials)
+
+
+def test_a_large_product_is_never_expanded_and_counts_its_untried_configs():
+    # 4 x 4,000 = 16,000 configs: above the listing limit, so the untried are counted
+    space = product(vec=[4, 8, 16, 32], repeat=list(range(1, 4001)))
+    impl = tileauto.jit(out_idx=[-1])(slow_scale)
+    tuned = tileauto.autotune(configs=space, max_trials=6, timer=valley, **FAST)(impl)
+    tuned(256)
+    result = tuned.get_tuner_result(256)
+    assert len(result.trials) == 6  # the measured configs only, each with its index
+    assert all(0 <= t.index < len(space) and t.config == space[t.index] for t in result.trials)
+    best = min((t for t in result.trials if t.ok), key=lambda t: t.latency_ms)
+    assert result.config == best.config
+    search = result.extra["search"]
+    assert search["stop_reason"] == "max_trials" and search["measured"] == 6
+    assert search["never_tried"] == len(space) - 6 == 15_994
+    assert (
+        f"{15_994:,} config(s) of the space never tried"
+        in tuned.get_tuner_result(256).log_path.read_text()
+    )
+    # (the re-run hits the cache entry, keyed by the product's description)
+    again = tileauto.autotune(configs=space, max_trials=6, timer=valley, **FAST)(impl)
+    again(256)
+    assert again.get_tuner_result(256).cache_hit
+
+
+def test_auto_is_the_default_and_guides_a_space_above_its_exhaustive_size():
+    pytest.importorskip("sklearn", reason="the guided search needs the search extra")
+    from tileauto.search.resolve import AUTO_EXHAUSTIVE_MAX
+
+    space = product(vec=[2, 4, 8, 16, 32, 64], repeat=list(range(1, 61)))  # 360 configs
+    assert len(space) > AUTO_EXHAUSTIVE_MAX
+    seen = []
+    tuned = tileauto.autotune(
+        configs=space, max_trials=40, timer=valley, on_trial=seen.append, **FAST
+    )(tileauto.jit(out_idx=[-1])(slow_scale))
+    tuned(512)
+    result = tuned.get_tuner_result(512)
+    measured = [t for t in result.trials if t.status is not TrialStatus.NOT_RUN]
+    assert len(measured) == 40 and len({t.index for t in measured}) == 40
+    never = [t for t in result.trials if t.status is TrialStatus.NOT_RUN]
+    assert never and "auto(budget=None)" in never[0].error
+    assert result.config == min((t for t in measured if t.ok), key=lambda t: t.latency_ms).config
+    # 40 of 360 configs: the guided search finds the valley floor's neighbourhood
+    assert result.latency <= 1.5  # ms, scripted: the floor is 1.0, a random config ~3.6

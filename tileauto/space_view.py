@@ -1,0 +1,119 @@
+"""The session's view of a tuning space: configs by index, their ids, and the default config.
+
+A list of configs is indexed as given: configs are filled with the factory's defaults, each
+distinct config is searched once (by its position among the distinct ones) and its trial keeps
+its first position in the list. A :class:`~tileauto.space.ProductSpace` is never expanded:
+configs are decoded from their index when the search asks for them, so a product of millions
+of configs costs what its constraint scan costs (see ``docs/search.md``), not a dict per
+config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from tileauto.space import ProductSpace, Space, baseline_config, config_id, full_config
+
+NEVER_TRIED_LISTED = 10_000  # a larger space counts its never-tried configs instead of listing them
+
+
+class SpaceView:
+    """Configs of the space by search index, each with its config id.
+
+    Attributes:
+        search_space: what the search strategy is given (the product itself, or the list of
+            distinct filled configs).
+        default: the default config, filled (the factory's defaults, or the first config).
+        default_id: its config id.
+        lazy: whether the space is a product decoded on demand.
+    """
+
+    def __init__(self, configs: list[dict[str, Any]] | ProductSpace, defaults: dict[str, Any]):
+        self.lazy = isinstance(configs, ProductSpace)
+        self._by_id: dict[str, dict[str, Any]] = {}
+        self._position: dict[str, int] = {}  # config id -> position (trial index)
+        if isinstance(configs, ProductSpace):
+            self.search_space: Space | list[dict[str, Any]] = configs
+            keys: set[str] = set(configs.names)
+            self._ids: list[str] | None = None
+            self._full: list[dict[str, Any]] | None = None
+            self._size = len(configs)
+        else:
+            keys = {k for c in configs for k in c}
+            self._full = [full_config(c, defaults, keys) for c in configs]
+            ids = [config_id(c) for c in self._full]
+            for i, cid in enumerate(ids):
+                self._position.setdefault(cid, i)
+            self._by_id = {cid: c for cid, c in zip(ids, self._full)}
+            self._ids = list(dict.fromkeys(ids))  # the space in order, each config once
+            self.search_space = [self._by_id[cid] for cid in self._ids]
+            self._size = len(self._ids)
+        self.default = baseline_config(configs, defaults, keys)
+        self.default_id = config_id(self.default)
+        self._by_id.setdefault(self.default_id, self.default)
+        self.default_index = self.position(self.default_id)
+
+    def __len__(self) -> int:
+        """How many distinct configs the space has."""
+        return self._size
+
+    def id_at(self, index: int) -> str:
+        """The config id at a search index (and remember its config and position)."""
+        if self._ids is not None:
+            return self._ids[index]
+        assert isinstance(self.search_space, ProductSpace)
+        config = self.search_space.config(index)
+        cid = config_id(config)
+        self._by_id.setdefault(cid, config)
+        self._position.setdefault(cid, index)
+        return cid
+
+    def config(self, cid: str) -> dict[str, Any]:
+        """The filled config of an id seen before (from :meth:`id_at`, the default or a store)."""
+        return self._by_id[cid]
+
+    def position(self, cid: str) -> int:
+        """The trial index of a config id: its position in the space, or -1 when not in it."""
+        found = self._position.get(cid)
+        if found is not None:
+            return found
+        if self._ids is not None:
+            return -1
+        assert isinstance(self.search_space, ProductSpace)
+        config = self._by_id.get(cid)
+        index = self.search_space.find(config if config is not None else json.loads(cid))
+        if index >= 0:
+            self._position[cid] = index
+        return index
+
+    def search_index(self, cid: str) -> int:
+        """The search index of a config id (-1 when the space does not have it)."""
+        if self._ids is None:
+            return self.position(cid)
+        found = self.__dict__.get("_search_index")
+        if found is None:
+            found = {c: i for i, c in enumerate(self._ids)}
+            self.__dict__["_search_index"] = found
+        return found.get(cid, -1)
+
+    def remember(self, cid: str, config: dict[str, Any]) -> None:
+        """Know a config by its id (a trial a store kept), when the space has it."""
+        self._by_id.setdefault(cid, config)
+
+    def all_ids(self) -> Iterator[str]:
+        """Every config id, in order (a product decodes each: use on small spaces only)."""
+        return iter(self._ids) if self._ids is not None else map(self.id_at, range(self._size))
+
+    def lists_never_tried(self) -> bool:
+        """Whether the configs never tried are listed one by one (a list, or a small product)."""
+        return self._ids is not None or self._size <= NEVER_TRIED_LISTED
+
+    def ordered(self, measured: dict[str, Any]) -> tuple[Any, ...]:
+        """The trials of the space in its order: a list's, one per entry (duplicates repeat),
+        or a product's measured configs by index."""
+        if self._full is not None:
+            return tuple(measured[config_id(c)].at_index(i) for i, c in enumerate(self._full))
+        found = [(self.position(cid), t) for cid, t in measured.items()]
+        return tuple(t.at_index(i) for i, t in sorted(found, key=lambda p: p[0]) if i >= 0)
