@@ -7,10 +7,16 @@ which configs *fail* (compile error, crash, mismatch), when any has. Every untri
 space (or, in a space of more than ``pool`` configs, a random sample of them plus every
 one-parameter change of the best configs) is scored by P(good) x P(passes), and the batch is
 chosen greedily by score, halving the score of the configs within two parameters of each pick
-(so a batch is not eight copies of one idea). A share of each batch is drawn at random.
+(so a batch is not eight copies of one idea). Each tree splits on a random 30% of the feature
+columns, so the trees disagree where the data is thin. Two configs of each batch are the
+best-scored untried one-parameter changes of the best config so far (a local search, ranked by
+the model), and when the best has not improved for two batches, the configs within two
+parameters of the 8 best ones score a tenth and P(passes) counts twice (the search steps out of
+a basin it has exhausted, and away from what it knows, failures are likelier).
+A share of each batch is drawn at random.
 
 It proposes configs of the space only (constraints hold by construction), never one twice, and
-the first batches are random until the models have something to learn from. Chosen by
+the first batch is random, until the models have something to learn from. Chosen by
 measurement on four recorded GPU spaces against random sampling and Optuna's TPE: see
 ``docs/search.md`` and ``bench/search_quality.py``.
 """
@@ -28,6 +34,10 @@ from tileauto.search.features import Encoder
 from tileauto.search.sampling import Untried
 
 EXTRA = "search"  # pip install "tileauto[search]"
+_MAX_FEATURES = 0.3  # the share of feature columns each split of a tree chooses among
+_STALL_TOP = 8  # when stuck, the neighbourhoods of this many best configs are avoided:
+_STALL_RADIUS = 2  # the configs within this many parameters of one of them
+_STALL_FACTOR = 0.1  # score this much
 
 
 def require_sklearn(what: str) -> None:
@@ -48,11 +58,14 @@ class GuidedSearch(SearchStrategy):
     Args:
         budget: how many configs to propose in all; None: until the loop's budget stops it.
         batch: configs per batch; None: ``max(parallelism, 8)`` (a batch is one model fit).
-        initial: random configs before the first model; None: ``max(2 * batch, 10)``.
+        initial: random configs before the first model; None: one batch (at least 8).
         trees: trees per forest.
         good_fraction: the share of passing configs that count as good (at least 5 do).
         explore: the share of each batch drawn at random.
         pool: the most candidates scored per batch (a larger space is sampled).
+        local: configs of each batch taken among the one-parameter changes of the best config.
+        stall: batches without a better config after which the neighbourhoods of the best
+            configs are avoided (0: never).
         seed: None: the seed the search is started with.
     """
 
@@ -66,6 +79,8 @@ class GuidedSearch(SearchStrategy):
         good_fraction: float = 0.2,
         explore: float = 0.1,
         pool: int = 20_000,
+        local: int = 2,
+        stall: int = 2,
         seed: int | None = None,
     ) -> None:
         for name, value in (("budget", budget), ("batch", batch), ("initial", initial)):
@@ -79,6 +94,9 @@ class GuidedSearch(SearchStrategy):
             raise ValueError(f"GuidedSearch explore must be in [0, 1], got {explore!r}")
         if not isinstance(trees, int) or trees < 1 or not isinstance(pool, int) or pool < 100:
             raise ValueError(f"GuidedSearch needs trees >= 1 and pool >= 100, got {trees}, {pool}")
+        for name, value in (("local", local), ("stall", stall)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"GuidedSearch {name} must be an int >= 0, got {value!r}")
         self.budget, self.batch, self.initial = budget, batch, initial
         self.trees, self.good_fraction, self.explore, self.pool = (
             trees,
@@ -86,6 +104,7 @@ class GuidedSearch(SearchStrategy):
             explore,
             pool,
         )
+        self.local, self.stall = local, stall
         self.own_seed = seed
 
     def describe(self) -> str:
@@ -93,7 +112,7 @@ class GuidedSearch(SearchStrategy):
         return (
             f"GuidedSearch(budget={self.budget}, batch={self.batch}, initial={self.initial}, "
             f"trees={self.trees}, good_fraction={self.good_fraction}, explore={self.explore}, "
-            f"pool={self.pool}{seed})"
+            f"pool={self.pool}, local={self.local}, stall={self.stall}{seed})"
         )
 
     def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
@@ -106,10 +125,11 @@ class GuidedSearch(SearchStrategy):
         self._untried = Untried(len(self.space), random.Random(seed))
         self._encoder = Encoder(self.space)
         self._size = self.batch or max(self.parallelism, 8)
-        self._first = self.initial or max(2 * self._size, 10)
+        self._first = self.initial or max(self._size, 8)
         self._asked = 0
         self._told: list[int] = []
         self._logs: list[float] = []  # log latency, NaN for a failed config
+        self._bests: list[float] = []  # the best log latency at each model-guided batch
 
     def tell(self, index: int, trial: Trial) -> None:
         self._untried.mark([index])
@@ -161,20 +181,42 @@ class GuidedSearch(SearchStrategy):
         cand_codes = self.space.codes(candidates)
         cand_rows = self._encoder.rows(cand_codes)
         score = _positive(good_model, cand_rows)
-        if fail_model is not None:
-            score = score * _positive(fail_model, cand_rows)
+        passes = _positive(fail_model, cand_rows) if fail_model is not None else None
+        if passes is not None:
+            score = score * passes
         score = score + 1e-9 * self._rng.random(len(score))  # ties broken at random, seeded
+
+        ranked_told = told[ok][np.argsort(logs[ok], kind="stable")]  # passing, fastest first
+        self._bests.append(float(logs[ok].min()))
+        if self.stall and len(self._bests) > self.stall:
+            if self._bests[-1] >= self._bests[-1 - self.stall]:  # stuck: step out of the basin
+                top = self.space.codes(ranked_told[:_STALL_TOP])
+                far = (cand_codes[:, None, :] != top[None, :, :]).sum(axis=2).min(axis=1)
+                score[far <= _STALL_RADIUS] *= _STALL_FACTOR
+                if passes is not None:  # far from what is known, failing is likelier
+                    score *= passes
 
         explore = self._explore_count(k)
         picks: list[int] = []
-        for _ in range(min(k - explore, len(candidates))):
-            best = int(np.argmax(score))
-            picks.append(int(candidates[best]))
-            near = (cand_codes != cand_codes[best]).sum(axis=1) <= 2
-            score[near] *= 0.5
-            score[best] = -np.inf  # never picked twice
+        if self.local:  # the best-scored one-parameter changes of the best config
+            near = np.isin(candidates, _neighbours(self.space, self.space.codes(ranked_told[:1])))
+            for _ in range(min(self.local, int(near.sum()), k - explore)):
+                best = int(np.argmax(np.where(near, score, -np.inf)))
+                self._pick(best, candidates, cand_codes, score, picks)
+                near[best] = False
+        for _ in range(min(k - explore - len(picks), len(candidates) - len(picks))):
+            self._pick(int(np.argmax(score)), candidates, cand_codes, score, picks)
         self._untried.mark(picks)
         return picks + self._untried.draw(k - len(picks))
+
+    @staticmethod
+    def _pick(best: int, candidates: Any, cand_codes: Any, score: Any, picks: list[int]) -> None:
+        """Pick candidate ``best``, and halve the score of the candidates near it."""
+        import numpy as np
+
+        picks.append(int(candidates[best]))
+        score[(cand_codes != cand_codes[best]).sum(axis=1) <= 2] *= 0.5
+        score[best] = -np.inf  # never picked twice
 
     def _explore_count(self, k: int) -> int:
         expected = self.explore * k
@@ -198,7 +240,7 @@ class GuidedSearch(SearchStrategy):
         ensemble = importlib.import_module("sklearn.ensemble")  # the search extra
         return ensemble.RandomForestClassifier(
             n_estimators=self.trees,
-            max_features=1.0,
+            max_features=_MAX_FEATURES,
             random_state=int(self._rng.integers(2**31 - 1)),
             n_jobs=1,
         )

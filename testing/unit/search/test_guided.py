@@ -35,8 +35,10 @@ def test_guided_finds_the_optimum_with_few_trials_where_random_does_not():
 def test_guided_learns_to_avoid_configs_that_fail():
     space, latency = bowl()
     failing = sum(latency(c) is None for c in space) / len(space)
-    _, out = best_after(GuidedSearch(), space, latency, 160, 0)
-    later = [t for i, t in out.trials.items()][40:]
+    later = []
+    for seed in range(3):
+        _, out = best_after(GuidedSearch(), space, latency, 160, seed)
+        later += [t for i, t in out.trials.items()][40:]
     assert sum(not t.ok for t in later) / len(later) < failing / 2
 
 
@@ -65,7 +67,15 @@ def test_a_space_without_parameters_is_sampled_at_random():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"budget": 0}, {"batch": 1.5}, {"good_fraction": 1.0}, {"explore": -0.1}, {"pool": 10}],
+    [
+        {"budget": 0},
+        {"batch": 1.5},
+        {"good_fraction": 1.0},
+        {"explore": -0.1},
+        {"pool": 10},
+        {"local": -1},
+        {"stall": 1.5},
+    ],
 )
 def test_bad_settings_are_named(kwargs):
     with pytest.raises(ValueError, match="GuidedSearch"):
@@ -76,6 +86,7 @@ def test_describe_is_stable_and_names_the_settings():
     assert GuidedSearch(64).describe() == GuidedSearch(64).describe()
     assert "budget=64" in GuidedSearch(64).describe()
     assert GuidedSearch(64).describe() != GuidedSearch(64, trees=10).describe()
+    assert GuidedSearch(64).describe() != GuidedSearch(64, local=0, stall=0).describe()
 
 
 def test_without_scikit_learn_guided_fails_naming_the_extra(monkeypatch):
