@@ -30,6 +30,8 @@ import tileauto
 if TYPE_CHECKING:
     import tvm
 
+    from tileauto.space import ProductSpace
+
 # TVM is imported inside the factory: a process that loads the tuned kernel from the cache
 # never calls it, and so never imports TVM's compiler (seconds of start-up).
 
@@ -218,6 +220,51 @@ def configs(M: int, N: int, K: int) -> list[dict]:
 
 
 get_configs = configs
+
+
+def space(M: int, N: int, K: int) -> ProductSpace:
+    """A large constrained space for the search strategies: 2,412 configs at 384^3 with AVX-512.
+
+    The product of cache tiles (``block_M``, ``block_N``, ``block_K``), register tiles
+    (``micro_M``, ``micro_N``), vector width, ``k`` unroll and ``parallel``, kept where:
+
+    * the tiles nest, as :func:`gemm` requires (``block % micro``, ``micro_N % vec``,
+      ``block_K % unroll``);
+    * the register tile keeps at least 4 independent accumulators (to hide the FMA latency) and
+      fits the vector register file with its ``micro_N / vec`` B vectors and the A broadcast:
+      32 zmm with AVX-512; on AVX2, 16 ymm of 8 lanes (a ``vec=16`` vector takes two);
+    * no tile is larger than the problem (``block_K`` is clamped to K anyway);
+    * a serial kernel (``parallel=False``) has large tiles: with small ones it only measures
+      the overhead of a serial loop over many tiles.
+
+    An AVX2-only host keeps 558 configs at 384^3 (half the registers: smaller register tiles).
+    ``bench/cpu_gemm_search.py`` tunes it exhaustively and with the default search.
+    """
+    from tileauto.space import product
+
+    lanes, regs = (16, 32) if _AVX512 else (8, 16)
+    # a vector of `vec` lanes takes vec / lanes registers when it is wider than the hardware's
+    width = "vec" if _AVX512 else str(lanes)
+    return product(
+        block_M=[16, 32, 64, 96, 128],
+        block_N=[32, 64, 128, 192],
+        block_K=[64, 128, 384],
+        micro_M=[4, 6, 8, 12],
+        micro_N=[16, 32, 48, 64],
+        vec=[8, 16],
+        unroll=[1, 2, 4],
+        parallel=[True, False],
+        constraints=[
+            "block_M % micro_M == 0",
+            "block_N % micro_N == 0",
+            "micro_N % vec == 0",
+            "block_K % unroll == 0",
+            f"micro_M * micro_N / {width} >= 4",
+            f"(micro_M + 1) * micro_N / {width} + 1 <= {regs}",
+            f"block_M <= {max(M, 16)} and block_N <= {max(N, 32)} and block_K <= {max(K, 64)}",
+            "parallel or block_M * block_N >= 96 * 128",
+        ],
+    )
 
 
 def _short_label(cfg: dict) -> str:

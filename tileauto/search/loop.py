@@ -136,6 +136,9 @@ def run_search(
     space = as_space(space)
     n = len(space)
     start = clock() if started_at is None else started_at
+    bound = getattr(strategy, "within", None)  # a strategy that sizes itself to the budget
+    if max_trials is not None and callable(bound):
+        strategy = bound(max_trials)
     strategy.start(space, parallelism=parallelism, seed=seed)
     trials: dict[int, Trial] = {}
     stall = _Plateau()

@@ -99,3 +99,30 @@ def test_a_small_space_is_exhausted_by_every_strategy():
     for make in (Exhaustive, RandomSearch, GuidedSearch, *([OptunaSearch] if HAVE_OPTUNA else [])):
         batches = drive(make(), space, lambda c: float(c["a"]))
         assert sorted(i for b in batches for i in b) == list(range(6))
+
+
+def test_auto_under_max_trials_guides_any_space_with_that_budget():
+    pytest.importorskip("sklearn", reason="the guided search needs the search extra")
+    from tileauto.search import run_search
+    from tileauto.search.guided import GuidedSearch
+    from tileauto.search.resolve import AutoSearch
+    from tileauto.space import product
+
+    space = product(a=list(range(10)), b=list(range(10)))  # 100 configs: exhaustive by size
+    seen = []
+
+    def measure(indices):
+        seen.append(list(indices))
+        for i in indices:
+            yield i, ok_trial(i, 1.0 + i)
+
+    bounded = AutoSearch().within(12)
+    out = run_search(AutoSearch(), space, measure, max_trials=12, seed=0)
+    assert len(out.trials) == 12 and sorted(out.trials) != list(range(12))  # a sample, not a prefix
+    bounded.start(space, parallelism=2, seed=0)
+    assert isinstance(bounded.inner, GuidedSearch) and bounded.inner.budget == 12
+    whole = AutoSearch().within(500)
+    whole.start(space, seed=0)
+    assert whole.inner.describe() == "Exhaustive"  # max_trials covers the space
+    own = AutoSearch(budget=30)
+    assert own.within(12) is own  # a budget of its own is kept (the loop still stops at 12)
