@@ -17,6 +17,11 @@ local stages::
 
 What runs where:
 
+* **Warm-up.** :meth:`RayBuilder.start` sends one warm-up task per compile slot (each
+  imports TVM, torch and the factory's modules in a Ray worker, the process the compiles then
+  reuse: a Ray worker is a fresh interpreter, not a fork of the driver); one per node, pinned
+  there with no CPU, also answers as that node's hardware probe. Compiles and warm-ups share
+  one runtime environment, so they share those warm worker processes.
 * **Compiles** are Ray tasks (``num_cpus=1``, ``max_retries=0``) on any node: the factory and
   the compile options travel once per build through the object store (cloudpickle bytes, with
   the driver's ``sys.path`` and ``TILEAUTO_*`` settings, as a local compile worker gets them);
@@ -80,6 +85,9 @@ log = get_logger("ray")
 RAY_EXTRA = "pip install 'tileauto[ray]'"
 _WAKE_S = 0.1  # a build looks at its deadlines and cancel this often, at least
 _START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports torch and TVM)
+# compile workers' environment: tasks of one runtime environment share (reuse) worker
+# processes, so warm-ups, compiles and core holds all run in the same warm workers
+_COMPILE_ENV = {"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}
 
 
 class NoMatchingNodeError(TileautoError):
@@ -125,6 +133,8 @@ class RayCluster:
         self._lock = threading.Lock()
         self._hold: Any = None  # the actor that holds a node's cores while configs are timed
         self._hold_node: str | None = None
+        # node -> the ref of a warm-up that says the node's hardware (see RayBuilder.start)
+        self._warm_probes: dict[str, Any] = {}
 
     def connect(self) -> Any:
         """Join (or start) the cluster once; the ``ray`` module."""
@@ -186,6 +196,17 @@ class RayCluster:
             except Exception:  # noqa: BLE001 - its node may be gone already
                 pass
 
+    # -- what warm-ups learned -------------------------------------------------------------------
+    def add_warm_probes(self, probes: dict[str, Any]) -> None:
+        """Warm-up tasks pinned to nodes (node -> ref): each answers as :func:`_probe` does."""
+        with self._lock:
+            self._warm_probes.update(probes)
+
+    def take_warm_probes(self) -> dict[str, Any]:
+        with self._lock:
+            probes, self._warm_probes = self._warm_probes, {}
+        return probes
+
 
 class _CoreHold:
     """An actor that does nothing but hold CPUs (its ``num_cpus``) while it lives."""
@@ -230,8 +251,12 @@ def matching_nodes(cluster: RayCluster, device: str) -> list[str]:
     ray = cluster.connect()
     want = local_hardware(device)
     nodes = {n: r for n, r in cluster.nodes().items() if r.get("CPU", 0.0) > 0}
+    # a node warmed up by the builder is probed by that warm-up (no process of its own)
+    warm = cluster.take_warm_probes() if device == "cpu" else {}
     refs = {
-        node: ray.remote(_probe)
+        node: warm[node]
+        if node in warm
+        else ray.remote(_probe)
         .options(num_cpus=0, max_retries=0, scheduling_strategy=_on_node(ray, node))
         .remote(device, list(sys.path))
         for node in nodes
@@ -309,6 +334,30 @@ def _write_files(directory: Path, files: dict[str, bytes]) -> None:
 
 
 # -- builds -----------------------------------------------------------------------------------
+def _warm_task(setup: bytes) -> dict[str, Any]:
+    """On a node (a Ray task): import what a compile needs, so that this worker's compiles do
+    not (the worker stays for the compile tasks: same job, same runtime environment); answer
+    as :func:`_probe` does for a CPU target."""
+    import ray
+
+    started = time.monotonic()
+    path, env, payload = cloudpickle.loads(setup)
+    _use_path(path)
+    _apply_settings(env)
+    out: dict[str, Any] = {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+    try:
+        cloudpickle.loads(payload)  # the factory's modules (torch, the user's)
+        import tileauto.jit.compiler  # noqa: F401 - TVM's compiler
+        from tileauto import ray_stages
+
+        out["hardware"] = ray_stages.local_hardware("cpu")
+    except BaseException as exc:  # noqa: BLE001 - the first compile reports it properly
+        out["hardware"] = None
+        out["error"] = f"{type(exc).__name__}: {first_lines(str(exc), 1)}"
+    out["import_s"] = time.monotonic() - started
+    return out
+
+
 def _compile_task(setup: bytes, request: BuildRequest) -> Any:
     """On a node (a streaming Ray task): say where it started, then compile one config.
 
@@ -382,6 +431,7 @@ class RayBuilder:
         self._inflight: set[Any] = set()
         self._workers: int | None = None
         self._jobs: dict[Any, _Job] = {}
+        self._warming: list[Any] = []  # the warm-up tasks of start()
         # called (on the build's thread) as a compile starts on a node: (request index, node)
         self.on_start: Callable[[int, str | None], None] | None = None
 
@@ -393,7 +443,44 @@ class RayBuilder:
         return self._workers
 
     def start(self) -> None:
-        self.cluster.connect()
+        """Join the cluster and warm up a worker per compile slot, without waiting for them.
+
+        A Ray worker is a fresh interpreter: imported TVM and torch (seconds) on its first
+        compile. Each warm-up task imports them (and the factory's modules) in the worker the
+        compiles then reuse, in parallel with the rest of the start; one per node is pinned to
+        it with no CPU, answers as a hardware probe (the runner's :func:`matching_nodes` takes
+        it instead of starting a probe process of its own), and is free to run even on a node
+        whose CPUs are busy.
+        """
+        ray = self.cluster.connect()
+        setup = cloudpickle.dumps((list(sys.path), _settings_env(), self._payload()))
+        task = ray.remote(_warm_task)
+        probes: dict[str, Any] = {}
+        warming: list[Any] = []
+        for node, resources in self.cluster.nodes().items():
+            slots = int(resources.get("CPU", 0.0) // max(self.num_cpus, 1e-9))
+            if slots <= 0:
+                continue
+            pinned = _on_node(ray, node)
+            probes[node] = task.options(
+                num_cpus=0, max_retries=0, scheduling_strategy=pinned, runtime_env=_COMPILE_ENV
+            ).remote(setup)
+            warming.append(probes[node])
+            for _ in range(slots - 1):
+                warming.append(
+                    task.options(
+                        num_cpus=self.num_cpus,
+                        max_retries=0,
+                        scheduling_strategy=pinned,
+                        runtime_env=_COMPILE_ENV,
+                    ).remote(setup)
+                )
+        with self._lock:
+            self._warming = warming
+        self.cluster.add_warm_probes(probes)
+
+    def _payload(self) -> bytes:
+        return cloudpickle.dumps((self.factory, self.compile_args))
 
     def cancel(self) -> None:
         """Cancel this builder's compiles in flight (their workers are killed). Any thread."""
@@ -403,12 +490,28 @@ class RayBuilder:
         ray = import_ray()
         for ref in refs:
             _cancel(ray, ref)
+        self._stop_warming(ray)
 
     def close(self) -> None:
         with self._lock:
             leftover = bool(self._inflight)
         if leftover:
             self.cancel()
+        else:
+            self._stop_warming(import_ray())
+
+    def _stop_warming(self, ray: Any) -> None:
+        """Cancel the warm-ups still queued or running (a finished one is left alone)."""
+        with self._lock:
+            warming, self._warming = self._warming, []
+        if not warming:
+            return
+        try:
+            _, pending = ray.wait(warming, num_returns=len(warming), timeout=0)
+        except Exception:  # noqa: BLE001 - Ray is gone: nothing left to cancel
+            return
+        for ref in pending:
+            _cancel(ray, ref)
 
     def build(
         self,
@@ -421,14 +524,14 @@ class RayBuilder:
         ray = self.cluster.connect()
         self.cluster.release_cores()  # a timing run of this session is over: compile there
         batch_dir = self.staging_dir / f"build-{uuid.uuid4().hex[:12]}"
-        payload = cloudpickle.dumps((self.factory, self.compile_args))
+        payload = self._payload()
         setup = ray.put(cloudpickle.dumps((list(sys.path), _settings_env(), payload)))
         task = ray.remote(_compile_task).options(
             num_cpus=self.num_cpus,
             max_retries=0,
             retry_exceptions=False,
             num_returns="streaming",
-            runtime_env={"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}},
+            runtime_env=_COMPILE_ENV,
         )
         results: list[BuildResult | None] = [None] * len(requests)
         jobs: dict[Any, _Job] = {}

@@ -115,13 +115,17 @@ def comparable(trials) -> list[tuple]:
     ]
 
 
-def flaky_factory(n: int, vec: int = 8, mode: str = "ok"):
-    """For builder tests: ``sleep`` never finishes compiling, ``die`` kills its process."""
+def flaky_factory(n: int, vec: int = 8, mode: str = "ok", pid_dir: str = ""):
+    """For builder tests: ``sleep`` never finishes compiling, ``die`` kills its process;
+    ``pid_dir``: write the compiling process's id to ``pid_dir/<vec>``."""
     import signal
     import time
 
     from tune_kernels import scale
 
+    if pid_dir:
+        Path(pid_dir).mkdir(parents=True, exist_ok=True)
+        (Path(pid_dir) / str(vec)).write_text(str(os.getpid()))
     if mode == "sleep":
         time.sleep(3600)
     if mode == "die":

@@ -59,6 +59,44 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
         import_ray()
 
 
+@pytest.mark.timeout(180)
+def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
+    """``start`` warms a worker per compile slot: the warm-ups answer the hardware probe (no
+    probe process) and their workers, with TVM imported, run the compiles; a core hold comes
+    and goes. First of the module's cluster tests: no idle worker of an earlier test around."""
+    from tune_kernels import scale_jit
+
+    from tileauto import ray_stages
+
+    rc = RayCluster()
+    builder = RayBuilder(h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=rc)
+    builder.start()
+    warm = list(builder._warming)
+    assert len(warm) == builder.workers == 2  # one per node here (1 CPU each): the probes
+    compute_nodes = sorted(n for n, r in rc.nodes().items() if r.get("CPU"))
+    assert sorted(ray_stages.matching_nodes(rc, "cpu")) == compute_nodes
+    assert rc.take_warm_probes() == {}  # matching_nodes took them
+    answers = ray.get(warm, timeout=120)
+    assert sorted(a["node"] for a in answers) == compute_nodes
+    assert all(a["hardware"] == ray_stages.local_hardware("cpu") for a in answers), answers
+    pids = tmp_path / "pids"
+    requests = [
+        BuildRequest(index=i, config={"vec": v, "pid_dir": str(pids)}, args=(1024,))
+        for i, v in enumerate((4, 8, 16, 32))
+    ]
+    results = builder.build(requests)
+    assert all(r.ok for r in results), results
+    assert builder.submitted == 4  # warm-ups are not compiles
+    compiled_in = {int(f.read_text()) for f in pids.iterdir()}
+    assert compiled_in <= {a["pid"] for a in answers}, (compiled_in, answers)
+    builder.close()
+    node = compute_nodes[0]
+    rc.hold_cores(node)
+    assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 1)
+    rc.release_cores()
+    assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)
+
+
 @pytest.mark.timeout(300)
 def test_fault_matrix_and_results_match_a_local_run(cluster, tmp_path):
     ray_result = h.ray_session(h.problem(MIXED), tmp_path / "ray")[0].run()
