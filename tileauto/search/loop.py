@@ -87,6 +87,25 @@ class _Plateau:
             self.since += 1
 
 
+def _next_batch(
+    strategy: SearchStrategy, ahead: list[int], trials: Mapping[int, Trial], n: int
+) -> list[int]:
+    """The strategy's next proposals that are new (``ahead`` first); [] when it has none.
+
+    A proposal of a config measured already (one in ``first``, say, that the strategy did not
+    count as its own) is dropped, and the strategy is asked again; it is done when it
+    proposes nothing, or only measured configs ``n`` times in a row.
+    """
+    for _ in range(n + 1):
+        proposed = [int(i) for i in strategy.ask()]
+        batch = list(
+            dict.fromkeys(i for i in [*ahead, *proposed] if 0 <= i < n and i not in trials)
+        )
+        if batch or not proposed:
+            return batch
+    return []
+
+
 def run_search(
     strategy: SearchStrategy,
     space: Space | Iterable[dict[str, Any]],
@@ -162,13 +181,7 @@ def run_search(
     reason = stop_now()
     ahead = [int(i) for i in first]
     while reason is None:
-        batch = list(
-            dict.fromkeys(
-                int(i)
-                for i in [*ahead, *strategy.ask()]
-                if 0 <= int(i) < n and int(i) not in trials
-            )
-        )
+        batch = _next_batch(strategy, ahead, trials, n)
         ahead = []
         if not batch:
             reason = StopReason.DONE

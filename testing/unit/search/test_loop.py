@@ -60,8 +60,18 @@ def test_everything_proposed_is_measured_and_told_then_done():
 def test_repeats_and_indices_outside_the_space_are_ignored():
     strategy = Script([0, 0, 99, -1, 1], [1, 0], [2])
     out = run_search(strategy, SPACE, latencies([1.0] * 10))
-    assert list(out.trials) == [0, 1]  # [1, 0] has nothing new: the search is done
+    # [1, 0] has nothing new: dropped, and the strategy is asked again; [] ends the search
+    assert list(out.trials) == [0, 1, 2]
     assert out.stop_reason is StopReason.DONE
+
+
+def test_a_strategy_that_proposes_only_measured_configs_ends_the_search():
+    class Stuck(Script):
+        def ask(self):
+            return [0]
+
+    out = run_search(Stuck(), SPACE, latencies([1.0] * 10))
+    assert list(out.trials) == [0] and out.stop_reason is StopReason.DONE
 
 
 def test_max_trials_cuts_the_batch_before_measuring():
