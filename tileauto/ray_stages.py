@@ -24,25 +24,38 @@ What runs where:
   one runtime environment, so they share those warm worker processes.
 * **Compiles** are Ray tasks (``num_cpus=1``, ``max_retries=0``) on any node: the factory and
   the compile options travel once per build through the object store (cloudpickle bytes, with
-  the driver's ``sys.path`` and ``TILEAUTO_*`` settings, as a local compile worker gets them);
-  the task compiles into a temporary folder on its node and returns the folder's files as
-  bytes; the driver writes them into its staging folder, so a Ray build leaves exactly what a
-  local build leaves. The task reports when it starts, so the compile timeout counts from
-  there (not from the queue); past it the task is cancelled with ``force=True`` (its worker
-  process is killed): ``compile_timeout``. A task whose worker dies is ``compile_crash``; one
-  lost with its node (``NodeDiedError``, its result's object lost, or its worker gone with a
-  node that is dead) is submitted again elsewhere, at most ``node_retries`` times.
-* **Runs** happen in one run actor at a time (the run stage is called one config at a time),
-  placed on a node whose hardware matches the driver's target (CPU: the model and flags and
-  the cache key's device fingerprint; GPU: the device fingerprint, ``num_gpus=1``). The actor
-  runs :mod:`tileauto.run_worker`'s functions, the code of the local run worker: a config that
-  segfaults kills the actor (``crash``), one that hangs is killed past the tuning's timeout
-  (``timeout``); the actor is replaced and set up again, as :class:`tileauto.runner.Runner`
-  does (``RayRunner`` *is* a ``Runner`` whose worker is :class:`RayWorker`). Built folders are
-  shipped to the actor's node as bytes, once per actor. On a CPU target, while it times, the
-  runner holds every core of the actor's node (an actor with ``num_cpus`` = the node's CPUs),
-  so no compile of any session shares the cores with a timing run; the next build releases
-  them.
+  the driver's ``sys.path`` and ``TILEAUTO_*`` settings, as a local compile worker gets them).
+  A node that sees the driver's files (it reads back a token file the driver wrote in its
+  staging folder: the same machine, or a shared file system) compiles straight into the
+  driver's staging folder; another compiles into a temporary folder and returns its files as
+  bytes, which the driver writes there. Either way a Ray build leaves exactly what a local
+  build leaves. The task reports when it starts, so the compile timeout counts from there
+  (not from the queue); past it the task is cancelled with ``force=True`` (its worker process
+  is killed): ``compile_timeout``. A task whose worker dies is ``compile_crash``; one lost with
+  its node (``NodeDiedError``, its result's object lost, or its worker gone with a node that
+  is dead) is submitted again elsewhere, at most ``node_retries`` times.
+* **Runs** happen in run actors, one per slot: each node whose hardware matches the driver's
+  target (CPU: the model and flags and the cache key's device fingerprint) is a slot, and on
+  GPU targets each GPU of a matching node (``num_gpus=1``). The default config runs first, in
+  the first slot's actor (it makes the reference outputs); the configs after it run on every
+  slot at once (:meth:`RayRunner.run_many`), each actor set up with the same inputs and that
+  reference, and are recorded in the space's order (on a GPU target the session runs configs
+  as their compiles end, so several GPUs time at once only when several configs wait).
+  Re-timing the best few runs in the first slot only, so that the configs compared there
+  share one machine. The actor runs :mod:`tileauto.run_worker`'s functions, the code of the
+  local run worker: a config that segfaults kills the actor (``crash``), one that hangs is
+  killed past the tuning's timeout (``timeout``); the actor is replaced and set up again, as
+  :class:`tileauto.runner.Runner` does (``RayRunner`` *is* a ``Runner`` whose worker is
+  :class:`RayWorker`). A config that takes more memory than ``TILEAUTO_RUN_MEMORY_LIMIT_MB``
+  (counted from the actor's size once it has imported the run worker's code; by default 90%
+  of the node's memory available when the actor starts) is killed by a watcher actor beside
+  the run actor (same node, no CPU; it polls the actor's resident set every 50 ms) and
+  recorded as ``out_of_memory``; the actor is replaced. An actor that sees the driver's files
+  reads the kernels in place; elsewhere a kernel's library and record (not its sources) are
+  shipped as bytes, once per actor. On a CPU target, while it times, the runner holds every
+  core of the actor's node (a placement group pinned to the node: a reservation without a
+  process), so no compile of any session shares the cores with a timing run; the next build
+  releases them.
 
 Ray is an optional dependency: nothing here imports it at module level, and
 :func:`import_ray` says which extra to install.
@@ -52,6 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import shutil
 import sys
 import tempfile
@@ -59,7 +73,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +93,7 @@ from tileauto.utils.procs import (
     WorkerCrashed,
     WorkerTimeout,
 )
+from tileauto.utils.threads import background_thread
 
 log = get_logger("ray")
 
@@ -88,6 +103,10 @@ _START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports tor
 # compile workers' environment: tasks of one runtime environment share (reuse) worker
 # processes, so warm-ups, compiles and core holds all run in the same warm workers
 _COMPILE_ENV = {"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}
+# the driver's variables that change how a kernel runs: the run actor gets them too
+_RUN_ENV = ("TVM_THREAD_POOL_SPIN_COUNT", "TVM_BIND_THREADS")
+# files of a kernel folder a run does not need
+_READ_ONLY_FILES = ("_source.txt", "kernel_script.py")
 
 
 class NoMatchingNodeError(TileautoError):
@@ -117,6 +136,9 @@ class RayCluster:
         address: ``None`` (join the Ray this process already joined, or start a local one),
             ``"auto"`` (join the cluster running on this machine) or a cluster's address.
         node_retries: how many times a job lost with its node is run again elsewhere.
+        share_files: let nodes that see the driver's files (the same machine, or a shared
+            file system: see :meth:`share_files`) read and write kernel folders in place;
+            False sends every folder as bytes.
         init_kwargs: more arguments for ``ray.init``.
     """
 
@@ -125,16 +147,19 @@ class RayCluster:
         address: str | None = None,
         *,
         node_retries: int = 3,
+        share_files: bool = True,
         init_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.address = address
         self.node_retries = node_retries
+        self.sharing = share_files
         self.init_kwargs = dict(init_kwargs or {})
         self._lock = threading.Lock()
-        self._hold: Any = None  # the actor that holds a node's cores while configs are timed
-        self._hold_node: str | None = None
+        # node -> the reservation of the node's cores while configs are timed there
+        self._holds: dict[str, _Hold] = {}
         # node -> the ref of a warm-up that says the node's hardware (see RayBuilder.start)
         self._warm_probes: dict[str, Any] = {}
+        self._token: tuple[str, str] | None = None  # see share_files
 
     def connect(self) -> Any:
         """Join (or start) the cluster once; the ``ray`` module."""
@@ -157,44 +182,77 @@ class RayCluster:
         """CPUs of the alive nodes: how many compiles run at once."""
         return int(sum(r.get("CPU", 0.0) for r in self.nodes().values()))
 
-    # -- the cores of a timing node ------------------------------------------------------------
+    # -- the cores of timing nodes ---------------------------------------------------------------
     def hold_cores(self, node_id: str) -> None:
-        """Hold every CPU of ``node_id`` (waits for the compiles running there to end)."""
+        """Hold every CPU of ``node_id`` (waits for the compiles running there to end); the
+        nodes held already stay held (several run actors time at once, one per node).
+
+        The hold is a placement group pinned to the node by its ``ray.io/node-id`` label: a
+        reservation without a process, made and given back in milliseconds. On a Ray whose
+        nodes have no such label it is an actor with the node's CPUs (a process started per
+        hold, about a second).
+
+        Raises:
+            NodeLost: the node died before its cores were free.
+        """
         ray = self.connect()
         with self._lock:
-            if self._hold_node == node_id:
+            if node_id in self._holds:
                 return
-        self.release_cores()
-        cpus = self.nodes().get(node_id, {}).get("CPU", 0.0)
+        nodes = {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}
+        cpus = nodes.get(node_id, {}).get("Resources", {}).get("CPU", 0.0)
         if cpus <= 0:
             return
-        hold = (
-            _actor_class(ray, _CoreHold)
-            .options(
-                num_cpus=cpus,
-                scheduling_strategy=_on_node(ray, node_id),
-                max_restarts=0,
-            )
-            .remote()
-        )
+        labelled = nodes[node_id].get("Labels", {}).get(_NODE_LABEL) == node_id
+        hold = _placement_hold(ray, node_id, cpus) if labelled else None
+        if hold is None:
+            hold = _actor_hold(ray, node_id, cpus)
         try:
-            ray.get(hold.ready.remote())
-        except ray.exceptions.RayError as exc:
-            ray.kill(hold, no_restart=True)
-            raise NodeLost(f"node {node_id[:12]} was lost while its cores were reserved") from exc
+            while not ray.wait([hold.ready], timeout=1.0)[0]:
+                if not self.node_alive(node_id):
+                    raise NodeLost(f"node {node_id[:12]} was lost while its cores were reserved")
+            ray.get(hold.ready)
+        except BaseException as exc:
+            hold.release()
+            if isinstance(exc, ray.exceptions.RayError):
+                raise NodeLost(
+                    f"node {node_id[:12]} was lost while its cores were reserved"
+                ) from exc
+            raise
         with self._lock:
-            self._hold, self._hold_node = hold, node_id
+            self._holds[node_id] = hold
+
+    def held_nodes(self) -> set[str]:
+        with self._lock:
+            return set(self._holds)
 
     def release_cores(self) -> None:
         """Give back the cores held for timing (a build is about to use them)."""
         with self._lock:
-            hold, self._hold, self._hold_node = self._hold, None, None
-        if hold is not None:
-            ray = import_ray()
-            try:
-                ray.kill(hold, no_restart=True)
-            except Exception:  # noqa: BLE001 - its node may be gone already
-                pass
+            holds, self._holds = list(self._holds.values()), {}
+        for hold in holds:
+            hold.release()
+
+    # -- the driver's files, seen from the nodes -----------------------------------------------
+    def share_files(self, directory: Path) -> tuple[str, str] | None:
+        """A token file in ``directory`` (the driver's staging folder), made once: a job that
+        reads it back shares the driver's files (the same machine, or a shared file system)
+        and reads and writes kernel folders in place instead of sending them as bytes."""
+        if not self.sharing:
+            return None
+        with self._lock:
+            if self._token is None:
+                value = uuid.uuid4().hex
+                path = Path(directory) / f".tileauto-ray-{value[:12]}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(value)
+                self._token = (str(path), value)
+            return self._token
+
+    @property
+    def token(self) -> tuple[str, str] | None:
+        """The token of :meth:`share_files`, once made."""
+        return self._token
 
     # -- what warm-ups learned -------------------------------------------------------------------
     def add_warm_probes(self, probes: dict[str, Any]) -> None:
@@ -213,6 +271,54 @@ class _CoreHold:
 
     def ready(self) -> bool:
         return True
+
+
+_NODE_LABEL = "ray.io/node-id"  # the label Ray gives each node: its id
+
+
+@dataclass
+class _Hold:
+    """Cores reserved on a node: ``ready`` resolves once they are ours; ``release`` gives
+    them back (never raises: the node may be gone)."""
+
+    ready: Any
+    release: Callable[[], None]
+
+
+def _placement_hold(ray: Any, node_id: str, cpus: float) -> _Hold | None:
+    """A placement group of ``cpus`` CPUs on the node; None on a Ray without label selectors."""
+    from ray.util import placement_group, remove_placement_group
+
+    try:
+        group = placement_group(
+            [{"CPU": cpus}], strategy="STRICT_PACK", bundle_label_selector=[{_NODE_LABEL: node_id}]
+        )
+    except TypeError:  # a Ray before label selectors
+        return None
+
+    def release() -> None:
+        try:
+            remove_placement_group(group)
+        except Exception:  # noqa: BLE001 - removed already, or Ray is gone
+            pass
+
+    return _Hold(group.ready(), release)
+
+
+def _actor_hold(ray: Any, node_id: str, cpus: float) -> _Hold:
+    actor = (
+        _actor_class(ray, _CoreHold)
+        .options(num_cpus=cpus, scheduling_strategy=_on_node(ray, node_id), max_restarts=0)
+        .remote()
+    )
+
+    def release() -> None:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - its node may be gone already
+            pass
+
+    return _Hold(actor.ready.remote(), release)
 
 
 # -- hardware ---------------------------------------------------------------------------------
@@ -326,6 +432,26 @@ def _folder_files(directory: Path) -> dict[str, bytes]:
     }
 
 
+def shares_files(token: tuple[str, str] | None) -> bool:
+    """On a node: whether it sees the driver's files (the token file reads back)."""
+    if token is None:
+        return False
+    try:
+        return Path(token[0]).read_text() == token[1]
+    except OSError:
+        return False
+
+
+def _run_files(directory: Path) -> dict[str, bytes]:
+    """What a run needs of a kernel folder: the library and its record, not the sources
+    (kept for people to read: most of the folder's bytes)."""
+    return {
+        name: data
+        for name, data in _folder_files(directory).items()
+        if not name.endswith(_READ_ONLY_FILES)
+    }
+
+
 def _write_files(directory: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         target = directory / name
@@ -358,11 +484,16 @@ def _warm_task(setup: bytes) -> dict[str, Any]:
     return out
 
 
-def _compile_task(setup: bytes, request: BuildRequest) -> Any:
+def _compile_task(
+    setup: bytes, request: BuildRequest, here: tuple[str, tuple[str, str] | None]
+) -> Any:
     """On a node (a streaming Ray task): say where it started, then compile one config.
 
     Yields the node id first (the driver counts the timeout from then), then
-    ``("ok", artifact JSON, files)`` or ``("error", type name, message)``.
+    ``("ok", artifact JSON, files)``, ``("here", artifact JSON)`` when the node shares the
+    driver's files (``here``: the driver's folder for this config and the token of
+    :meth:`RayCluster.share_files`; the kernel is compiled into it), or
+    ``("error", type name, message)``.
     """
     import ray
 
@@ -371,6 +502,15 @@ def _compile_task(setup: bytes, request: BuildRequest) -> Any:
     _use_path(path)
     _apply_settings(env)
     factory, compile_args = cloudpickle.loads(payload)
+    folder, token = here
+    if shares_files(token):
+        try:
+            artifact = _compile_job(factory, request, compile_args, folder)
+        except BaseException as exc:  # noqa: BLE001 - a failed compile is data
+            yield ("error", type(exc).__name__, str(exc))
+            return
+        yield ("here", artifact.to_json())
+        return
     with tempfile.TemporaryDirectory(prefix="tileauto-ray-build-") as tmp:
         out = Path(tmp) / "kernel"
         try:
@@ -524,6 +664,7 @@ class RayBuilder:
         ray = self.cluster.connect()
         self.cluster.release_cores()  # a timing run of this session is over: compile there
         batch_dir = self.staging_dir / f"build-{uuid.uuid4().hex[:12]}"
+        token = self.cluster.share_files(self.staging_dir)
         payload = self._payload()
         setup = ray.put(cloudpickle.dumps((list(sys.path), _settings_env(), payload)))
         task = ray.remote(_compile_task).options(
@@ -542,7 +683,8 @@ class RayBuilder:
             job.node, job.started = None, None
             job.submitted = time.monotonic()
             job.dead_before = frozenset(self._dead_nodes())
-            job.ref = task.remote(setup, requests[job.index])
+            folder = batch_dir / f"{requests[job.index].index:04d}"
+            job.ref = task.remote(setup, requests[job.index], (str(folder), token))
             jobs[job.ref] = job
             with self._lock:
                 self._inflight.add(job.ref)
@@ -675,17 +817,20 @@ class RayBuilder:
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
             log.info("config %s failed to compile: %s", request.config, message.splitlines()[:1])
             return _failed(request, status, first_lines(message), wall)
-        _, data, files = value
         out = batch_dir / f"{request.index:04d}"
-        out.mkdir(parents=True, exist_ok=True)
-        _write_files(out, files)
-        artifact = KernelArtifact.from_json(data, directory=out)
-        # the folder's own record names the folder it is in, as after a local build
-        import json
+        if value[0] == "here":  # compiled into its folder here
+            artifact = KernelArtifact.from_json(value[1], directory=out)
+        else:
+            _, data, files = value
+            out.mkdir(parents=True, exist_ok=True)
+            _write_files(out, files)
+            artifact = KernelArtifact.from_json(data, directory=out)
+            # the folder's own record names the folder it is in, as after a local build
+            import json
 
-        (out / KernelArtifact.META).write_text(
-            json.dumps(artifact.to_json(), indent=1, default=str)
-        )
+            (out / KernelArtifact.META).write_text(
+                json.dumps(artifact.to_json(), indent=1, default=str)
+            )
         return BuildResult(
             index=request.index,
             config=request.config,
@@ -730,16 +875,28 @@ class _RunActor:
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.folders: dict[str, Path] = {}
 
-    def ping(self, device: str, path: list[str]) -> dict[str, Any]:
+    def ping(
+        self, device: str, path: list[str], token: tuple[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Where the actor runs, and its size with the run worker's code imported: the memory
+        limit counts from there, as for a local run worker (which starts with TVM and torch
+        imported), and the default limit from the node's memory available now; whether it
+        sees the driver's files (``token``: see :meth:`RayCluster.share_files`)."""
+        import psutil
         import ray
 
         _use_path(path)
+        import tileauto.run_worker  # noqa: F401 - torch: the first job would import it anyway
         from tileauto import ray_stages
 
+        hardware = ray_stages.local_hardware(device)
         return {
             "node": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
-            "hardware": ray_stages.local_hardware(device),
+            "hardware": hardware,
+            "rss": psutil.Process().memory_info().rss,
+            "available": psutil.virtual_memory().available,
+            "shares_files": shares_files(token),
         }
 
     def call(
@@ -757,7 +914,15 @@ class _RunActor:
             self.folders[key] = local
         try:
             fn, args = cloudpickle.loads(payload)
-            args = _map_artifacts(args, lambda a: a.moved_to(self.folders[str(a.directory)]))
+            # a folder not shipped is read where it is (the driver's files are visible here)
+            args = _map_artifacts(
+                args,
+                lambda a: (
+                    a.moved_to(self.folders[key])
+                    if (key := str(a.directory)) in self.folders
+                    else a
+                ),
+            )
             return ("ok", fn(*args))
         except BaseException as exc:  # noqa: BLE001 - the job's error is data
             return ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
@@ -792,6 +957,89 @@ def _map_artifacts(value: Any, fn: Callable[[KernelArtifact], KernelArtifact]) -
     return value
 
 
+_WATCH_POLL_S = 0.05  # how often a run actor's memory is looked at (as a local worker's)
+_WATCH_SCAN_S = 1.0  # how often for new children (a scan of every process of the node)
+_VERDICT_S = 5.0  # a dead actor's watcher answers within a poll; this only bounds a lost one
+
+
+def _memory_watch_class() -> type:
+    """The memory watcher's actor class, made in a function so that Ray ships it by value:
+    its process imports psutil, not this module (torch, TVM), and starts in about the time
+    of a bare Ray worker. Everything it uses is the standard library's, psutil's or its own."""
+
+    class _MemoryWatch:
+        """An actor beside a run actor (pinned to its node, no CPU): kills it when it grows
+        past its memory limit. The driver may be on another machine, where the actor's
+        process cannot be seen."""
+
+        def __init__(self) -> None:
+            import psutil  # noqa: F401 - once, while the run actor starts
+
+        def ready(self) -> int:
+            return os.getpid()
+
+        def watch(self, pid: int, baseline: int, limit: int) -> int | None:
+            """Poll the resident set of ``pid`` and its children until it is more than
+            ``limit`` bytes above ``baseline``: then kill them and return the growth. None
+            once ``pid`` is gone (it died of something else)."""
+            import psutil
+
+            try:
+                proc = psutil.Process(pid)
+            except psutil.Error:
+                return None
+            children: list[psutil.Process] = []
+            scan_at = 0.0
+            while True:
+                try:
+                    if time.monotonic() >= scan_at:
+                        children = proc.children(recursive=True)
+                        scan_at = time.monotonic() + _WATCH_SCAN_S
+                    rss = proc.memory_info().rss
+                    if rss == 0 and proc.status() == psutil.STATUS_ZOMBIE:
+                        return None  # dead, not reaped yet
+                except psutil.Error:
+                    return None
+                for child in children:
+                    try:
+                        rss += child.memory_info().rss
+                    except psutil.Error:
+                        pass  # ended since the scan
+                if rss - baseline > limit:
+                    for victim in (proc, *children):
+                        try:
+                            victim.kill()
+                        except psutil.Error:
+                            pass
+                    return rss - baseline
+                time.sleep(_WATCH_POLL_S)
+
+    return _MemoryWatch
+
+
+_MemoryWatch = _memory_watch_class()
+
+
+def _grown(ray: Any, watch: Any, wait_s: float) -> int | None:
+    """What the watcher ``watch`` (its answer's ref) says within ``wait_s``: how much the
+    actor grew when it was killed for it; None when it was not (gone otherwise, the watcher
+    lost, or no answer yet)."""
+    if not ray.wait([watch], timeout=wait_s)[0]:
+        return None
+    try:
+        grown: int | None = ray.get(watch)
+    except ray.exceptions.RayError:
+        return None
+    return grown
+
+
+def _out_of_memory(limit: int) -> WorkerCrashed:
+    return WorkerCrashed(
+        f"out of memory: the Ray run actor took more than {limit / 2**30:.1f} GiB and was killed",
+        out_of_memory=True,
+    )
+
+
 class RayWorker:
     """A run actor that stands in for :class:`tileauto.utils.procs.Worker` in a Runner.
 
@@ -800,35 +1048,51 @@ class RayWorker:
     :class:`NodeLost` when the actor's node died (not the config's fault).
     """
 
-    def __init__(self, runner: RayRunner, device: str, threads: int) -> None:
+    def __init__(
+        self, runner: RayRunner, device: str, threads: int, memory_limit_mb: int = -1
+    ) -> None:
         self.runner = runner
         self.device = device
         self.threads = threads
+        self.memory_limit_mb = memory_limit_mb  # -1: 90% of the node's memory available
+        self.memory_limit_bytes = 0  # the current actor's limit (known once it started)
         self.name = f"ray-run-{device}"
         self.actor: Any = None
+        self.watcher: Any = None  # the actor's memory watcher (see _MemoryWatch)
+        self._watch: Any = None  # its answer: the actor was killed for its memory, or died
         self.node: str | None = None
         self.pid: int | None = None
         self.pids: list[int] = []  # every actor process this worker started (tests look)
+        self.watcher_pids: list[int] = []  # and every watcher's
         self._shipped: set[str] = set()
+        self.shares_files = False  # the actor reads the driver's kernel folders in place
         self._busy = False
         self._lock = threading.RLock()  # one job at a time, as a local worker
 
     @property
     def alive(self) -> bool:
-        return self.actor is not None
+        """An actor is running (not killed for its memory, nor dead, as far as its watcher
+        knows)."""
+        if self.actor is None:
+            return False
+        if self._watch is not None and import_ray().wait([self._watch], timeout=0)[0]:
+            self.kill()
+            return False
+        return True
 
     @property
     def busy(self) -> bool:
         return self._busy
 
     def start(self) -> RayWorker:
-        """Start the actor on a matching node, if it is not running."""
+        """Start the actor on a matching node, with its memory watcher, if it is not running."""
         if self.actor is not None:
             return self
         ray = self.runner.cluster.connect()
         while True:
             node = self.runner.next_node()
             env = {"TVM_NUM_THREADS": str(self.threads), "OMP_NUM_THREADS": str(self.threads)}
+            env.update({k: os.environ[k] for k in _RUN_ENV if k in os.environ})
             actor = (
                 _actor_class(ray, _RunActor)
                 .options(
@@ -841,22 +1105,45 @@ class RayWorker:
                 )
                 .remote()
             )
+            # started at the same time (it is ready first): no CPU, so a core hold lets it be
+            watcher = (
+                _actor_class(ray, _MemoryWatch)
+                .options(
+                    num_cpus=0,
+                    scheduling_strategy=_on_node(ray, node),
+                    max_restarts=0,
+                    max_task_retries=0,
+                )
+                .remote()
+            )
             try:
-                info = ray.get(
-                    actor.ping.remote(self.device, list(sys.path)), timeout=_START_TIMEOUT_S
+                info, watcher_pid = ray.get(
+                    [
+                        actor.ping.remote(self.device, list(sys.path), self.runner.cluster.token),
+                        watcher.ready.remote(),
+                    ],
+                    timeout=_START_TIMEOUT_S,
                 )
             except ray.exceptions.RayError as exc:
                 ray.kill(actor, no_restart=True)
+                ray.kill(watcher, no_restart=True)
                 if self.runner.cluster.node_alive(node):
                     raise TileautoError(f"the Ray run actor could not start: {exc}") from exc
                 self.runner.lost(node)
                 continue
             if not self.runner.hardware_ok(node, info["hardware"]):
                 ray.kill(actor, no_restart=True)
+                ray.kill(watcher, no_restart=True)
                 continue
-            self.actor, self.node, self.pid = actor, node, info["pid"]
+            mb = self.memory_limit_mb
+            limit = mb * 2**20 if mb > 0 else int(info["available"] * 0.9)
+            self._watch = watcher.watch.remote(info["pid"], info["rss"], limit)
+            self.actor, self.watcher, self.node, self.pid = actor, watcher, node, info["pid"]
+            self.memory_limit_bytes = limit
             self.pids.append(info["pid"])
+            self.watcher_pids.append(watcher_pid)
             self._shipped = set()
+            self.shares_files = bool(info.get("shares_files"))
             return self
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
@@ -871,35 +1158,51 @@ class RayWorker:
             try:
                 self.runner.cluster.hold_cores(self.node)
             except NodeLost:
+                self.kill()  # the watcher (the actor is gone with its node)
                 self._lost()
                 raise
         folders: dict[str, dict[str, bytes]] = {}
 
         def ship(artifact: KernelArtifact) -> KernelArtifact:
             key = str(artifact.directory)
-            if key not in self._shipped:
-                folders[key] = _folder_files(Path(artifact.directory))
+            if not self.shares_files and key not in self._shipped:
+                folders[key] = _run_files(Path(artifact.directory))
             return artifact
 
         _map_artifacts(args, ship)
         payload = cloudpickle.dumps((fn, args))
+        watch, limit = self._watch, self.memory_limit_bytes
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._busy = True
         try:
             ref = self.actor.call.remote(list(sys.path), _settings_env(), payload, folders)
-            ready, _ = ray.wait([ref], timeout=timeout_s)
-            if not ready:
-                self.kill()
-                raise WorkerTimeout(
-                    f"timed out after {timeout_s:g} s; worker {self.name} was killed"
-                )
+            waiting = [ref, watch]
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=left)
+                if not ready:
+                    self.kill()
+                    raise WorkerTimeout(
+                        f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                    )
+                if ref in ready:
+                    break
+                if _grown(ray, watch, 0) is not None:
+                    self.kill()
+                    raise _out_of_memory(limit)
+                waiting = [ref]  # the actor died otherwise (its job says how), or the watcher
             try:
                 status, value = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 node = self.node
-                self.actor = None
                 if not self.runner.cluster.node_alive(node):
+                    self.kill()  # the watcher (the actor is gone with its node)
                     self._lost()
                     raise NodeLost(f"node {str(node)[:12]} was lost during {fn.__name__}") from exc
+                killed_for_memory = _grown(ray, watch, _VERDICT_S) is not None
+                self.kill()
+                if killed_for_memory:
+                    raise _out_of_memory(limit) from None
                 oom = "memory" in str(exc).lower() and "OutOfMemory" in type(exc).__name__
                 raise WorkerCrashed(
                     f"crashed: the Ray run actor died ({_actor_reason(exc)})",
@@ -908,6 +1211,10 @@ class RayWorker:
         finally:
             self._busy = False
         self._shipped.update(folders)
+        if ray.wait([watch], timeout=0)[0]:
+            # the watcher answered after the job did: the actor is gone; a new one (its
+            # sessions set up again) runs the next job
+            self.kill()
         if status == "ok":
             return value
         raise RemoteJobError(value)
@@ -919,9 +1226,10 @@ class RayWorker:
             self.runner.lost(node)
 
     def kill(self) -> None:
-        """Kill the actor (its process and what it runs) now."""
-        actor, self.actor = self.actor, None
-        if actor is not None:
+        """Kill the actor (its process and what it runs) and its watcher now."""
+        actors = [a for a in (self.actor, self.watcher) if a is not None]
+        self.actor, self.watcher, self._watch = None, None, None
+        for actor in actors:
             ray = import_ray()
             try:
                 ray.kill(actor, no_restart=True)
@@ -972,19 +1280,28 @@ class RayRunner(Runner):
         profile: ProfileArgs,
         *,
         threads: int,
+        memory_limit_mb: int = -1,
         device: str = "cpu",
         captured: Sequence[Any] | None = None,
         timer: Any = None,
         cluster: RayCluster | None = None,
         reserve_cores: bool = True,
     ) -> None:
-        super().__init__(profile, threads=threads, device=device, captured=captured, timer=timer)
+        super().__init__(
+            profile,
+            threads=threads,
+            memory_limit_mb=memory_limit_mb,
+            device=device,
+            captured=captured,
+            timer=timer,
+        )
         self.cluster = cluster if cluster is not None else RayCluster()
         self.reserve_cores = reserve_cores
         self.nodes: list[str] = []
         self.lost_nodes: list[str] = []
         self._hardware: dict[str, Any] | None = None
         self._started = False
+        self._lanes: list[_Lane] = []  # run actors on the other slots (see run_many)
 
     # -- placement -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -1040,7 +1357,7 @@ class RayRunner(Runner):
     def make_worker(  # type: ignore[override]
         self, device: str, threads: int, memory_limit_mb: int = -1, *, fork_ok: bool = False
     ) -> RayWorker:
-        return RayWorker(self, device, threads)
+        return RayWorker(self, device, threads, memory_limit_mb)
 
     # -- node loss: the same job again, elsewhere -------------------------------------------------
     def setup(self, key: str | None = None) -> Any:
@@ -1087,6 +1404,128 @@ class RayRunner(Runner):
             self._ready.clear()
         return None
 
+    # -- several slots: configs run in parallel ---------------------------------------------------
+    def slots(self) -> list[str]:
+        """A node per run actor that can time at once: each matching CPU node once (its
+        actor holds all its cores), each GPU of a matching node once."""
+        if not self._started:
+            self.start()
+        alive = self.cluster.nodes()
+        if self.device == "cpu":
+            return [n for n in self.nodes if n in alive]
+        return [n for n in self.nodes if n in alive for _ in range(int(alive[n].get("GPU", 0)))]
+
+    def run_many(
+        self, items: Sequence[tuple[KernelArtifact, dict]]
+    ) -> Iterator[tuple[int, RunOutcome]]:
+        """Check and time ``items`` on every slot at once; yields ``(position, outcome)`` as
+        each ends (on the caller's thread).
+
+        This runner's own actor is one slot; a run actor for each other slot is started on
+        first use and kept (set up with the same inputs and the reference made by the
+        default config). A job whose node is lost goes back to the queue for another slot,
+        and that slot's actor stops taking jobs.
+        """
+        slots = self.slots()
+        mine = self.worker.node if isinstance(self.worker, RayWorker) else None
+        if mine is not None and mine in slots:
+            slots.remove(mine)
+        else:
+            slots = slots[1:]
+        if not slots:  # one slot: this runner's actor, on the caller's thread
+            for k, (artifact, config) in enumerate(items):
+                yield k, self.run(artifact, config)
+            return
+        while len(self._lanes) < len(slots):
+            self._lanes.append(_Lane(self, slots[len(self._lanes)]))
+        lanes: list[RayRunner] = [self, *self._lanes[: len(slots)]]
+        todo = list(range(len(items)))
+        lock = threading.Lock()
+        done: queue.Queue[tuple[int, RunOutcome] | BaseException | None] = queue.Queue()
+
+        def take() -> int | None:
+            with lock:
+                return todo.pop(0) if todo else None
+
+        def work(lane: RayRunner) -> None:
+            try:
+                while (k := take()) is not None:
+                    artifact, config = items[k]
+                    try:
+                        done.put((k, lane.run(artifact, config)))
+                    except NodeLost:
+                        with lock:
+                            todo.insert(0, k)  # not the config's fault: another slot runs it
+                        return
+            except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread
+                done.put(exc)
+            finally:
+                done.put(None)
+
+        for i, lane in enumerate(lanes):
+            background_thread(work, lane, name=f"tileauto-ray-run-{i}")
+        running, left = len(lanes), len(items)
+        while left:
+            try:
+                got = done.get(timeout=0.1)  # wakes for Ctrl-C
+            except queue.Empty:
+                continue
+            if got is None:
+                running -= 1
+                if running == 0 and todo:  # every extra slot lost its node: run the rest here
+                    while (j := take()) is not None:
+                        left -= 1
+                        yield j, self.run(*items[j])
+                continue
+            if isinstance(got, BaseException):
+                self.kill()
+                raise got
+            left -= 1
+            yield got
+
     def kill(self) -> None:
+        for lane in self._lanes:
+            lane.kill_worker()
         super().kill()
         self.cluster.release_cores()
+
+
+class _Lane(RayRunner):
+    """Another slot of a :class:`RayRunner`: its own run actor, on its own node, sharing the
+    runner's sessions (inputs, the reference), placement and faults."""
+
+    def __init__(self, main: RayRunner, node: str) -> None:
+        # the main runner's state, shared (the sessions' specs, with the reference), except
+        # what belongs to one actor: the worker and which sessions it has set up
+        self.__dict__.update(main.__dict__)
+        self.main, self.node = main, node
+        self._lanes = []
+        self._ready = set()
+        self._setup_lock = threading.Lock()
+        self.worker = self.make_worker(main.device, main.threads, main.memory_limit_mb)  # type: ignore[assignment]
+
+    def next_node(self) -> str:
+        if self.node in self.main.nodes and self.cluster.node_alive(self.node):
+            return self.node
+        raise NodeLost(f"node {self.node[:12]} of a run slot was lost")
+
+    def hardware_ok(self, node: str, hardware: dict[str, Any]) -> bool:
+        return self.main.hardware_ok(node, hardware)
+
+    def lost(self, node: str) -> None:
+        self.main.lost(node)
+
+    def run(
+        self,
+        artifact: KernelArtifact,
+        config: dict,
+        *,
+        is_reference: bool = False,
+        time_it: bool = True,
+    ) -> RunOutcome:
+        # no retry elsewhere: a lost node ends this slot, and run_many gives the job to another
+        return Runner.run(self, artifact, config, is_reference=is_reference, time_it=time_it)
+
+    def kill_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()

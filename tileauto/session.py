@@ -308,23 +308,59 @@ class TuningSession:
     def _run_pending(
         self, runner: RunStage, pending: dict[str, BuildResult], order: list[str]
     ) -> None:
-        """Run every built config not yet run, the default first, in space order."""
-        for cid in sorted(pending, key=lambda c: (c != self.default_id, order.index(c))):
-            result = pending.pop(cid)
-            if not result.ok or result.artifact is None:
-                self._record(cid, self._trial(result, None))
-                self.reporter.step()
-                continue
-            is_default = cid == self.default_id
-            reuse = self.known.get(cid)
-            if reuse is not None and is_default:
-                # measured before (cache): run once only to produce the reference outputs
-                run = runner.run(result.artifact, result.config, is_reference=True, time_it=False)
-                self._record(cid, reuse if run.status.ok else self._trial(result, run))
+        """Run every built config not yet run, the default first, in space order.
+
+        A run stage with several device slots (``run_many``: Ray actors on several nodes or
+        GPUs) runs the configs after the default in parallel; they are still recorded and
+        reported in this order.
+        """
+        ordered = sorted(pending, key=lambda c: (c != self.default_id, order.index(c)))
+        jobs: list[str] = []  # to be recorded after the default, in this order
+        for cid in ordered:
+            result = pending[cid]
+            if cid == self.default_id and result.ok and result.artifact is not None:
+                self._run_default(runner, cid, pending.pop(cid))
             else:
-                run = runner.run(result.artifact, result.config, is_reference=is_default)
-                self._record(cid, self._trial(result, run))
-            self.reporter.step()
+                jobs.append(cid)
+        built = [c for c in jobs if pending[c].ok and pending[c].artifact is not None]
+        outcomes: dict[str, RunOutcome] = {}
+        recorded = 0
+
+        def record_ready() -> None:  # the jobs whose turn has come and whose run is over
+            nonlocal recorded
+            while recorded < len(jobs):
+                cid = jobs[recorded]
+                if cid in built and cid not in outcomes:
+                    return
+                result = pending.pop(cid)
+                self._record(cid, self._trial(result, outcomes.pop(cid, None)))
+                self.reporter.step()
+                recorded += 1
+
+        run_many = getattr(runner, "run_many", None)
+        if run_many is not None and len(built) > 1:
+            for k, run in run_many([(pending[c].artifact, pending[c].config) for c in built]):
+                outcomes[built[k]] = run
+                record_ready()
+        while recorded < len(jobs):
+            cid = jobs[recorded]
+            if cid in built and cid not in outcomes:
+                outcomes[cid] = runner.run(
+                    pending[cid].artifact, pending[cid].config, is_reference=False
+                )
+            record_ready()
+
+    def _run_default(self, runner: RunStage, cid: str, result: BuildResult) -> None:
+        """The default config: it makes the reference outputs the others are checked against."""
+        reuse = self.known.get(cid)
+        if reuse is not None:
+            # measured before (cache): run once only to produce the reference outputs
+            run = runner.run(result.artifact, result.config, is_reference=True, time_it=False)
+            self._record(cid, reuse if run.status.ok else self._trial(result, run))
+        else:
+            run = runner.run(result.artifact, result.config, is_reference=True)
+            self._record(cid, self._trial(result, run))
+        self.reporter.step()
 
     def _retime(self, runner: RunStage) -> None:
         """Time the best few configs (and the default) again, interleaved, before picking.
@@ -530,6 +566,7 @@ class TuningSession:
             return RayRunner(
                 p.profile_args,
                 threads=p.settings.run_threads(),
+                memory_limit_mb=p.settings.run_memory_limit_mb,
                 device=p.device_type,
                 captured=p.captured_inputs,
                 timer=p.timer,

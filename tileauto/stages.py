@@ -59,7 +59,13 @@ class BuildStage(Protocol):
 
 @runtime_checkable
 class RunStage(Protocol):
-    """Checks and times built configs, isolated from the session's process."""
+    """Checks and times built configs, isolated from the session's process.
+
+    A run stage with several device slots (Ray actors on several nodes or GPUs) may also have
+    ``run_many(items) -> Iterator[(position, RunOutcome)]``, where ``items`` are
+    ``(artifact, config)`` pairs, yielded as each ends; the session then runs the configs
+    after the default through it, in parallel, and records them in order.
+    """
 
     def start(self) -> None:
         """Get ready before the session starts any thread (for example: fork the run worker)."""

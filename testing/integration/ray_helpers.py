@@ -59,6 +59,29 @@ def scripted_latency(func, args, *, warmup, rep, config, device):
     return [ms * 1e6] * rep
 
 
+def node_loss_latency(func, args, *, warmup, rep, config, device, folder, victim):
+    """A scripted timer for a node lost during a run. A ``slow`` config timed on node
+    ``victim`` writes ``folder/started`` and never returns (the node is removed under it); one
+    timed elsewhere waits for that file (up to 100 s), so the other slots stay busy until a
+    slow config is timed on the victim: which happens only if the slots run at once."""
+    import time
+
+    import ray as ray_
+
+    func(*args)
+    if config.get("mode") == "slow":
+        started = Path(folder) / "started"
+        if ray_.get_runtime_context().get_node_id() == victim:
+            started.write_text(str(config))
+            time.sleep(3600)  # killed with its node
+        deadline = time.monotonic() + 100
+        while not started.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("no slow config was timed on the victim node in 100 s")
+            time.sleep(0.05)
+    return scripted_latency(func, args, warmup=warmup, rep=rep, config=config, device=device)
+
+
 def problem(configs: list[dict], *, timeout: float = 5.0, timer: Any = scripted_latency):
     from tune_kernels import scale, scale_jit
 
@@ -113,6 +136,55 @@ def comparable(trials) -> list[tuple]:
         )
         for t in trials
     ]
+
+
+# what differs between two runs that did the same: when, and how long things took
+_VOLATILE = {"created", "compile_s", "export_s", "run_s", "tuning_s"}
+
+
+def entry_files(entry: Path) -> dict[str, Any]:
+    """Every file of a cache entry: its bytes, or for JSON its content without the volatile
+    fields (and, in the manifest, without the hashes of the files that hold them).
+
+    The LLVM sources are taken with their pointer values blanked: TVM names each buffer's
+    alias-analysis (TBAA) type after the address of its object in the compiling process,
+    which differs between any two compiles, local or not (the library is byte-identical).
+    """
+    import json
+    import re
+
+    def strip(value: Any) -> tuple[Any, bool]:
+        if isinstance(value, dict):
+            out, hit = {}, False
+            for k, v in value.items():
+                if k in _VOLATILE:
+                    hit = True
+                    continue
+                out[k], sub = strip(v)
+                hit = hit or sub
+            return out, hit
+        if isinstance(value, list):
+            pairs = [strip(v) for v in value]
+            return [p for p, _ in pairs], any(h for _, h in pairs)
+        return value, False
+
+    files: dict[str, Any] = {}
+    volatile: set[str] = set()
+    for path in sorted(p for p in entry.rglob("*") if p.is_file()):
+        name = str(path.relative_to(entry))
+        if path.suffix == ".json":
+            files[name], hit = strip(json.loads(path.read_text()))
+            if hit:
+                volatile.add(name)
+        elif name.endswith("_source.txt"):
+            files[name] = re.sub(rb'!"0x[0-9a-f]+"', b'!"0x?"', path.read_bytes())
+            volatile.add(name)
+        else:
+            files[name] = path.read_bytes()
+    manifest = files.get("manifest.json")
+    if manifest is not None:
+        manifest["files"] = {k: v for k, v in manifest["files"].items() if k not in volatile}
+    return files
 
 
 def flaky_factory(n: int, vec: int = 8, mode: str = "ok", pid_dir: str = ""):

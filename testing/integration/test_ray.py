@@ -99,7 +99,13 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_fault_matrix_and_results_match_a_local_run(cluster, tmp_path):
-    ray_result = h.ray_session(h.problem(MIXED), tmp_path / "ray")[0].run()
+    # folders go to the driver and to the run actor as bytes, as between machines
+    session, _, runner = h.ray_session(
+        h.problem(MIXED), tmp_path / "ray", RayCluster(share_files=False)
+    )
+    ray_result = session.run()
+    assert not runner.worker.shares_files
+    assert not any(tmp_path.glob("ray/**/.tileauto-ray-*"))  # no token: nothing shared
     local_result = h.local_session(h.problem(MIXED), tmp_path / "local").run()
     for index, status in EXPECTED.items():
         assert ray_result.trials[index].status is status, ray_result.trials[index]
@@ -228,6 +234,59 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
     assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)
 
 
+@pytest.mark.timeout(300)
+def test_every_node_times_at_once_and_a_node_lost_mid_run_is_replaced(cluster, tmp_path):
+    """A run actor per node times configs in parallel; a third node is removed while one of
+    them is timing there: the job runs again on another slot, each config is measured once,
+    the result is the local one and nothing is left running.
+
+    Deterministic: a slow config's timer never returns on the victim node, and waits until
+    that one has started on the other nodes, which happens only if the slots run at once.
+    """
+    import functools
+    import threading
+
+    extra = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    folder = tmp_path / "meet"
+    folder.mkdir()
+    timer = functools.partial(h.node_loss_latency, folder=str(folder), victim=extra.node_id)
+    space = [{"vec": v} for v in (4, 8, 16, 32)] + [
+        {"mode": "slow", "repeat": r, "vec": v} for r in (2, 3) for v in (4, 8)
+    ]
+    reporter = RecordingReporter()
+    session, _, runner = h.ray_session(
+        h.problem(space, timeout=150.0, timer=timer), tmp_path / "stage", reporter=reporter
+    )
+
+    def remove_when_timing():
+        if h.eventually(lambda: (folder / "started").exists(), limit_s=200):
+            cluster.remove_node(extra)
+
+    remover = threading.Thread(target=remove_when_timing, daemon=True)
+    remover.start()
+    result = session.run()
+    remover.join(timeout=60)
+    assert (folder / "started").exists()
+    assert extra.node_id in runner.lost_nodes
+    assert runner.worker.shares_files  # this machine's nodes read the kernels in place
+    trials = [e[1] for e in reporter.events if e[0] == "trial"]
+    # each once, the default ({"vec": 8}: the reference) first, then in the space's order
+    indices = [t.index for t in trials]
+    assert indices == [1, 0, *range(2, len(space))]
+    assert all(t.status is TrialStatus.OK for t in result.trials), result.trials
+    assert result.config == {"mode": "ok", "repeat": 1, "vec": 16}
+    local = h.local_session(h.problem(space), tmp_path / "local").run()
+    assert h.comparable(result.trials) == h.comparable(local.trials)
+    # every surviving node had a run actor of its own, and none of them is left
+    workers = [runner.worker, *(lane.worker for lane in runner._lanes)]
+    pids = [pid for w in workers if w is not None for pid in w.pids]
+    assert sum(1 for w in workers if w is not None and w.pids) == 3, workers
+    for pid in pids:
+        assert h.eventually(lambda pid=pid: not psutil.pid_exists(pid)), pid
+    assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)
+
+
 def test_executor_option_and_variable_are_checked_where_given(monkeypatch):
     import tileauto
     from tileauto.errors import SettingsError
@@ -290,12 +349,13 @@ def test_executor_ray_through_the_api_matches_local_and_warm_starts_without_a_cl
     assert on_ray.config == local.config == {"vec": 16}
     # the executor is not part of the problem: one key, the same entry's records
     assert on_ray.key == local.key
-    for name in ("best_config.json",):
-        ray_file = tmp_path / "ray" / "autotuner" / on_ray.key / name
-        assert (
-            ray_file.read_bytes()
-            == (tmp_path / "local" / "autotuner" / local.key / name).read_bytes()
-        )
+    # the same entry, file for file: byte for byte, apart from when it was written and how
+    # long things took (the manifest's hashes of the two files that hold durations)
+    ray_entry = h.entry_files(tmp_path / "ray" / "autotuner" / on_ray.key)
+    local_entry = h.entry_files(tmp_path / "local" / "autotuner" / local.key)
+    assert sorted(ray_entry) == sorted(local_entry)
+    for name, content in local_entry.items():
+        assert ray_entry[name] == content, name
     # a warm start after a Ray run needs no cluster, even with the Ray executor selected
     here = str(Path(__file__).parent)
     env = {

@@ -1,0 +1,82 @@
+"""The memory limit of a config run on Ray (issue 11): the run actor's watcher, on its node,
+kills it past ``TILEAUTO_RUN_MEMORY_LIMIT_MB``, the trial says out of memory, a new actor runs
+the next config, as a local run worker would.
+
+One loopback cluster (a head without CPUs and one 1-CPU node) serves the module.
+"""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import ray_helpers as h  # noqa: E402
+
+from tileauto import TrialStatus  # noqa: E402
+from tileauto.options import ProfileArgs  # noqa: E402
+from tileauto.ray_stages import RayBuilder, RayCluster, RayRunner  # noqa: E402
+from tileauto.session import TuningSession  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with h.local_cluster(nodes=1, cpus=1) as c:
+        yield c
+
+
+def gone(pids: list[int]) -> bool:
+    return not any(psutil.pid_exists(pid) for pid in pids)
+
+
+@pytest.mark.timeout(120)
+def test_a_config_exhausting_memory_in_the_actor_is_reported_and_the_actor_replaced(
+    cluster, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TILEAUTO_RUN_MEMORY_LIMIT_MB", "1500")
+    p = h.problem([{"vec": 4}, {"mode": "hog"}, {"vec": 16}], timeout=60.0)
+    assert p.settings.run_memory_limit_mb == 1500
+    rc = RayCluster()
+    builder = RayBuilder(p.factory, p.compile_args, staging_dir=tmp_path, cluster=rc)
+    runner = RayRunner(
+        p.profile_args,
+        threads=1,
+        memory_limit_mb=p.settings.run_memory_limit_mb,
+        device=p.device_type,
+        timer=p.timer,
+        cluster=rc,
+    )
+    result = TuningSession(p, builder=builder, runner=runner).run()
+    assert [t.status for t in result.trials] == [
+        TrialStatus.OK,
+        TrialStatus.OUT_OF_MEMORY,
+        TrialStatus.OK,
+    ], result.trials
+    error = result.trials[1].error
+    assert "out of memory: the Ray run actor took more than 1.5 GiB and was killed" in error
+    assert result.config == {"mode": "ok", "vec": 16}
+    assert result.latency == pytest.approx(1.0)
+    # a new actor (and watcher) after the one killed; none of them is left after the session
+    worker = runner.worker
+    assert worker is not None
+    assert len(set(worker.pids)) == 2, worker.pids
+    assert len(set(worker.watcher_pids)) == 2, worker.watcher_pids
+    assert h.eventually(lambda: gone(worker.pids + worker.watcher_pids))
+
+
+@pytest.mark.timeout(120)
+def test_the_watcher_imports_no_torch_and_goes_with_its_actor(cluster):
+    runner = RayRunner(ProfileArgs(), threads=1, cluster=RayCluster())
+    worker = runner.make_worker("cpu", 1, runner.memory_limit_mb)
+    worker.start()
+    try:
+        # no limit set: 90% of what the node had available when the actor started
+        assert 0 < worker.memory_limit_bytes < psutil.virtual_memory().total
+        (watcher,) = worker.watcher_pids
+        mapped = [m.path for m in psutil.Process(watcher).memory_maps()]
+        assert not [path for path in mapped if "torch" in path or "tvm" in path], mapped
+        assert any("torch" in m.path for m in psutil.Process(worker.pid).memory_maps())
+    finally:
+        worker.kill()
+    assert h.eventually(lambda: gone(worker.pids + worker.watcher_pids))
