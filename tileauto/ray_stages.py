@@ -160,6 +160,7 @@ class RayCluster:
         # node -> the ref of a warm-up that says the node's hardware (see RayBuilder.start)
         self._warm_probes: dict[str, Any] = {}
         self._token: tuple[str, str] | None = None  # see share_files
+        self.probed: dict[str, dict[str, Any]] = {}  # node -> its hardware probe's answer
 
     def connect(self) -> Any:
         """Join (or start) the cluster once; the ``ray`` module."""
@@ -324,15 +325,22 @@ def _actor_hold(ray: Any, node_id: str, cpus: float) -> _Hold:
 # -- hardware ---------------------------------------------------------------------------------
 def local_hardware(device: str) -> dict[str, Any]:
     """What identifies this machine's hardware for ``device`` (two nodes may share timings
-    only when this is equal): the cache key's device fingerprint, and for a CPU also a hash of
-    the CPU's model and flags."""
-    from tileauto.jit.target import device_fingerprint
-    from tileauto.jit.target_memo import host_identity
+    only when this is equal).
 
-    hardware: dict[str, Any] = {"device": device_fingerprint(device)}
+    A CPU: a hash of its model and flags, and the TVM version (together they fix what LLVM
+    makes of the CPU, the cache key's device fingerprint), read in milliseconds without the
+    compiler; where the model cannot be read, the device fingerprint itself. A GPU: the
+    device fingerprint (name, compute capability, SM count, CUDA version).
+    """
+    from tileauto.jit.target_memo import device_fingerprint, host_identity
+
     if device == "cpu":
-        hardware["cpu"] = host_identity()
-    return hardware
+        from tileauto.cache.key import tvm_version
+
+        cpu = host_identity()
+        if cpu is not None:
+            return {"cpu": cpu, "tvm": tvm_version()}
+    return {"device": device_fingerprint(device)}
 
 
 def _probe(device: str, path: list[str]) -> dict[str, Any]:
@@ -371,10 +379,11 @@ def matching_nodes(cluster: RayCluster, device: str) -> list[str]:
     others: dict[str, Any] = {}
     for node, ref in refs.items():
         try:
-            got = ray.get(ref, timeout=_START_TIMEOUT_S)
+            got = first_answer(ray, ref, _START_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a node that cannot answer is not used
             others[node[:12]] = f"{type(exc).__name__}"
             continue
+        cluster.probed[node] = got
         if got["hardware"] == want:
             found.append(node)
         else:
@@ -460,10 +469,11 @@ def _write_files(directory: Path, files: dict[str, bytes]) -> None:
 
 
 # -- builds -----------------------------------------------------------------------------------
-def _warm_task(setup: bytes) -> dict[str, Any]:
-    """On a node (a Ray task): import what a compile needs, so that this worker's compiles do
-    not (the worker stays for the compile tasks: same job, same runtime environment); answer
-    as :func:`_probe` does for a CPU target."""
+def _warm_task(setup: bytes) -> Any:
+    """On a node (a streaming Ray task): answer as :func:`_probe` does for a CPU target (first,
+    before the heavy imports: the runner waits for it), then import what a compile needs, so
+    that this worker's compiles do not (the worker stays for the compile tasks: same job,
+    same runtime environment), and say how long that took."""
     import ray
 
     started = time.monotonic()
@@ -472,16 +482,28 @@ def _warm_task(setup: bytes) -> dict[str, Any]:
     _apply_settings(env)
     out: dict[str, Any] = {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
     try:
-        cloudpickle.loads(payload)  # the factory's modules (torch, the user's)
-        import tileauto.jit.compiler  # noqa: F401 - TVM's compiler
         from tileauto import ray_stages
 
         out["hardware"] = ray_stages.local_hardware("cpu")
-    except BaseException as exc:  # noqa: BLE001 - the first compile reports it properly
+    except BaseException as exc:  # noqa: BLE001 - the node is then not used for timing
         out["hardware"] = None
         out["error"] = f"{type(exc).__name__}: {first_lines(str(exc), 1)}"
-    out["import_s"] = time.monotonic() - started
-    return out
+    yield out
+    try:
+        cloudpickle.loads(payload)  # the factory's modules (torch, the user's)
+        import tileauto.jit.compiler  # noqa: F401 - TVM's compiler
+    except BaseException:  # noqa: BLE001 - the first compile reports it properly
+        pass
+    yield {"import_s": time.monotonic() - started}
+
+
+def first_answer(ray: Any, ref: Any, timeout_s: float) -> Any:
+    """The value of ``ref``, or of the first item of a streaming task's generator."""
+    if isinstance(ref, ray.ObjectRefGenerator):
+        if not ray.wait([ref], timeout=timeout_s)[0]:
+            raise ray.exceptions.GetTimeoutError(f"no answer in {timeout_s:g} s")
+        return ray.get(next(ref))
+    return ray.get(ref, timeout=timeout_s)
 
 
 def _compile_task(
@@ -594,7 +616,7 @@ class RayBuilder:
         """
         ray = self.cluster.connect()
         setup = cloudpickle.dumps((list(sys.path), _settings_env(), self._payload()))
-        task = ray.remote(_warm_task)
+        task = ray.remote(num_returns="streaming")(_warm_task)
         probes: dict[str, Any] = {}
         warming: list[Any] = []
         for node, resources in self.cluster.nodes().items():
@@ -647,11 +669,13 @@ class RayBuilder:
         if not warming:
             return
         try:
-            _, pending = ray.wait(warming, num_returns=len(warming), timeout=0)
+            done = [w.completed() for w in warming]
+            _, pending = ray.wait(done, num_returns=len(done), timeout=0)
         except Exception:  # noqa: BLE001 - Ray is gone: nothing left to cancel
             return
-        for ref in pending:
-            _cancel(ray, ref)
+        for warm, ref in zip(warming, done, strict=True):
+            if ref in pending:
+                _cancel(ray, warm)
 
     def build(
         self,
@@ -886,6 +910,7 @@ class _RunActor:
         import ray
 
         _use_path(path)
+        import tileauto.jit.runtime  # noqa: F401 - TVM's runtime, which loads the kernels
         import tileauto.run_worker  # noqa: F401 - torch: the first job would import it anyway
         from tileauto import ray_stages
 
@@ -898,6 +923,16 @@ class _RunActor:
             "available": psutil.virtual_memory().available,
             "shares_files": shares_files(token),
         }
+
+    def preload(self, path: list[str], env: dict[str, str], payload: bytes) -> None:
+        """Unpickle the tuning's own functions (timer, supply and reference programs), which
+        imports their modules now, while the configs compile, instead of in the first job."""
+        _use_path(path)
+        _apply_settings(env)
+        try:
+            cloudpickle.loads(payload)
+        except BaseException:  # noqa: BLE001 - the first job meets it and reports it
+            pass
 
     def call(
         self,
@@ -1144,6 +1179,11 @@ class RayWorker:
             self.watcher_pids.append(watcher_pid)
             self._shipped = set()
             self.shares_files = bool(info.get("shares_files"))
+            try:  # the actor runs it before the first job (its calls run in order)
+                preload = cloudpickle.dumps((self.runner.profile, self.runner.timer))
+                actor.preload.remote(list(sys.path), _settings_env(), preload)
+            except Exception:  # noqa: BLE001 - not picklable: the first job says so
+                pass
             return self
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
@@ -1239,6 +1279,15 @@ class RayWorker:
     close = kill
 
 
+def _start_quietly(worker: RayWorker) -> None:
+    """Start a run actor ahead of its first job; a failure is met again by that job."""
+    with worker._lock:
+        try:
+            worker.start()
+        except Exception:  # noqa: BLE001 - the first job starts it again and raises
+            pass
+
+
 def _actor_reason(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if "exit detail:" in text:
@@ -1320,6 +1369,12 @@ class RayRunner(Runner):
                 raise NoMatchingNodeError("no node of the Ray cluster has a GPU")
             self.nodes = gpus
         self._started = True
+        if self.worker is None:
+            # the actor's start (a process that imports torch and TVM: seconds) overlaps the
+            # compiles; a job waits for it (the worker's lock)
+            worker = self.make_worker(self.device, self.threads, self.memory_limit_mb)
+            self.worker = worker  # type: ignore[assignment]  # stands in for a Worker
+            background_thread(_start_quietly, worker, name="tileauto-ray-run-start")
 
     def next_node(self) -> str:
         """The node for a new run actor: the first matching one still alive."""

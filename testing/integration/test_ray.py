@@ -76,7 +76,8 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     compute_nodes = sorted(n for n, r in rc.nodes().items() if r.get("CPU"))
     assert sorted(ray_stages.matching_nodes(rc, "cpu")) == compute_nodes
     assert rc.take_warm_probes() == {}  # matching_nodes took them
-    answers = ray.get(warm, timeout=120)
+    ray.get([w.completed() for w in warm], timeout=120)  # the imports are done
+    answers = [rc.probed[n] for n in compute_nodes]  # what each warm-up said first
     assert sorted(a["node"] for a in answers) == compute_nodes
     assert all(a["hardware"] == ray_stages.local_hardware("cpu") for a in answers), answers
     pids = tmp_path / "pids"
