@@ -76,7 +76,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -94,6 +94,9 @@ from tileauto.utils.procs import (
     WorkerTimeout,
 )
 from tileauto.utils.threads import background_thread
+
+if TYPE_CHECKING:
+    from tileauto.run_worker import SessionSpec
 
 log = get_logger("ray")
 
@@ -615,6 +618,7 @@ class RayBuilder:
         whose CPUs are busy.
         """
         ray = self.cluster.connect()
+        self.cluster.share_files(self.staging_dir)  # before the run actors start: they look
         setup = cloudpickle.dumps((list(sys.path), _settings_env(), self._payload()))
         task = ray.remote(num_returns="streaming")(_warm_task)
         probes: dict[str, Any] = {}
@@ -1375,6 +1379,8 @@ class RayRunner(Runner):
             worker = self.make_worker(self.device, self.threads, self.memory_limit_mb)
             self.worker = worker  # type: ignore[assignment]  # stands in for a Worker
             background_thread(_start_quietly, worker, name="tileauto-ray-run-start")
+            # and one per other slot (the first slot is this runner's: see next_node)
+            self._lanes_for(self.slots()[1:])
 
     def next_node(self) -> str:
         """The node for a new run actor: the first matching one still alive."""
@@ -1491,9 +1497,7 @@ class RayRunner(Runner):
             for k, (artifact, config) in enumerate(items):
                 yield k, self.run(artifact, config)
             return
-        while len(self._lanes) < len(slots):
-            self._lanes.append(_Lane(self, slots[len(self._lanes)]))
-        lanes: list[RayRunner] = [self, *self._lanes[: len(slots)]]
+        lanes: list[RayRunner] = [self, *self._lanes_for(slots)]
         todo = list(range(len(items)))
         lock = threading.Lock()
         done: queue.Queue[tuple[int, RunOutcome] | BaseException | None] = queue.Queue()
@@ -1538,6 +1542,22 @@ class RayRunner(Runner):
             left -= 1
             yield got
 
+    def _lanes_for(self, slots: list[str]) -> list[_Lane]:
+        """A lane per slot (a node, once per GPU on GPU targets): the ones made already for
+        that node, then new ones (their actors start in the background)."""
+        free = list(self._lanes)
+        chosen: list[_Lane] = []
+        for node in slots:
+            lane = next((x for x in free if x.node == node), None)
+            if lane is None:
+                lane = _Lane(self, node)
+                self._lanes.append(lane)
+                background_thread(_start_quietly, lane.worker, name="tileauto-ray-run-start")
+            else:
+                free.remove(lane)
+            chosen.append(lane)
+        return chosen
+
     def kill(self) -> None:
         for lane in self._lanes:
             lane.kill_worker()
@@ -1558,6 +1578,32 @@ class _Lane(RayRunner):
         self._ready = set()
         self._setup_lock = threading.Lock()
         self.worker = self.make_worker(main.device, main.threads, main.memory_limit_mb)  # type: ignore[assignment]
+
+    # the sessions are the main runner's, made when its first config is built (perhaps after
+    # this lane was made): read and written there
+    @property
+    def spec(self) -> SessionSpec | None:
+        return self.main.spec
+
+    @spec.setter
+    def spec(self, value: SessionSpec | None) -> None:
+        self.main.spec = value
+
+    @property
+    def first(self) -> str:
+        return self.main.first
+
+    @first.setter
+    def first(self, value: str) -> None:
+        self.main.first = value
+
+    @property
+    def reference_signature(self) -> str:
+        return self.main.reference_signature
+
+    @reference_signature.setter
+    def reference_signature(self, value: str) -> None:
+        self.main.reference_signature = value
 
     def next_node(self) -> str:
         if self.node in self.main.nodes and self.cluster.node_alive(self.node):
