@@ -110,7 +110,10 @@ def tune_ray(size: int, n: int, nodes: int, cores: int) -> dict:
             staging_dir=Path(tempfile.mkdtemp(prefix="tileauto-bench-ray-")),
             cluster=rc,
         )
-        runner = RayRunner(p.profile_args, threads=cores, timer=p.timer, cluster=rc)
+        # each node's run actor times with that node's cores (its own cores on a real
+        # cluster; here the nodes share this machine's)
+        per_node = max(1, cores // nodes)
+        runner = RayRunner(p.profile_args, threads=per_node, timer=p.timer, cluster=rc)
         session = TuningSession(p, builder=builder, runner=runner)
         start = time.perf_counter()
         result = session.run()

@@ -46,8 +46,9 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = Path(tempfile.gettempdir())  # replaced by --out in main()
 DOCS_PLOT = ROOT / "docs" / "img" / "performance.png"
-ORDER = ["overhead", "kernels_vs_torch", "tune_time", "warm_start", "stability"]
-JSON_SCRIPTS = {"overhead", "kernels_vs_torch", "stability"}  # accept --json PATH and --quick
+ORDER = ["overhead", "kernels_vs_torch", "tune_time", "warm_start", "stability", "thread_pool"]
+# accept --json PATH and --quick
+JSON_SCRIPTS = {"overhead", "kernels_vs_torch", "stability", "thread_pool"}
 QUICK_ARGS = {
     "tune_time": ["--size", "256", "--rep", "20", "--rounds", "2"],
     "warm_start": ["--runs", "1", "--size", "256"],
@@ -319,6 +320,22 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
             None,
         )
         row("warm_start", "cold process, start to ready, tuning (s)", f.get("cold_s"), None)
+    if f := (scripts_.get("thread_pool") or {}).get("figures"):
+        n, verdicts = f["tuned_threads"], f["verdicts"]["median"]
+        for load, e in verdicts["loads"].items():
+            rows.append(
+                ("thread_pool", f"{load} busy processes: fastest (median call)", e["best_label"],
+                 "", "")
+            )  # fmt: skip
+        o = verdicts["overall"]
+        rows.append(
+            ("thread_pool", "one setting for every load: its worst / the row's best",
+             f"{o['best_label']} {o['worst_vs_best'][o['best']]:.2f}x", "", "")
+        )  # fmt: skip
+        rows.append(
+            ("thread_pool", f"{n} threads, TVM's default spin (as loaded): worst / row's best",
+             f"{o['worst_vs_best'][f'default/{n}']:.2f}x", "", "")
+        )  # fmt: skip
     if f := (scripts_.get("stability") or {}).get("figures"):
         for size, st in f["sizes"].items():
             gap = st.get("worst_gap") or 0.0
