@@ -17,7 +17,8 @@ temporary directory; nothing is written into the repository):
   page (only from a complete run).
 
 ``--load N`` runs the benchmarks under an artificial load: N busy processes (``while True``)
-for the whole run, stopped at the end. ``--compare OTHER_DIR`` prints, after the report, every
+for the whole run, stopped at the end; ``thread_pool.py``, which runs its own loads, is
+skipped then. ``--compare OTHER_DIR`` prints, after the report, every
 verdict that differs between this run and the one in ``OTHER_DIR`` (for instance a run without
 and one with ``--load 2``: the verdicts should not flip).
 
@@ -49,6 +50,10 @@ DOCS_PLOT = ROOT / "docs" / "img" / "performance.png"
 ORDER = ["overhead", "kernels_vs_torch", "tune_time", "warm_start", "stability", "thread_pool"]
 # accept --json PATH and --quick
 JSON_SCRIPTS = {"overhead", "kernels_vs_torch", "stability", "thread_pool"}
+# scripts that load the machine themselves (0, 1, 2 busy processes): under --load N their
+# blocks would have N more, and their fresh processes barely get a core (one took over 9
+# minutes in its second block at --load 2)
+OWN_LOAD = {"thread_pool"}
 QUICK_ARGS = {
     "tune_time": ["--size", "256", "--rep", "20", "--rounds", "2"],
     "warm_start": ["--runs", "1", "--size", "256"],
@@ -635,6 +640,9 @@ def main(argv: list[str] | None = None) -> int:
         busy = start_load(args.load)
         try:
             for path in scripts(args.only):
+                if args.load and path.stem in OWN_LOAD:
+                    print(f"\n=== {path.name}: skipped under --load (it runs its own loads)")
+                    continue
                 results["scripts"][path.stem] = run_script(path, args.quick, args.timeout_s)
         finally:
             for proc in busy:
