@@ -76,7 +76,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar, cast
 
 import cloudpickle
 
@@ -95,10 +95,8 @@ from tileauto.utils.procs import (
 )
 from tileauto.utils.threads import background_thread
 
-if TYPE_CHECKING:
-    from tileauto.run_worker import SessionSpec
-
 log = get_logger("ray")
+T = TypeVar("T")
 
 RAY_EXTRA = "pip install 'tileauto[ray]'"
 _WAKE_S = 0.1  # a build looks at its deadlines and cancel this often, at least
@@ -1565,6 +1563,21 @@ class RayRunner(Runner):
         self.cluster.release_cores()
 
 
+class _OfMain(Generic[T]):
+    """An attribute of a lane that is its main runner's (read and written there)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, lane: Any, owner: type | None = None) -> T:
+        if lane is None:  # looked up on the class
+            return cast(T, self)
+        return cast(T, getattr(lane.main, self.name))
+
+    def __set__(self, lane: Any, value: T) -> None:
+        setattr(lane.main, self.name, value)
+
+
 class _Lane(RayRunner):
     """Another slot of a :class:`RayRunner`: its own run actor, on its own node, sharing the
     runner's sessions (inputs, the reference), placement and faults."""
@@ -1581,29 +1594,9 @@ class _Lane(RayRunner):
 
     # the sessions are the main runner's, made when its first config is built (perhaps after
     # this lane was made): read and written there
-    @property
-    def spec(self) -> SessionSpec | None:
-        return self.main.spec
-
-    @spec.setter
-    def spec(self, value: SessionSpec | None) -> None:
-        self.main.spec = value
-
-    @property
-    def first(self) -> str:
-        return self.main.first
-
-    @first.setter
-    def first(self, value: str) -> None:
-        self.main.first = value
-
-    @property
-    def reference_signature(self) -> str:
-        return self.main.reference_signature
-
-    @reference_signature.setter
-    def reference_signature(self, value: str) -> None:
-        self.main.reference_signature = value
+    spec = _OfMain[Any]("spec")
+    first = _OfMain[str]("first")
+    reference_signature = _OfMain[str]("reference_signature")
 
     def next_node(self) -> str:
         if self.node in self.main.nodes and self.cluster.node_alive(self.node):
@@ -1616,16 +1609,8 @@ class _Lane(RayRunner):
     def lost(self, node: str) -> None:
         self.main.lost(node)
 
-    def run(
-        self,
-        artifact: KernelArtifact,
-        config: dict,
-        *,
-        is_reference: bool = False,
-        time_it: bool = True,
-    ) -> RunOutcome:
-        # no retry elsewhere: a lost node ends this slot, and run_many gives the job to another
-        return Runner.run(self, artifact, config, is_reference=is_reference, time_it=time_it)
+    # no retry elsewhere: a lost node ends this slot, and run_many gives the job to another
+    run = Runner.run
 
     def kill_worker(self) -> None:
         if self.worker is not None:
