@@ -479,11 +479,14 @@ def _require(key: str | None = None) -> _Session:
 
 
 def _load(session: _Session, artifact: KernelArtifact) -> Any:
-    import tvm
+    """The kernel's function, its library loaded once per session with TVM's runtime alone:
+    a run worker that did not start with the compiler imported (a Ray run actor) does not
+    import it for its first kernel (1.6 s here)."""
+    from tileauto.jit import runtime
 
     key = str(artifact.lib_path)
     if key not in session.modules:
-        session.modules[key] = tvm.runtime.load_module(key)
+        session.modules[key] = runtime.load_module(key, artifact.device_type)
     return session.modules[key][artifact.func_name]
 
 

@@ -88,3 +88,32 @@ def test_the_user_inputs_are_never_touched(built):
     run(built["inplace"], reference=True)
     run(built["inplace"])
     assert torch.equal(spec.captured[0], a)  # the session works on its own copies
+
+
+def test_a_fresh_process_checks_and_times_a_kernel_without_importing_the_compiler(built, tmp_path):
+    """A run worker that did not start with TVM imported (a Ray run actor) loads kernels with
+    TVM's runtime alone: importing ``tvm`` for its first kernel cost it 1.6 s."""
+    import subprocess
+    import sys
+
+    import cloudpickle
+
+    job = tmp_path / "job.pkl"
+    job.write_bytes(cloudpickle.dumps((spec_for(built["ok"]), built["ok"])))
+    script = (
+        "import sys, cloudpickle\n"
+        "from tileauto import run_worker\n"
+        "from tileauto.run_worker import RunRequest\n"
+        f"spec, artifact = cloudpickle.loads(open({str(job)!r}, 'rb').read())\n"
+        "run_worker.setup(spec, reference=False)\n"
+        "first = run_worker.check_and_time(RunRequest(artifact, dict(artifact.config), "
+        "is_reference=True, time_it=False))\n"
+        "again = run_worker.check_and_time(RunRequest(artifact, dict(artifact.config)))\n"
+        "print(first.status.value, again.status.value, len(again.samples_ns), "
+        "'tvm' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["ok", "ok", "3", "False"], proc.stdout
