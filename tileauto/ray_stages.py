@@ -704,11 +704,11 @@ class RayBuilder:
         jobs: dict[Any, _Job] = {}
         self._jobs = jobs
 
-        def submit(job: _Job) -> None:
+        def submit(job: _Job, dead: frozenset[str]) -> None:
             job.attempts += 1
             job.node, job.started = None, None
             job.submitted = time.monotonic()
-            job.dead_before = frozenset(self._dead_nodes())
+            job.dead_before = dead  # the nodes already dead when it was submitted
             folder = batch_dir / f"{requests[job.index].index:04d}"
             job.ref = task.remote(setup, requests[job.index], (str(folder), token))
             jobs[job.ref] = job
@@ -726,10 +726,11 @@ class RayBuilder:
                     on_result(result)
 
         self._known_nodes = set(self.cluster.nodes())
+        dead = frozenset(self._dead_nodes())  # once, not per job: a GCS query costs 1-2 ms
         for i in range(len(requests)):
             if self._cancelled.is_set():
                 break
-            submit(_Job(i))
+            submit(_Job(i), dead)
         try:
             while jobs and not self._cancelled.is_set():
                 now = time.monotonic()
@@ -748,7 +749,7 @@ class RayBuilder:
                         with self._lock:
                             self._inflight.discard(job.ref)
                         self.resubmitted += 1
-                        submit(job)
+                        submit(job, frozenset(self._dead_nodes()))
                         continue
                     finish(job, outcome)
                 now = time.monotonic()
