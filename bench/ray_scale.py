@@ -10,7 +10,13 @@ the tuning cache off, in one process, three ways:
 - local: ``TuningSession``'s own stages (a pool of compile processes, one run worker);
 - ray 1 node: ``RayBuilder`` + ``RayRunner`` on a loopback cluster of one node with every
   core of this machine (a head without CPUs, the driver joined to it);
-- ray 2 nodes: the same cores split over two nodes (each with half of them).
+- ray 2 nodes: the same cores split over two nodes (each with half of them);
+- again: a second tuning of the same space in the same process, local and on the 1-node
+  cluster (its Ray worker processes already started, as for a user's second kernel), each
+  against the other.
+
+The loopback clusters get the Ray settings of the local cluster tileauto starts itself
+(``LOCAL_SYSTEM_CONFIG``: idle workers are kept, so a second tuning reuses them).
 
 It prints each one's wall time and compile phase (``TuningSession.compile_wall_s``) with its
 ratio to local, side by side, then the per-job overhead of the engines: a no-op Ray task (one
@@ -113,11 +119,17 @@ def tune_ray(size: int, n: int, nodes: int, cores: int, again: bool = False) -> 
     import ray
     from ray.cluster_utils import Cluster
 
-    from tileauto.ray_stages import RayCluster
+    from tileauto.ray_stages import LOCAL_SYSTEM_CONFIG, RayCluster
 
     t0 = time.perf_counter()
     cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+        initialize_head=True,
+        # the settings of the local cluster tileauto starts (executor="ray", no address)
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            "_system_config": dict(LOCAL_SYSTEM_CONFIG),
+        },
     )
     for _ in range(nodes):
         cluster.add_node(num_cpus=cores // nodes)

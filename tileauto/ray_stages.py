@@ -104,6 +104,11 @@ _START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports tor
 # compile workers' environment: tasks of one runtime environment share (reuse) worker
 # processes, so warm-ups, compiles and core holds all run in the same warm workers
 _COMPILE_ENV = {"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}
+# Ray's settings for a cluster tileauto starts itself. Ray ends a worker process idle for
+# 1 s (beyond one per CPU): the compile workers, idle while the configs are timed, were gone
+# by the next tuning of the same process, which paid their start and TVM/torch imports again
+# (bench/ray_scale.py: a second tuning 20.1 s against 15.9 s with them kept).
+LOCAL_SYSTEM_CONFIG = {"idle_worker_killing_time_threshold_ms": 600_000}
 # the driver's variables that change how a kernel runs: the run actor gets them too
 _RUN_ENV = ("TVM_THREAD_POOL_SPIN_COUNT", "TVM_BIND_THREADS")
 # files of a kernel folder a run does not need
@@ -169,6 +174,9 @@ class RayCluster:
         with self._lock:
             if not ray.is_initialized():
                 kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
+                if self.address is None and not os.environ.get("RAY_ADDRESS"):
+                    # a local cluster of its own (Ray takes this only for a new cluster)
+                    kwargs.setdefault("_system_config", dict(LOCAL_SYSTEM_CONFIG))
                 ray.init(address=self.address, **kwargs)
         return ray
 
