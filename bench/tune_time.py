@@ -17,7 +17,14 @@ Tunes the 16-config CPU GEMM space of ``examples/gemm_cpu.py`` (tuning cache off
 - the compile phase with 2 workers against 1 (the same 16 compiles), in ``--rounds``
   interleaved rounds: the median of the per-round speedups against the target (>= 1.6), the
   workers' CPU seconds per compile with 1 and 2 workers (equal when nothing but the cores is
-  shared), and the load average, since other processes take cores from the workers.
+  shared), and the load average, since other processes take cores from the workers;
+- the machine's own speedup in the same rounds: a fixed amount of pure Python work in 1
+  process against the same work in each of 2 processes at once (2.0 on 2 idle cores, less
+  when other processes want the cores), and the compile speedup as a share of it, the
+  parallel efficiency, against ``1.6 / 2 = 0.8`` (the 1.6x on 2 idle cores). The load is a
+  fact of life: the efficiency is what tileauto controls (two compiles slowing each other
+  beyond sharing the cores: threads inside TVM or LLVM, memory bandwidth), and it should not
+  change verdict when busy processes take cores.
 """
 
 from __future__ import annotations
@@ -49,7 +56,9 @@ from tileauto.settings import Settings  # noqa: E402
 from tileauto.space import config_id  # noqa: E402
 
 COMPILE_TARGET = 1.6
+EFFICIENCY_TARGET = COMPILE_TARGET / 2  # of the machine's own 2-process speedup
 FLOOR_TARGET = 1.25
+SPIN_S = 1.0  # the reference work: about this long in one process on an idle core
 
 
 def _space(size: int) -> list[dict]:
@@ -91,6 +100,40 @@ def compile_phase(size: int, workers: int) -> dict[str, float | list[float]]:
         "per_config": [r.compile_s for r in results],
         "load": os.getloadavg()[0],
     }
+
+
+def _spin(n: int, conn) -> None:  # the reference work, in a forked process
+    x = 0
+    for i in range(n):
+        x += i * i
+    conn.send(x)
+
+
+def calibrate_spin() -> int:
+    """Loop iterations that take about SPIN_S in one process now."""
+    n, start = 2_000_000, time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i * i
+    return max(1, int(n * SPIN_S / (time.perf_counter() - start)))
+
+
+def spin_phase(n: int, procs: int) -> float:
+    """Wall seconds for ``procs`` processes to each run the reference work of ``n`` steps."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    pipes = [ctx.Pipe(duplex=False) for _ in range(procs)]
+    workers = [ctx.Process(target=_spin, args=(n, w)) for _, w in pipes]
+    start = time.perf_counter()
+    for p in workers:
+        p.start()
+    for r, _ in pipes:
+        r.recv()
+    wall = time.perf_counter() - start
+    for p in workers:
+        p.join()
+    return wall
 
 
 def tune_once(size: int, workers: int, warmup: int, rep: int) -> dict:
@@ -157,9 +200,12 @@ def main() -> int:
     cold_served = json.loads(served.stdout.strip().splitlines()[-1])
     phases: dict[int, list[dict]] = {1: [], 2: []}
     tunings: dict[int, list[dict]] = {1: [], 2: []}
+    spin_n = calibrate_spin()
+    spins: dict[int, list[float]] = {1: [], 2: []}
     for r in range(args.rounds):  # interleaved, the order alternating, so load hits both alike
         for workers in (1, 2) if r % 2 == 0 else (2, 1):
             phases[workers].append(compile_phase(args.size, workers))
+            spins[workers].append(spin_phase(spin_n, workers))
     for workers in (2, 1):
         tunings[workers].append(tune_once(args.size, workers, args.warmup, args.rep))
     # the floor's compile part: every compile alone, one worker (median over the rounds)
@@ -207,6 +253,16 @@ def main() -> int:
         f"(median of {args.rounds} interleaved rounds: {', '.join(f'{x:.2f}' for x in ratios)}; "
         f"target >= {COMPILE_TARGET}: {'met' if speedup >= COMPILE_TARGET else 'MISSED'}; "
         f"load {min(loads):.2f}-{max(loads):.2f})"
+    )
+    # 2 processes did twice the work of 1: their speedup is 2 x t1 / t2
+    machine = [2 * a / b for a, b in zip(spins[1], spins[2])]
+    efficiency = statistics.median(x / m for x, m in zip(ratios, machine))
+    print(
+        f"the machine's own speedup, the same work in 2 processes vs 1, in the same rounds: "
+        f"{statistics.median(machine):.2f}x ({', '.join(f'{x:.2f}' for x in machine)}; 2.00 on "
+        f"2 idle cores); compile speedup / it: {efficiency:.2f} (parallel efficiency, target "
+        f">= {EFFICIENCY_TARGET:.2f}, the {COMPILE_TARGET}x of 2 idle cores: "
+        f"{'met' if efficiency >= EFFICIENCY_TARGET else 'MISSED'})"
     )
     print(
         f"CPU seconds per compile: 1 worker {cpu1:.3f}, 2 workers {cpu2:.3f} "
