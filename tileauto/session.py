@@ -274,24 +274,39 @@ class TuningSession:
         thread = background_thread(build_all, name="tileauto-build")
         pending: dict[str, BuildResult] = {}
         device = "cpu"
-        while True:
+        built_all = False
+        while not built_all:
             try:
-                result = arrivals.get(timeout=0.1)
+                got = [arrivals.get(timeout=0.1)]
             except queue.Empty:
                 continue
-            if result is None:
-                break
-            cid = to_build[result.index]
-            self.reporter.step()
-            pending[cid] = result
-            if result.ok and result.artifact is not None:
-                self._artifacts[cid] = result.artifact
-                device = getattr(result.artifact, "device_type", "cpu")
-                if not self._prepared:
-                    runner.prepare(result.artifact)
-                    self._prepared = True
+            # with it, every result that arrived while the last ones ran: a runner with
+            # several device slots (run_many: GPUs) times them at once
+            while got[-1] is not None:
+                try:
+                    got.append(arrivals.get_nowait())
+                except queue.Empty:
+                    break
+            built_all = got[-1] is None
+            for result in got:
+                if result is None:
+                    break
+                cid = to_build[result.index]
+                self.reporter.step()
+                pending[cid] = result
+                if result.ok and result.artifact is not None:
+                    self._artifacts[cid] = result.artifact
+                    device = getattr(result.artifact, "device_type", "cpu")
+                    if not self._prepared:
+                        runner.prepare(result.artifact)
+                        self._prepared = True
             # a GPU runs configs as they arrive; a CPU waits until nothing else loads its cores
-            if device != "cpu" and self._prepared and self._default_ready(pending):
+            if (
+                not built_all
+                and device != "cpu"
+                and self._prepared
+                and self._default_ready(pending)
+            ):
                 self._run_pending(runner, pending, round_ids)
         thread.join()
         if broken:

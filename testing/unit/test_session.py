@@ -288,3 +288,49 @@ def test_the_trial_log_streams_every_trial_and_reads_back(problem):
     trials, finish = read_trial_log(result.log_path)
     assert [t.index for t in trials] == [0, 1, 2, 3]
     assert finish is not None and finish["best"]["config"] == {"block": 64}
+
+
+def test_on_a_gpu_the_configs_built_while_others_ran_are_timed_together(problem):
+    """A runner with several device slots (``run_many``: one Ray actor per GPU) gets every
+    config that was built while the last ones ran, not one config at a time."""
+    import threading
+
+    started, all_built = threading.Event(), threading.Event()
+
+    class ThreeAtOnce(ScriptedBuilder):
+        """The default, then the other three once the default's run has started."""
+
+        def build(self, requests, on_result):
+            first = next(r for r in requests if r.config == {"block": 32})
+            on_result(self._one(first))
+            started.wait(30)  # a hang guard: the default's run starts at once
+            for request in requests:
+                if request is not first:
+                    on_result(self._one(request))
+            all_built.set()
+
+    def script(config):
+        if config == {"block": 32}:
+            started.set()
+            all_built.wait(30)  # the default's run ends once the others are built
+        return LATENCY[config["block"]]
+
+    batches = []
+
+    class Slots(ScriptedRunner):
+        def run_many(self, items):
+            batches.append([config["block"] for _, config in items])
+            for k, (artifact, config) in enumerate(items):
+                yield k, self.run(artifact, config, is_reference=False)
+
+    runner = Slots(script, retime_script=lambda c: LATENCY[c["block"]])
+    s = TuningSession(
+        problem(),
+        builder=ThreeAtOnce(device_type="cuda"),
+        runner=runner,
+        reporter=RecordingReporter(),
+    )
+    result = s.run()
+    assert result.config == {"block": 64}
+    assert batches == [[16, 64, 128]]  # in the space's order, all three at once
+    assert [t.index for t in result.trials] == [0, 1, 2, 3]
