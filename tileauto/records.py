@@ -37,6 +37,11 @@ class TrialStatus(enum.Enum):
         return self is TrialStatus.OK
 
 
+# the start of the note on a trial whose threads waited for a CPU during much of its timing
+# (see ``run_worker.runqueue_wait_s``): its latency measured the machine's load too
+BUSY_NOTE = "timed on a busy machine"
+
+
 @dataclass(frozen=True)
 class LatencyStats:
     """Latency samples summarized, in milliseconds."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.buffers import canaries_intact, interleave, padded_clones, padded_outputs
 from tileauto.inputs import make_inputs
 from tileauto.options import MAX_ITERATIONS, ProfileArgs
-from tileauto.records import RunOutcome, TrialStatus
+from tileauto.records import BUSY_NOTE, RunOutcome, TrialStatus
 from tileauto.timing import Timer, default_timer
 from tileauto.validate import Verdict, as_list, check_bool, compare, unwritten
 
@@ -287,6 +288,7 @@ def _check_and_time(session: _Session, request: RunRequest) -> RunOutcome:
         assert timer is not None
         n_warmup, n_rep = iterations(spec, func, full)
         session.iters[_config_key(request.config)] = (n_warmup, n_rep)
+        waited, start = runqueue_wait_s(), time.perf_counter()
         samples = tuple(
             timer(
                 func,
@@ -297,6 +299,9 @@ def _check_and_time(session: _Session, request: RunRequest) -> RunOutcome:
                 device=spec.device,
             )
         )
+        busy = _busy_note(waited, time.perf_counter() - start)
+        if busy is not None:
+            notes += (busy,)
     return RunOutcome(
         TrialStatus.OK,
         samples_ns=samples,
@@ -488,6 +493,48 @@ def _load(session: _Session, artifact: KernelArtifact) -> Any:
     if key not in session.modules:
         session.modules[key] = runtime.load_module(key, artifact.device_type)
     return session.modules[key][artifact.func_name]
+
+
+# A timing whose threads waited for a CPU this long, as a share of its wall time, measured
+# the machine's load as much as the kernel: quiet, a 2-thread GEMM's threads wait 0-3% of the
+# time here; with two busy processes on the 2 cores, 185% (both threads, nearly always).
+BUSY_WAIT_SHARE = 0.25
+_MIN_JUDGED_S = 0.02  # shorter timings are not judged (the share is noise there)
+
+
+def runqueue_wait_s() -> float | None:
+    """Seconds this process's threads have spent runnable but waiting for a CPU, summed
+    (Linux: ``/proc/self/task/*/schedstat``); None where the kernel does not say."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total, seen = 0, False
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+            seen = True
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9 if seen else None
+
+
+def _busy_note(waited_before: float | None, wall_s: float) -> str | None:
+    """A note when the threads waited for a CPU for BUSY_WAIT_SHARE of the timing or more."""
+    if waited_before is None or wall_s < _MIN_JUDGED_S:
+        return None
+    now = runqueue_wait_s()
+    if now is None:
+        return None
+    waited = max(0.0, now - waited_before)
+    if waited < BUSY_WAIT_SHARE * wall_s:
+        return None
+    return (
+        f"{BUSY_NOTE}: its threads waited {waited * 1e3:.0f} ms for a CPU during "
+        f"{wall_s * 1e3:.0f} ms of timing (other processes held the cores; the latency "
+        f"measures the load as much as the kernel)"
+    )
 
 
 def _positional_arity(fn: Callable[..., Any]) -> int:

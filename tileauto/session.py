@@ -25,7 +25,8 @@ import queue
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from tileauto.console import note
 from tileauto.errors import NoValidConfigError
 from tileauto.problem import TuningProblem
 from tileauto.records import (
+    BUSY_NOTE,
     NEVER_TRIED,
     BuildRequest,
     BuildResult,
@@ -483,6 +485,7 @@ class TuningSession:
                 message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
             )
         best = min(candidates, key=lambda t: (t.latency_ms, t.index))
+        _warn_if_busy(p.name, candidates)
         cid = config_id(best.config)
         kernel = self.load_kernel(self._artifacts.get(cid), dict(best.config))
         result = AutotuneResult(
@@ -609,6 +612,21 @@ class TuningSession:
 
             self._cluster = RayCluster(self.problem.settings.ray_address)
         return self._cluster
+
+
+def _warn_if_busy(name: str, timed: Sequence[Trial]) -> None:
+    """Say so when configs were timed while other processes held the cores (their notes)."""
+    busy = [t for t in timed if any(n.startswith(BUSY_NOTE) for n in t.notes)]
+    if not busy:
+        return
+    message = (
+        f"tileauto: autotune {name}: {len(busy)} of {len(timed)} configs were {BUSY_NOTE} "
+        "(their threads waited for a CPU during a quarter of their timing or more; see each "
+        "trial's notes): the ranking may be the scheduler's. Tune on a quiet machine, or with "
+        "num_threads=1 (docs: tuning, 'On a shared machine')."
+    )
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    log.debug("%s", message)
 
 
 def _claim_staging(staging_dir: Path) -> Any:
