@@ -83,8 +83,8 @@ def problem(size: int, n: int, workers: int) -> TuningProblem:
     )
 
 
-def tune_local(size: int, n: int, workers: int) -> dict:
-    session = TuningSession(problem(size, n, workers))
+def timed(session: TuningSession) -> dict:
+    """Run ``session``: its wall time, compile phase and winner."""
     start = time.perf_counter()
     result = session.run()
     return {
@@ -92,6 +92,10 @@ def tune_local(size: int, n: int, workers: int) -> dict:
         "compile": session.compile_wall_s,
         "config": result.config,
     }
+
+
+def tune_local(size: int, n: int, workers: int) -> dict:
+    return timed(TuningSession(problem(size, n, workers)))
 
 
 def tune_ray_session(p: TuningProblem, rc, per_node: int) -> dict:
@@ -104,14 +108,7 @@ def tune_ray_session(p: TuningProblem, rc, per_node: int) -> dict:
         cluster=rc,
     )
     runner = RayRunner(p.profile_args, threads=per_node, timer=p.timer, cluster=rc)
-    session = TuningSession(p, builder=builder, runner=runner)
-    start = time.perf_counter()
-    result = session.run()
-    return {
-        "wall": time.perf_counter() - start,
-        "compile": session.compile_wall_s,
-        "config": result.config,
-    }
+    return timed(TuningSession(p, builder=builder, runner=runner))
 
 
 def tune_ray(size: int, n: int, nodes: int, cores: int, again: bool = False) -> dict:
