@@ -17,11 +17,12 @@ local stages::
 
 What runs where:
 
-* **Warm-up.** :meth:`RayBuilder.start` sends one warm-up task per compile slot (each
-  imports TVM, torch and the factory's modules in a Ray worker, the process the compiles then
-  reuse: a Ray worker is a fresh interpreter, not a fork of the driver); one per node, pinned
-  there with no CPU, also answers as that node's hardware probe. Compiles and warm-ups share
-  one runtime environment, so they share those warm worker processes.
+* **Warm-up.** :meth:`RayBuilder.start` sends one warm-up task per compile slot, with a
+  compile's CPUs (each imports TVM's compiler, torch and the factory's modules in a Ray
+  worker, the process the compiles then reuse: a Ray worker is a fresh interpreter, not a
+  fork of the driver), and first, one hardware probe per node, pinned there with no CPU.
+  Compiles, warm-ups and probes share one runtime environment, so they share those worker
+  processes.
 * **Compiles** are Ray tasks (``num_cpus=1``, ``max_retries=0``) on any node: the factory and
   the compile options travel once per build through the object store (cloudpickle bytes, with
   the driver's ``sys.path`` and ``TILEAUTO_*`` settings, as a local compile worker gets them).
@@ -85,6 +86,7 @@ from tileauto.artifact import KernelArtifact
 from tileauto.builder import BuildRequest, BuildResult, BuildStatus, _compile_job, first_lines
 from tileauto.errors import TileautoError, WorkerError
 from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.ray_node import local_hardware, probe, use_path
 from tileauto.records import RunOutcome
 from tileauto.runner import Runner
 from tileauto.utils.procs import (
@@ -104,6 +106,11 @@ _START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports tor
 # compile workers' environment: tasks of one runtime environment share (reuse) worker
 # processes, so warm-ups, compiles and core holds all run in the same warm workers
 _COMPILE_ENV = {"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}
+# (Ray job, node) whose compile workers a build of this process warmed up: Ray keeps idle
+# workers (for LOCAL_SYSTEM_CONFIG's 10 minutes on a cluster tileauto starts), so a later
+# build skips their warm-ups, which would hold CPUs while a fresh worker started for them
+_WARMED: set[tuple[str, str]] = set()
+_WARMED_LOCK = threading.Lock()
 # Ray's settings for a cluster tileauto starts itself. Ray ends a worker process idle for
 # 1 s (beyond one per CPU): the compile workers, idle while the configs are timed, were gone
 # by the next tuning of the same process, which paid their start and TVM/torch imports again
@@ -163,8 +170,8 @@ class RayCluster:
         self._lock = threading.Lock()
         # node -> the reservation of the node's cores while configs are timed there
         self._holds: dict[str, _Hold] = {}
-        # node -> the ref of a warm-up that says the node's hardware (see RayBuilder.start)
-        self._warm_probes: dict[str, Any] = {}
+        # node -> the ref of a probe of its hardware started early (see RayBuilder.start)
+        self._early_probes: dict[str, Any] = {}
         self._token: tuple[str, str] | None = None  # see share_files
         self.probed: dict[str, dict[str, Any]] = {}  # node -> its hardware probe's answer
 
@@ -264,15 +271,16 @@ class RayCluster:
         """The token of :meth:`share_files`, once made."""
         return self._token
 
-    # -- what warm-ups learned -------------------------------------------------------------------
-    def add_warm_probes(self, probes: dict[str, Any]) -> None:
-        """Warm-up tasks pinned to nodes (node -> ref): each answers as :func:`_probe` does."""
+    # -- probes started early ------------------------------------------------------------------
+    def add_probes(self, probes: dict[str, Any]) -> None:
+        """Probes (:func:`~tileauto.ray_node.probe`) of a CPU target already started
+        (node -> ref), for :func:`matching_nodes` to take instead of starting its own."""
         with self._lock:
-            self._warm_probes.update(probes)
+            self._early_probes.update(probes)
 
-    def take_warm_probes(self) -> dict[str, Any]:
+    def take_probes(self) -> dict[str, Any]:
         with self._lock:
-            probes, self._warm_probes = self._warm_probes, {}
+            probes, self._early_probes = self._early_probes, {}
         return probes
 
 
@@ -332,39 +340,6 @@ def _actor_hold(ray: Any, node_id: str, cpus: float) -> _Hold:
 
 
 # -- hardware ---------------------------------------------------------------------------------
-def local_hardware(device: str) -> dict[str, Any]:
-    """What identifies this machine's hardware for ``device`` (two nodes may share timings
-    only when this is equal).
-
-    A CPU: a hash of its model and flags, and the TVM version (together they fix what LLVM
-    makes of the CPU, the cache key's device fingerprint), read in milliseconds without the
-    compiler; where the model cannot be read, the device fingerprint itself. A GPU: the
-    device fingerprint (name, compute capability, SM count, CUDA version).
-    """
-    from tileauto.jit.target_memo import device_fingerprint, host_identity
-
-    if device == "cpu":
-        from tileauto.cache.key import tvm_version
-
-        cpu = host_identity()
-        if cpu is not None:
-            return {"cpu": cpu, "tvm": tvm_version()}
-    return {"device": device_fingerprint(device)}
-
-
-def _probe(device: str, path: list[str]) -> dict[str, Any]:
-    """On a node: its hardware (a Ray task)."""
-    _use_path(path)
-    import ray
-
-    from tileauto import ray_stages
-
-    return {
-        "node": ray.get_runtime_context().get_node_id(),
-        "hardware": ray_stages.local_hardware(device),
-    }
-
-
 def matching_nodes(cluster: RayCluster, device: str) -> list[str]:
     """The alive nodes whose hardware for ``device`` is the driver's (CPU targets).
 
@@ -374,12 +349,12 @@ def matching_nodes(cluster: RayCluster, device: str) -> list[str]:
     ray = cluster.connect()
     want = local_hardware(device)
     nodes = {n: r for n, r in cluster.nodes().items() if r.get("CPU", 0.0) > 0}
-    # a node warmed up by the builder is probed by that warm-up (no process of its own)
-    warm = cluster.take_warm_probes() if device == "cpu" else {}
+    # the builder's start probed the nodes already (while the runner was being set up)
+    early = cluster.take_probes() if device == "cpu" else {}
     refs = {
-        node: warm[node]
-        if node in warm
-        else ray.remote(_probe)
+        node: early[node]
+        if node in early
+        else ray.remote(probe)
         .options(num_cpus=0, max_retries=0, scheduling_strategy=_on_node(ray, node))
         .remote(device, list(sys.path))
         for node in nodes
@@ -388,7 +363,7 @@ def matching_nodes(cluster: RayCluster, device: str) -> list[str]:
     others: dict[str, Any] = {}
     for node, ref in refs.items():
         try:
-            got = first_answer(ray, ref, _START_TIMEOUT_S)
+            got = ray.get(ref, timeout=_START_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a node that cannot answer is not used
             others[node[:12]] = f"{type(exc).__name__}"
             continue
@@ -409,13 +384,6 @@ def matching_nodes(cluster: RayCluster, device: str) -> list[str]:
 
 
 # -- helpers for jobs -------------------------------------------------------------------------
-def _use_path(path: list[str]) -> None:
-    """The driver's import path, so the factory's module imports on the node as it does here."""
-    for entry in reversed(path):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-
-
 def _settings_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
 
@@ -478,41 +446,30 @@ def _write_files(directory: Path, files: dict[str, bytes]) -> None:
 
 
 # -- builds -----------------------------------------------------------------------------------
-def _warm_task(setup: bytes) -> Any:
-    """On a node (a streaming Ray task): answer as :func:`_probe` does for a CPU target (first,
-    before the heavy imports: the runner waits for it), then import what a compile needs, so
-    that this worker's compiles do not (the worker stays for the compile tasks: same job,
-    same runtime environment), and say how long that took."""
+def _warm_task(setup: bytes) -> dict[str, Any]:
+    """On a node, in a worker the compiles then reuse (a Ray task of the compiles' runtime
+    environment, with a compile's CPUs): import what a compile needs (TVM's compiler, the
+    factory's modules), so that the worker's first compile does not; say which worker, and
+    whether TVM is in it now."""
     import ray
+
+    from tileauto.jit.compiler import load_compiler
 
     started = time.monotonic()
     path, env, payload = cloudpickle.loads(setup)
-    _use_path(path)
+    use_path(path)
     _apply_settings(env)
-    out: dict[str, Any] = {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
-    try:
-        from tileauto import ray_stages
-
-        out["hardware"] = ray_stages.local_hardware("cpu")
-    except BaseException as exc:  # noqa: BLE001 - the node is then not used for timing
-        out["hardware"] = None
-        out["error"] = f"{type(exc).__name__}: {first_lines(str(exc), 1)}"
-    yield out
     try:
         cloudpickle.loads(payload)  # the factory's modules (torch, the user's)
-        import tileauto.jit.compiler  # noqa: F401 - TVM's compiler
+        load_compiler()
     except BaseException:  # noqa: BLE001 - the first compile reports it properly
         pass
-    yield {"import_s": time.monotonic() - started}
-
-
-def first_answer(ray: Any, ref: Any, timeout_s: float) -> Any:
-    """The value of ``ref``, or of the first item of a streaming task's generator."""
-    if isinstance(ref, ray.ObjectRefGenerator):
-        if not ray.wait([ref], timeout=timeout_s)[0]:
-            raise ray.exceptions.GetTimeoutError(f"no answer in {timeout_s:g} s")
-        return ray.get(next(ref))
-    return ray.get(ref, timeout=timeout_s)
+    return {
+        "node": ray.get_runtime_context().get_node_id(),
+        "pid": os.getpid(),
+        "tvm": "tvm" in sys.modules,
+        "import_s": time.monotonic() - started,
+    }
 
 
 def _compile_task(
@@ -530,7 +487,7 @@ def _compile_task(
 
     yield ray.get_runtime_context().get_node_id()
     path, env, payload = cloudpickle.loads(setup)
-    _use_path(path)
+    use_path(path)
     _apply_settings(env)
     factory, compile_args = cloudpickle.loads(payload)
     folder, token = here
@@ -602,7 +559,7 @@ class RayBuilder:
         self._inflight: set[Any] = set()
         self._workers: int | None = None
         self._jobs: dict[Any, _Job] = {}
-        self._warming: list[Any] = []  # the warm-up tasks of start()
+        self._warming: dict[Any, tuple[str, str]] = {}  # start()'s warm-ups: (job, node)
         # called (on the build's thread) as a compile starts on a node: (request index, node)
         self.on_start: Callable[[int, str | None], None] | None = None
 
@@ -614,42 +571,45 @@ class RayBuilder:
         return self._workers
 
     def start(self) -> None:
-        """Join the cluster and warm up a worker per compile slot, without waiting for them.
+        """Join the cluster, probe each node's hardware and warm up a worker per compile slot,
+        without waiting for any of it.
 
-        A Ray worker is a fresh interpreter: imported TVM and torch (seconds) on its first
-        compile. Each warm-up task imports them (and the factory's modules) in the worker the
-        compiles then reuse, in parallel with the rest of the start; one per node is pinned to
-        it with no CPU, answers as a hardware probe (the runner's :func:`matching_nodes` takes
-        it instead of starting a probe process of its own), and is free to run even on a node
-        whose CPUs are busy.
+        A Ray worker is a fresh interpreter: it would import TVM's compiler (over a second)
+        in its first compile. Each warm-up task holds a compile's CPUs while it imports that
+        (and the factory's modules), so the compiles, which wait for those CPUs, then run in
+        the warm workers. The probe of each node (what :func:`matching_nodes` asks) is a task
+        of its own, started first, with no CPU and no heavy import: it answers in the time a
+        worker starts, even on a node whose CPUs are busy.
         """
         ray = self.cluster.connect()
         self.cluster.share_files(self.staging_dir)  # before the run actors start: they look
         setup = cloudpickle.dumps((list(sys.path), _settings_env(), self._payload()))
-        task = ray.remote(num_returns="streaming")(_warm_task)
+        probe_task, warm_task = ray.remote(probe), ray.remote(_warm_task)
+        job = ray.get_runtime_context().get_job_id()
         probes: dict[str, Any] = {}
-        warming: list[Any] = []
+        warming: dict[Any, tuple[str, str]] = {}
         for node, resources in self.cluster.nodes().items():
             slots = int(resources.get("CPU", 0.0) // max(self.num_cpus, 1e-9))
             if slots <= 0:
                 continue
             pinned = _on_node(ray, node)
-            probes[node] = task.options(
+            probes[node] = probe_task.options(
                 num_cpus=0, max_retries=0, scheduling_strategy=pinned, runtime_env=_COMPILE_ENV
-            ).remote(setup)
-            warming.append(probes[node])
-            for _ in range(slots - 1):
-                warming.append(
-                    task.options(
-                        num_cpus=self.num_cpus,
-                        max_retries=0,
-                        scheduling_strategy=pinned,
-                        runtime_env=_COMPILE_ENV,
-                    ).remote(setup)
-                )
+            ).remote("cpu", list(sys.path))
+            with _WARMED_LOCK:
+                if (job, node) in _WARMED:
+                    continue  # an earlier build of this process warmed its workers (kept idle)
+            for _ in range(slots):
+                ref = warm_task.options(
+                    num_cpus=self.num_cpus,
+                    max_retries=0,
+                    scheduling_strategy=pinned,
+                    runtime_env=_COMPILE_ENV,
+                ).remote(setup)
+                warming[ref] = (job, node)
         with self._lock:
             self._warming = warming
-        self.cluster.add_warm_probes(probes)
+        self.cluster.add_probes(probes)
 
     def _payload(self) -> bytes:
         return cloudpickle.dumps((self.factory, self.compile_args))
@@ -673,19 +633,28 @@ class RayBuilder:
             self._stop_warming(import_ray())
 
     def _stop_warming(self, ray: Any) -> None:
-        """Cancel the warm-ups still queued or running (a finished one is left alone)."""
+        """Cancel the warm-ups still queued or running; remember the nodes whose warm-ups
+        all ended with TVM imported (a later build of this process skips them)."""
         with self._lock:
-            warming, self._warming = self._warming, []
+            warming, self._warming = self._warming, {}
         if not warming:
             return
         try:
-            done = [w.completed() for w in warming]
-            _, pending = ray.wait(done, num_returns=len(done), timeout=0)
+            done, pending = ray.wait(list(warming), num_returns=len(warming), timeout=0)
         except Exception:  # noqa: BLE001 - Ray is gone: nothing left to cancel
             return
-        for warm, ref in zip(warming, done, strict=True):
-            if ref in pending:
-                _cancel(ray, warm)
+        for ref in pending:
+            _cancel(ray, ref)
+        cold = {warming[ref] for ref in pending}
+        for ref in done:
+            try:
+                warm = bool(ray.get(ref)["tvm"])
+            except Exception:  # noqa: BLE001 - its worker or node died: not warm
+                warm = False
+            if not warm:
+                cold.add(warming[ref])
+        with _WARMED_LOCK:
+            _WARMED.update(set(warming.values()) - cold)
 
     def build(
         self,
@@ -920,12 +889,11 @@ class _RunActor:
         import psutil
         import ray
 
-        _use_path(path)
+        use_path(path)
         import tileauto.jit.runtime  # noqa: F401 - TVM's runtime, which loads the kernels
         import tileauto.run_worker  # noqa: F401 - torch: the first job would import it anyway
-        from tileauto import ray_stages
 
-        hardware = ray_stages.local_hardware(device)
+        hardware = local_hardware(device)
         return {
             "node": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
@@ -938,7 +906,7 @@ class _RunActor:
     def preload(self, path: list[str], env: dict[str, str], payload: bytes) -> None:
         """Unpickle the tuning's own functions (timer, supply and reference programs), which
         imports their modules now, while the configs compile, instead of in the first job."""
-        _use_path(path)
+        use_path(path)
         _apply_settings(env)
         try:
             cloudpickle.loads(payload)
@@ -952,7 +920,7 @@ class _RunActor:
         payload: bytes,
         folders: dict[str, dict[str, bytes]],
     ) -> tuple[str, Any]:
-        _use_path(path)
+        use_path(path)
         _apply_settings(env)
         for key, files in folders.items():
             local = self.scratch / f"{len(self.folders):05d}"

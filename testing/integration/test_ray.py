@@ -61,9 +61,10 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
 
 @pytest.mark.timeout(180)
 def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
-    """``start`` warms a worker per compile slot: the warm-ups answer the hardware probe (no
-    probe process) and their workers, with TVM imported, run the compiles; a core hold comes
-    and goes. First of the module's cluster tests: no idle worker of an earlier test around."""
+    """``start`` probes each node (no CPU) and warms a worker per compile slot: the warm-ups
+    import TVM's compiler, and their workers, not fresh ones, run the compiles; a core hold
+    comes and goes. First of the module's cluster tests: no idle worker of an earlier test
+    around."""
     from tune_kernels import scale_jit
 
     from tileauto import ray_stages
@@ -72,14 +73,17 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     builder = RayBuilder(h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=rc)
     builder.start()
     warm = list(builder._warming)
-    assert len(warm) == builder.workers == 2  # one per node here (1 CPU each): the probes
+    assert len(warm) == builder.workers == 2  # one per compile slot (1 CPU on each node here)
     compute_nodes = sorted(n for n, r in rc.nodes().items() if r.get("CPU"))
     assert sorted(ray_stages.matching_nodes(rc, "cpu")) == compute_nodes
-    assert rc.take_warm_probes() == {}  # matching_nodes took them
-    ray.get([w.completed() for w in warm], timeout=120)  # the imports are done
-    answers = [rc.probed[n] for n in compute_nodes]  # what each warm-up said first
+    assert rc.take_probes() == {}  # matching_nodes took the builder's
+    probed = [rc.probed[n] for n in compute_nodes]
+    assert sorted(a["node"] for a in probed) == compute_nodes
+    assert all(a["hardware"] == ray_stages.local_hardware("cpu") for a in probed), probed
+    answers = ray.get(warm, timeout=120)
     assert sorted(a["node"] for a in answers) == compute_nodes
-    assert all(a["hardware"] == ray_stages.local_hardware("cpu") for a in answers), answers
+    # the compiler is imported: a first compile there does not import it (over a second)
+    assert all(a["tvm"] for a in answers), answers
     pids = tmp_path / "pids"
     requests = [
         BuildRequest(index=i, config={"vec": v, "pid_dir": str(pids)}, args=(1024,))
@@ -91,6 +95,13 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     compiled_in = {int(f.read_text()) for f in pids.iterdir()}
     assert compiled_in <= {a["pid"] for a in answers}, (compiled_in, answers)
     builder.close()
+    # a later build of this process: the nodes are warm (Ray keeps idle workers), no warm-up
+    again = RayBuilder(h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=rc)
+    again.start()
+    assert again._warming == {}
+    assert sorted(ray_stages.matching_nodes(rc, "cpu")) == compute_nodes  # probed all the same
+    assert all(r.ok for r in again.build(requests))
+    again.close()
     node = compute_nodes[0]
     rc.hold_cores(node)
     assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 1)

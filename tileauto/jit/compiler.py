@@ -22,6 +22,16 @@ if TYPE_CHECKING:
 # TVM's compiler is imported by the functions that compile, not by importing this module: a
 # process that loads tuned kernels reads COMPILE_COUNT and resolve_out_idx without it.
 
+
+def load_compiler() -> None:
+    """Import TVM's compiler now, as the first :func:`compile_to_dir` of a process would (a
+    second or more): for processes that compile next and can import it ahead of time (the
+    forkserver before it forks workers, a Ray compile worker's warm-up)."""
+    import tvm  # noqa: F401
+
+    import tileauto.jit.target  # noqa: F401
+
+
 # Calls of compile_to_dir in this process (tests use it to prove a cache hit compiled nothing).
 COMPILE_COUNT = 0
 

@@ -6,6 +6,7 @@ Importing is safe before fork; *running* a torch op is not (libgomp deadlocks in
 from __future__ import annotations
 
 import torch  # noqa: F401
-import tvm  # noqa: F401
 
-import tileauto.jit.compiler  # noqa: F401
+from tileauto.jit.compiler import load_compiler
+
+load_compiler()
