@@ -1,9 +1,13 @@
-"""The optional C++ timing helper (``libtileauto_native``) and a Python fallback.
+"""The optional C++ helper (``libtileauto_native``), with a Python fallback for each use.
 
-The helper is built from ``src/timer.cc`` by CMake when the package is pip-installed and is
-installed as ``tileauto/_lib/libtileauto_native.so``. Loading it registers the global FFI
-function ``tileauto.native.time_function``, which times each call of a function with
-``std::chrono::steady_clock`` and no Python in the timed region.
+The helper is built from ``src/timer.cc`` and ``src/caller.cc`` by CMake when the package is
+pip-installed and is installed as ``tileauto/_lib/libtileauto_native.so``. Loading it
+registers two global FFI functions:
+
+* ``tileauto.native.time_function`` times each call of a function with
+  ``std::chrono::steady_clock`` and no Python in the timed region;
+* ``tileauto.native.output_caller`` makes a kernel's call that allocates its output in C++
+  (:func:`output_caller`), which :class:`tileauto.jit.kernel.JITKernel` uses for ``k(a)``.
 
 Where the library is looked for, in order:
 
@@ -37,6 +41,8 @@ _log = get_logger(__name__)
 
 #: Name of the global FFI function that ``src/timer.cc`` registers.
 NATIVE_FUNCTION_NAME = "tileauto.native.time_function"
+#: Name of the global FFI function that ``src/caller.cc`` registers (same library).
+OUTPUT_CALLER_NAME = "tileauto.native.output_caller"
 #: Folder, inside the package directory, that CMake installs the library into.
 NATIVE_LIB_SUBDIR = "_lib"
 _CACHE_LINE_BYTES = 64
@@ -144,6 +150,24 @@ def load_native() -> Any | None:
         return _load()[0]
     except Exception as err:  # noqa: BLE001 - documented never to raise
         _log.debug("native timer unavailable: %s", err)
+        return None
+
+
+@functools.cache
+def output_caller() -> Any | None:
+    """The native ``output_caller(f, shape, dtype, device) -> g`` of ``src/caller.cc``, or
+    None (no helper, or an older one without it). ``g(*inputs)`` allocates the output of
+    ``f`` in C++ with the caller's framework allocator (torch's, for torch tensors), calls
+    ``f(*inputs, out)`` and returns ``out``; it returns None when the arguments bring no
+    allocator. Never raises."""
+    if load_native() is None:
+        return None
+    try:
+        import tvm_ffi
+
+        return tvm_ffi.get_global_func(OUTPUT_CALLER_NAME, allow_missing=True)
+    except Exception as err:  # noqa: BLE001 - documented never to raise
+        _log.debug("native output caller unavailable: %s", err)
         return None
 
 

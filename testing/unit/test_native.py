@@ -200,3 +200,43 @@ def test_native_samples_come_back_in_one_copy():
     samples = helper(noop, 50_000, 0)
     assert isinstance(samples, tuple) and len(samples) == 50_000
     assert all(isinstance(s, int) and s >= 0 for s in samples[:10])
+
+
+# -- the output caller (src/caller.cc) -------------------------------------------------------
+def _output_caller():
+    _require_native()
+    make = _native.output_caller()
+    assert make is not None, "the installed helper has no tileauto.native.output_caller"
+    return make
+
+
+def _shape_dtype_device(n: int):
+    import tvm_ffi
+
+    return tvm_ffi.Shape((n,)), tvm_ffi.dtype("float32"), tvm_ffi.device("cpu", 0)
+
+
+def test_output_caller_allocates_a_fresh_torch_output_each_call(vector_add, tensors):
+    a, b, _ = tensors
+    call = _output_caller()(vector_add, *_shape_dtype_device(N))
+    first = call(a, b)
+    second = call(a, b)
+    assert isinstance(first, torch.Tensor) and first.dtype == torch.float32
+    assert first.shape == (N,) and first.is_contiguous() and first.device.type == "cpu"
+    torch.testing.assert_close(first, a + b)
+    assert first.data_ptr() != second.data_ptr()  # two live outputs, two buffers
+    first.zero_()  # an ordinary, writable tensor that owns its memory
+    torch.testing.assert_close(second, a + b)
+
+
+def test_output_caller_returns_none_without_an_allocator(vector_add, tensors):
+    """numpy arrays bring no allocator: nothing is allocated or run, the caller allocates."""
+    a, b, _ = tensors
+    call = _output_caller()(vector_add, *_shape_dtype_device(N))
+    assert call(a.numpy(), b.numpy()) is None
+
+
+def test_output_caller_propagates_the_kernels_errors(vector_add):
+    call = _output_caller()(vector_add, *_shape_dtype_device(N))
+    with pytest.raises(ValueError, match="shape"):
+        call(torch.zeros(N // 2), torch.zeros(N // 2))

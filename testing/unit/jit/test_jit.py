@@ -370,6 +370,35 @@ def test_output_shaped_like_a_non_tensor_input_is_an_argument_error(dyn_add):
         dyn_add([1.0, 2.0], torch.randn(2))
 
 
+def test_a_static_output_is_allocated_in_cpp_fresh_each_call(add64, monkeypatch):
+    """With the native helper, k(a, b) allocates its output in C++: no torch call from Python."""
+    from tileauto import _native
+    from tileauto.jit import kernel as kernel_mod
+
+    if _native.output_caller() is None:
+        pytest.skip("the native helper (libtileauto_native) is not built in this checkout")
+
+    def no_python_allocation(*args, **kwargs):
+        raise AssertionError("k(a, b) allocated its output from Python")
+
+    monkeypatch.setattr(kernel_mod, "_empty_like", no_python_allocation)
+    a, b = torch.randn(64), torch.randn(64)
+    first, second = add64(a, b), add64(a, b)
+    assert isinstance(first, torch.Tensor) and first.shape == (64,) and first.is_contiguous()
+    assert first.data_ptr() != second.data_ptr()
+    torch.testing.assert_close(first, a + b)
+    with pytest.raises(KernelArgumentError, match="'A'"):
+        add64(torch.randn(8), b)
+
+
+def test_inputs_that_bring_no_allocator_still_get_a_torch_output(add64):
+    """numpy inputs (no torch allocator for the native caller): the output comes from Python."""
+    a, b = torch.randn(64), torch.randn(64)
+    out = add64(a.numpy(), b.numpy())
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, a + b)
+
+
 # -- prepare ---------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,68 @@
+/*
+ * tileauto native kernel caller: the output of a kernel call allocated in C++.
+ *
+ * Registers the global FFI function "tileauto.native.output_caller":
+ *
+ *   output_caller(f: Function, shape: Shape, dtype: DLDataType, device: Device) -> Function
+ *
+ * The returned function g, called as g(*inputs), allocates one output tensor of `shape`,
+ * `dtype` and `device`, calls f(*inputs, out) and returns out. The output comes from the
+ * caller's environment allocator (TVMFFIEnvTensorAlloc): when the call comes from Python with
+ * torch tensors, tvm-ffi installs torch's DLPack allocator for the duration of the call and
+ * hands the returned tensor back as a torch.Tensor, so g(a) returns what
+ * f(a, torch.empty_like(template)) would, without a Python call to torch in between.
+ *
+ * When no environment allocator is installed (no argument came from a framework that
+ * provides one), g returns None and allocates nothing: the caller then allocates the output
+ * itself.
+ */
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/container/shape.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/reflection/registry.h>
+
+#include <vector>
+
+namespace tileauto {
+namespace native {
+namespace {
+
+namespace ffi = tvm::ffi;
+
+constexpr const char* kOutputCallerName = "tileauto.native.output_caller";
+
+ffi::Function OutputCaller(ffi::Function f, ffi::Shape shape, DLDataType dtype, DLDevice device) {
+  return ffi::Function::FromPacked(
+      [f, shape, dtype, device](ffi::PackedArgs args, ffi::Any* rv) {
+        if (TVMFFIEnvGetDLPackManagedTensorAllocator() == nullptr) {
+          *rv = nullptr;  // no framework allocator: the caller allocates
+          return;
+        }
+        ffi::Tensor out = ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, shape, dtype, device);
+        const int n = args.size();
+        std::vector<ffi::AnyView> full(static_cast<size_t>(n) + 1);
+        for (int i = 0; i < n; ++i) full[i] = args[i];
+        full[n] = out;
+        ffi::Any ignored;
+        f.CallPacked(ffi::PackedArgs(full.data(), n + 1), &ignored);
+        *rv = std::move(out);
+      });
+}
+
+}  // namespace
+}  // namespace native
+}  // namespace tileauto
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  namespace refl = tvm::ffi::reflection;
+  // As in timer.cc: a second copy of this library in one process must not register again.
+  if (tvm::ffi::Function::GetGlobal(tileauto::native::kOutputCallerName).has_value()) return;
+  refl::GlobalDef().def(
+      tileauto::native::kOutputCallerName, tileauto::native::OutputCaller,
+      "output_caller(f, shape, dtype, device) -> Function g: g(*inputs) allocates one output "
+      "(shape, dtype, device) with the environment allocator, calls f(*inputs, out) and "
+      "returns out; None when no environment allocator is installed.");
+}
