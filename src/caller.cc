@@ -3,18 +3,21 @@
  *
  * Registers the global FFI function "tileauto.native.output_caller":
  *
- *   output_caller(f: Function, shape: Shape, dtype: DLDataType, device: Device) -> Function
+ *   output_caller(f: Function, shape: Shape, dtype: DLDataType, device: Device,
+ *                 like: int) -> Function
  *
- * The returned function g, called as g(*inputs), allocates one output tensor of `shape`,
- * `dtype` and `device`, calls f(*inputs, out) and returns out. The output comes from the
+ * The returned function g, called as g(*inputs), allocates one output tensor of `shape`
+ * (or, when like >= 0, of the shape of inputs[like]: an output shaped like an input, whatever
+ * sizes its symbolic dimensions take), `dtype` and `device`, calls f(*inputs, out) and
+ * returns out. The output is contiguous. The output comes from the
  * caller's environment allocator (TVMFFIEnvTensorAlloc): when the call comes from Python with
  * torch tensors, tvm-ffi installs torch's DLPack allocator for the duration of the call and
  * hands the returned tensor back as a torch.Tensor, so g(a) returns what
  * f(a, torch.empty_like(template)) would, without a Python call to torch in between.
  *
- * When no environment allocator is installed (no argument came from a framework that
- * provides one), g returns None and allocates nothing: the caller then allocates the output
- * itself.
+ * g returns None, allocates nothing and runs nothing when no environment allocator is
+ * installed (no argument came from a framework that provides one) or when inputs[like] is
+ * missing or not a tensor: the caller then takes its own path (which reports a bad argument).
  */
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/shape.h>
@@ -24,6 +27,7 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/reflection/registry.h>
 
+#include <optional>
 #include <vector>
 
 namespace tileauto {
@@ -34,15 +38,29 @@ namespace ffi = tvm::ffi;
 
 constexpr const char* kOutputCallerName = "tileauto.native.output_caller";
 
-ffi::Function OutputCaller(ffi::Function f, ffi::Shape shape, DLDataType dtype, DLDevice device) {
+ffi::Function OutputCaller(ffi::Function f, ffi::Shape shape, DLDataType dtype, DLDevice device,
+                           int64_t like) {
   return ffi::Function::FromPacked(
-      [f, shape, dtype, device](ffi::PackedArgs args, ffi::Any* rv) {
+      [f, shape, dtype, device, like](ffi::PackedArgs args, ffi::Any* rv) {
+        const int n = args.size();
         if (TVMFFIEnvGetDLPackManagedTensorAllocator() == nullptr) {
           *rv = nullptr;  // no framework allocator: the caller allocates
           return;
         }
-        ffi::Tensor out = ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, shape, dtype, device);
-        const int n = args.size();
+        ffi::Tensor out;
+        if (like >= 0) {
+          auto input = like < n ? args[like].try_cast<DLTensor*>() : std::nullopt;
+          if (!input.has_value()) {
+            *rv = nullptr;  // not a tensor: the caller's path names the bad argument
+            return;
+          }
+          const DLTensor* t = *input;
+          out = ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc,
+                                          ffi::ShapeView(t->shape, static_cast<size_t>(t->ndim)),
+                                          dtype, device);
+        } else {
+          out = ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, shape, dtype, device);
+        }
         std::vector<ffi::AnyView> full(static_cast<size_t>(n) + 1);
         for (int i = 0; i < n; ++i) full[i] = args[i];
         full[n] = out;
@@ -62,7 +80,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   if (tvm::ffi::Function::GetGlobal(tileauto::native::kOutputCallerName).has_value()) return;
   refl::GlobalDef().def(
       tileauto::native::kOutputCallerName, tileauto::native::OutputCaller,
-      "output_caller(f, shape, dtype, device) -> Function g: g(*inputs) allocates one output "
-      "(shape, dtype, device) with the environment allocator, calls f(*inputs, out) and "
-      "returns out; None when no environment allocator is installed.");
+      "output_caller(f, shape, dtype, device, like) -> Function g: g(*inputs) allocates one "
+      "output (shape, or inputs[like]'s shape when like >= 0; dtype, device) with the "
+      "environment allocator, calls f(*inputs, out) and returns out; None when no environment "
+      "allocator is installed or inputs[like] is not a tensor.");
 }

@@ -210,10 +210,10 @@ def _output_caller():
     return make
 
 
-def _shape_dtype_device(n: int):
+def _shape_dtype_device(n: int, like: int = -1):
     import tvm_ffi
 
-    return tvm_ffi.Shape((n,)), tvm_ffi.dtype("float32"), tvm_ffi.device("cpu", 0)
+    return tvm_ffi.Shape((n,)), tvm_ffi.dtype("float32"), tvm_ffi.device("cpu", 0), like
 
 
 def test_output_caller_allocates_a_fresh_torch_output_each_call(vector_add, tensors):
@@ -240,3 +240,19 @@ def test_output_caller_propagates_the_kernels_errors(vector_add):
     call = _output_caller()(vector_add, *_shape_dtype_device(N))
     with pytest.raises(ValueError, match="shape"):
         call(torch.zeros(N // 2), torch.zeros(N // 2))
+
+
+def test_output_caller_shapes_the_output_like_an_input():
+    """like >= 0: the output takes that input's shape on every call (symbolic sizes)."""
+    n = te.var("n")
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    double = tvm.compile(te.create_prim_func([a, b]), target="llvm")["main"]
+    call = _output_caller()(double, *_shape_dtype_device(0, like=0))
+    for size in (3, 17):
+        x = torch.randn(size)
+        out = call(x)
+        assert out.shape == (size,)
+        torch.testing.assert_close(out, 2 * x)
+    assert call([1.0, 2.0]) is None  # not a tensor: the caller's own path reports it
+    assert call() is None

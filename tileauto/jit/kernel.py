@@ -46,10 +46,13 @@ _empty_like = torch.empty_like
 _CONTIGUOUS = torch.contiguous_format
 
 
-def _native_output_call(func: Any, shape: tuple[int, ...], dtype: str) -> Any:
-    """``g(*inputs) -> out``: ``func(*inputs, out)`` with ``out`` (CPU, ``shape``, ``dtype``)
-    allocated in C++ by the native helper (see :func:`tileauto._native.output_caller`); None
-    where the helper is missing or ``func`` is not an FFI function."""
+def _native_output_call(
+    func: Any, shape: tuple[int, ...] | None, dtype: str, like: int | None = None
+) -> Any:
+    """``g(*inputs) -> out``: ``func(*inputs, out)`` with ``out`` (CPU, ``dtype``, contiguous,
+    of ``shape`` or else of the shape of ``inputs[like]``) allocated in C++ by the native
+    helper (see :func:`tileauto._native.output_caller`); None where the helper is missing or
+    ``func`` is not an FFI function."""
     from tileauto._native import output_caller
 
     make = output_caller()
@@ -60,7 +63,13 @@ def _native_output_call(func: Any, shape: tuple[int, ...], dtype: str) -> Any:
 
         if not isinstance(func, tvm_ffi.Function):
             return None
-        return make(func, tvm_ffi.Shape(shape), tvm_ffi.dtype(dtype), tvm_ffi.device("cpu", 0))
+        return make(
+            func,
+            tvm_ffi.Shape(shape or ()),
+            tvm_ffi.dtype(dtype),
+            tvm_ffi.device("cpu", 0),
+            -1 if like is None else like,
+        )
     except Exception:  # noqa: BLE001 - a dtype tvm-ffi cannot name: the Python path serves it
         return None
 
@@ -337,11 +346,12 @@ class JITKernel:
         ``_TEMPLATE_MAX_BYTES`` get one; a larger output is allocated with precomputed
         arguments, and its kernel's run time dwarfs the difference anyway.
 
-        Cheaper still, where the native helper is installed: one static output after the
-        inputs, on the CPU, is allocated in C++ (``src/caller.cc``) with the allocator of the
-        arguments' framework, inside one call that also runs the kernel and hands the output
-        back as a torch tensor; no Python call to torch at all (``bench/overhead.py``: ``k(a)``
-        1.2x ``torch.mul(a, b)``, against 1.4x with ``empty_like``).
+        Cheaper still, where the native helper is installed: one output after the inputs, on
+        the CPU, static or shaped like an input, is allocated in C++ (``src/caller.cc``) with
+        the allocator of the arguments' framework, inside one call that also runs the kernel
+        and hands the output back as a torch tensor; no Python call to torch at all
+        (``bench/overhead.py``: ``k(a)`` 1.2x ``torch.mul(a, b)``, against 1.4x with
+        ``empty_like``).
         """
         self._num_in = len(self._in_pos)
         # Destination passing (every buffer given) is told apart from the usual call by the
@@ -375,9 +385,14 @@ class JITKernel:
                 self._out_template = self._out_templates[0]
             else:
                 self._out_like = self._input_like(self._out_pos[0])
-            if self._out_shapes is not None and self.artifact.device_type == "cpu":
+            if self.artifact.device_type == "cpu" and (
+                self._out_shapes is not None or self._out_like is not None
+            ):
                 self._native_out = _native_output_call(
-                    self._func, self._out_shapes[0], self.params[self._out_pos[0]].dtype
+                    self._func,
+                    None if self._out_shapes is None else self._out_shapes[0],
+                    self.params[self._out_pos[0]].dtype,
+                    self._out_like,
                 )
         # Symbolic output shapes: each dim is an int, the (input, dim) that binds a size
         # variable, or an expression over the size variables (evaluated with the bindings).

@@ -391,6 +391,24 @@ def test_a_static_output_is_allocated_in_cpp_fresh_each_call(add64, monkeypatch)
         add64(torch.randn(8), b)
 
 
+def test_an_output_shaped_like_an_input_is_allocated_in_cpp_too(dyn_add, monkeypatch):
+    from tileauto import _native
+    from tileauto.jit import kernel as kernel_mod
+
+    if _native.output_caller() is None:
+        pytest.skip("the native helper (libtileauto_native) is not built in this checkout")
+
+    def no_python_allocation(*args, **kwargs):
+        raise AssertionError("k(a, b) allocated its output from Python")
+
+    monkeypatch.setattr(kernel_mod, "_empty_like", no_python_allocation)
+    for size in (5, 33):
+        a, b = torch.randn(size), torch.randn(size)
+        out = dyn_add(a, b)
+        assert out.shape == (size,) and out.is_contiguous()
+        torch.testing.assert_close(out, a + b)
+
+
 def test_inputs_that_bring_no_allocator_still_get_a_torch_output(add64):
     """numpy inputs (no torch allocator for the native caller): the output comes from Python."""
     a, b = torch.randn(64), torch.randn(64)
