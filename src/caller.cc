@@ -27,6 +27,7 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/reflection/registry.h>
 
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -37,6 +38,7 @@ namespace {
 namespace ffi = tvm::ffi;
 
 constexpr const char* kOutputCallerName = "tileauto.native.output_caller";
+constexpr int kStackArgs = 16;
 
 ffi::Function OutputCaller(ffi::Function f, ffi::Shape shape, DLDataType dtype, DLDevice device,
                            int64_t like) {
@@ -61,11 +63,18 @@ ffi::Function OutputCaller(ffi::Function f, ffi::Shape shape, DLDataType dtype, 
         } else {
           out = ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, shape, dtype, device);
         }
-        std::vector<ffi::AnyView> full(static_cast<size_t>(n) + 1);
+        // the inputs and the output, on the stack for the usual few arguments
+        std::array<ffi::AnyView, kStackArgs> small;
+        std::vector<ffi::AnyView> large;
+        ffi::AnyView* full = small.data();
+        if (n + 1 > kStackArgs) {
+          large.resize(static_cast<size_t>(n) + 1);
+          full = large.data();
+        }
         for (int i = 0; i < n; ++i) full[i] = args[i];
         full[n] = out;
         ffi::Any ignored;
-        f.CallPacked(ffi::PackedArgs(full.data(), n + 1), &ignored);
+        f.CallPacked(ffi::PackedArgs(full, n + 1), &ignored);
         *rv = std::move(out);
       });
 }
