@@ -155,11 +155,12 @@ def load_native() -> Any | None:
 
 @functools.cache
 def output_caller() -> Any | None:
-    """The native ``output_caller(f, shape, dtype, device) -> g`` of ``src/caller.cc``, or
-    None (no helper, or an older one without it). ``g(*inputs)`` allocates the output of
-    ``f`` in C++ with the caller's framework allocator (torch's, for torch tensors), calls
-    ``f(*inputs, out)`` and returns ``out``; it returns None when the arguments bring no
-    allocator. Never raises."""
+    """The native ``output_caller(f, shape, dtype, device, like) -> g`` of ``src/caller.cc``,
+    or None (no helper, or an older one without it). ``g(*inputs)`` allocates the output of
+    ``f`` (of ``shape``, or of ``inputs[like]``'s shape when ``like >= 0``) in C++ with the
+    caller's framework allocator (torch's, for torch tensors), calls ``f(*inputs, out)`` and
+    returns ``out``; it returns None when the arguments bring no allocator or ``inputs[like]``
+    is not a tensor. Never raises."""
     if load_native() is None:
         return None
     try:

@@ -262,8 +262,8 @@ class JITKernel:
 
     def __call__(self, *args: Any) -> Any:
         # Fast paths (see _init_call_plan): every buffer given (destination passing), where
-        # TVM's own checks are the only checks; one static output after the inputs, allocated
-        # in C++ by the native caller; and one output after the inputs, allocated from a
+        # TVM's own checks are the only checks; one output after the inputs (static, or shaped
+        # like an input), allocated in C++ by the native caller; and one output after the inputs, allocated from a
         # template or like an input. Everything else, a wrong argument count included, takes
         # the general path.
         if len(args) == self._num_params:

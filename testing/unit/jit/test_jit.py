@@ -370,18 +370,23 @@ def test_output_shaped_like_a_non_tensor_input_is_an_argument_error(dyn_add):
         dyn_add([1.0, 2.0], torch.randn(2))
 
 
-def test_a_static_output_is_allocated_in_cpp_fresh_each_call(add64, monkeypatch):
-    """With the native helper, k(a, b) allocates its output in C++: no torch call from Python."""
+@pytest.fixture
+def no_python_allocation(monkeypatch):
+    """The native helper's caller is there, and JITKernel may not allocate from Python."""
     from tileauto import _native
     from tileauto.jit import kernel as kernel_mod
 
     if _native.output_caller() is None:
         pytest.skip("the native helper (libtileauto_native) is not built in this checkout")
 
-    def no_python_allocation(*args, **kwargs):
-        raise AssertionError("k(a, b) allocated its output from Python")
+    def refuse(*args, **kwargs):
+        raise AssertionError("the kernel call allocated its output from Python")
 
-    monkeypatch.setattr(kernel_mod, "_empty_like", no_python_allocation)
+    monkeypatch.setattr(kernel_mod, "_empty_like", refuse)
+
+
+def test_a_static_output_is_allocated_in_cpp_fresh_each_call(add64, no_python_allocation):
+    """With the native helper, k(a, b) allocates its output in C++: no torch call from Python."""
     a, b = torch.randn(64), torch.randn(64)
     first, second = add64(a, b), add64(a, b)
     assert isinstance(first, torch.Tensor) and first.shape == (64,) and first.is_contiguous()
@@ -391,17 +396,7 @@ def test_a_static_output_is_allocated_in_cpp_fresh_each_call(add64, monkeypatch)
         add64(torch.randn(8), b)
 
 
-def test_an_output_shaped_like_an_input_is_allocated_in_cpp_too(dyn_add, monkeypatch):
-    from tileauto import _native
-    from tileauto.jit import kernel as kernel_mod
-
-    if _native.output_caller() is None:
-        pytest.skip("the native helper (libtileauto_native) is not built in this checkout")
-
-    def no_python_allocation(*args, **kwargs):
-        raise AssertionError("k(a, b) allocated its output from Python")
-
-    monkeypatch.setattr(kernel_mod, "_empty_like", no_python_allocation)
+def test_an_output_shaped_like_an_input_is_allocated_in_cpp_too(dyn_add, no_python_allocation):
     for size in (5, 33):
         a, b = torch.randn(size), torch.randn(size)
         out = dyn_add(a, b)
