@@ -446,11 +446,12 @@ def _write_files(directory: Path, files: dict[str, bytes]) -> None:
 
 
 # -- builds -----------------------------------------------------------------------------------
-def _warm_task(setup: bytes) -> dict[str, Any]:
+def _warm_task(setup: bytes, probed: Any = None) -> dict[str, Any]:
     """On a node, in a worker the compiles then reuse (a Ray task of the compiles' runtime
     environment, with a compile's CPUs): import what a compile needs (TVM's compiler, the
     factory's modules), so that the worker's first compile does not; say which worker, and
-    whether TVM is in it now."""
+    whether TVM is in it now. ``probed``, the node's probe answer, is not used: taking it
+    makes the warm-up wait for the probe, whose worker then runs it (see RayBuilder.start)."""
     import ray
 
     from tileauto.jit.compiler import load_compiler
@@ -579,7 +580,9 @@ class RayBuilder:
         (and the factory's modules), so the compiles, which wait for those CPUs, then run in
         the warm workers. The probe of each node (what :func:`matching_nodes` asks) is a task
         of its own, started first, with no CPU and no heavy import: it answers in the time a
-        worker starts, even on a node whose CPUs are busy.
+        worker starts, even on a node whose CPUs are busy. The warm-ups take the probe's
+        answer as an argument, so they wait for it: the probe's worker, idle by then, runs
+        one of them and becomes a compile worker, and Ray starts no worker that runs nothing.
         """
         ray = self.cluster.connect()
         self.cluster.share_files(self.staging_dir)  # before the run actors start: they look
@@ -605,7 +608,7 @@ class RayBuilder:
                     max_retries=0,
                     scheduling_strategy=pinned,
                     runtime_env=_COMPILE_ENV,
-                ).remote(setup)
+                ).remote(setup, probes[node])
                 warming[ref] = (job, node)
         with self._lock:
             self._warming = warming
