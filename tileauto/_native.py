@@ -9,6 +9,10 @@ registers two global FFI functions:
 * ``tileauto.native.output_caller`` makes a kernel's call that allocates its output in C++
   (:func:`output_caller`), which :class:`tileauto.jit.kernel.JITKernel` uses for ``k(a)``.
 
+A second native piece, the CPython extension module ``tileauto._kernel_call``
+(``src/kernel_call.c``, :func:`kernel_call_base`), is JITKernel's base class: its call slot
+calls that output caller with no Python frame in between.
+
 Where the library is looked for, in order:
 
 1. Already registered in this process (someone loaded it): used as is.
@@ -170,6 +174,47 @@ def output_caller() -> Any | None:
     except Exception as err:  # noqa: BLE001 - documented never to raise
         _log.debug("native output caller unavailable: %s", err)
         return None
+
+
+#: The CPython extension module of ``src/kernel_call.c``: JITKernel's C call slot.
+KERNEL_CALL_MODULE = "tileauto._kernel_call"
+
+
+@functools.cache
+def kernel_call_base() -> type | None:
+    """The class ``KernelCall`` of ``src/kernel_call.c`` (the base of JITKernel, whose call
+    slot is C), or None where the extension module was not built. Looked for as a module of the
+    package, then as a file the installed distribution's RECORD lists (a source checkout that
+    shadows an installed tileauto). Never raises."""
+    import importlib
+    import importlib.machinery
+    import importlib.util
+
+    try:
+        return importlib.import_module(KERNEL_CALL_MODULE).KernelCall
+    except ImportError as err:
+        _log.debug("native kernel call: %s not importable (%s)", KERNEL_CALL_MODULE, err)
+    except Exception as err:  # noqa: BLE001 - documented never to raise
+        _log.debug("native kernel call unavailable: %s", err)
+        return None
+    try:
+        from importlib import metadata
+
+        suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+        files = metadata.distribution("tileauto").files or []
+        for f in files:
+            if f.name.startswith("_kernel_call.") and f.name.endswith(suffixes):
+                spec = importlib.util.spec_from_file_location(KERNEL_CALL_MODULE, f.locate())
+                if spec is None or spec.loader is None:
+                    continue
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                sys.modules[KERNEL_CALL_MODULE] = module
+                _log.debug("native kernel call loaded from %s", f.locate())
+                return module.KernelCall
+    except Exception as err:  # noqa: BLE001 - documented never to raise
+        _log.debug("native kernel call unavailable: %s", err)
+    return None
 
 
 def native_available() -> bool:

@@ -256,3 +256,63 @@ def test_output_caller_shapes_the_output_like_an_input():
         torch.testing.assert_close(out, 2 * x)
     assert call([1.0, 2.0]) is None  # not a tensor: the caller's own path reports it
     assert call() is None
+
+
+# -- JITKernel's C call slot (src/kernel_call.c) ---------------------------------------------
+_BLOCK_KERNEL_CALL = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "tileauto._kernel_call":
+            raise ImportError("blocked by the test")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+_CALL_A_KERNEL = """
+import torch
+from tvm import te
+import tileauto
+from tileauto.jit.kernel import JITKernel
+def double(n):
+    a = te.placeholder((n,), "float32", name="A")
+    return te.create_prim_func([a, te.compute((n,), lambda i: a[i] * 2.0, name="B")])
+k = tileauto.jit(out_idx=[-1], target="llvm")(double)(8)
+x = torch.randn(8)
+torch.testing.assert_close(k(x), 2 * x)
+out = torch.empty(8)
+assert k(x, out) is out
+print(JITKernel.__mro__[1].__name__, "__call__" in JITKernel.__dict__)
+"""
+
+
+def _run_python(code: str, tmp_path) -> str:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_kernel_call_module_is_found_through_the_install_record(tmp_path):
+    """A source checkout that shadows the installed package: the module is not importable by
+    name, and the file the distribution's RECORD lists is loaded instead."""
+    if _native.kernel_call_base() is None:
+        _require_native()
+        pytest.fail("tileauto._kernel_call is missing after install")
+    assert _run_python(_BLOCK_KERNEL_CALL + _CALL_A_KERNEL, tmp_path) == "KernelCall False"
+
+
+def test_without_the_kernel_call_module_the_python_call_serves(tmp_path):
+    code = (
+        _BLOCK_KERNEL_CALL
+        + "import importlib.metadata as md\n"
+        + "def gone(name):\n    raise md.PackageNotFoundError(name)\n"
+        + "md.distribution = gone\n"
+        + _CALL_A_KERNEL
+    )
+    assert _run_python(code, tmp_path) == "object True"

@@ -46,6 +46,21 @@ _empty_like = torch.empty_like
 _CONTIGUOUS = torch.contiguous_format
 
 
+def _kernel_call_base() -> type:
+    from tileauto._native import kernel_call_base
+
+    return kernel_call_base() or object
+
+
+# JITKernel's base: the C call slot of src/kernel_call.c where it was built (k(a) then calls
+# the native output caller with no Python frame in between), else object (__call__ is Python).
+if TYPE_CHECKING:
+    from tileauto._kernel_call import KernelCall as _KernelCallBase
+else:
+    _KernelCallBase = _kernel_call_base()
+_C_CALL = _KernelCallBase is not object
+
+
 def _native_output_call(
     func: Any, shape: tuple[int, ...] | None, dtype: str, like: int | None = None
 ) -> Any:
@@ -119,7 +134,7 @@ def torch_dtype(dtype: str) -> torch.dtype:
         raise KernelArgumentError(f"dtype {dtype!r} has no torch equivalent") from None
 
 
-class JITKernel:
+class JITKernel(_KernelCallBase):
     """A compiled kernel. Call it with the input tensors; it returns the outputs.
 
     Inputs are the parameters not listed in ``out_idx``, in order; outputs are allocated with
@@ -260,12 +275,13 @@ class JITKernel:
         """Load a kernel from an artifact directory."""
         return cls(artifact)
 
-    def __call__(self, *args: Any) -> Any:
-        # Fast paths (see _init_call_plan): every buffer given (destination passing), where
-        # TVM's own checks are the only checks; one output after the inputs (static, or shaped
-        # like an input), allocated in C++ by the native caller; and one output after the inputs, allocated from a
-        # template or like an input. Everything else, a wrong argument count included, takes
-        # the general path.
+    def _call_python(self, *args: Any) -> Any:
+        # The call (``__call__``; with the C call slot, what it does not serve itself). Fast
+        # paths (see _init_call_plan): every buffer given (destination passing), where TVM's
+        # own checks are the only checks; one output after the inputs (static, or shaped like
+        # an input), allocated in C++ by the native caller; and one output after the inputs,
+        # allocated from a template or like an input. Everything else, a wrong argument count
+        # included, takes the general path.
         if len(args) == self._num_params:
             try:
                 self._func(*args)
@@ -300,6 +316,17 @@ class JITKernel:
                 raise
             return out
         return self._call(args)
+
+    if _C_CALL:
+
+        def _fast_failed(self, args: tuple, exc: BaseException) -> None:
+            """The C call slot's native output caller rejected ``args`` (``exc``, the kernel's
+            own check, before it ran): raise the KernelArgumentError that names the argument,
+            or return (the slot then raises ``exc``)."""
+            self._raise_argument_error(args, exc)
+
+    else:
+        __call__ = _call_python
 
     def prepare(self, *args: Any) -> Callable[[], Any]:
         """Check ``args`` once, allocate outputs once, and return a call with no per-call work.
@@ -351,7 +378,9 @@ class JITKernel:
         the allocator of the arguments' framework, inside one call that also runs the kernel
         and hands the output back as a torch tensor; no Python call to torch at all
         (``bench/overhead.py``: ``k(a)`` 1.2x ``torch.mul(a, b)``, against 1.4x with
-        ``empty_like``).
+        ``empty_like``). With the C call slot (``src/kernel_call.c``) that caller, and the
+        compiled function for destination passing, are called with no Python frame at all
+        (``k(a)`` 1.04x ``torch.mul(a, b)``).
         """
         self._num_in = len(self._in_pos)
         # Destination passing (every buffer given) is told apart from the usual call by the
@@ -394,6 +423,12 @@ class JITKernel:
                     self.params[self._out_pos[0]].dtype,
                     self._out_like,
                 )
+        if _C_CALL:
+            # From the C call slot straight to the native output caller (k(*inputs)) and to the
+            # kernel (k(*every_buffer), one output)
+            self._set_fast_call(self._native_out, self._num_in, _ARGUMENT_ERRORS)
+            if self._single_out is not None and self._num_params > 0:
+                self._set_dest_call(self._func, self._num_params, self._single_out)
         # Symbolic output shapes: each dim is an int, the (input, dim) that binds a size
         # variable, or an expression over the size variables (evaluated with the bindings).
         self._out_dims = tuple(

@@ -412,6 +412,75 @@ def test_inputs_that_bring_no_allocator_still_get_a_torch_output(add64):
     torch.testing.assert_close(out, a + b)
 
 
+@pytest.fixture
+def c_call_slot():
+    """JITKernel's call slot is C (src/kernel_call.c): the extension module is built."""
+    from tileauto._native import kernel_call_base
+
+    base = kernel_call_base()
+    if base is None:
+        if os.environ.get("TILEAUTO_ALLOW_MISSING_NATIVE") == "1":
+            pytest.skip("tileauto._kernel_call is not built (TILEAUTO_ALLOW_MISSING_NATIVE=1)")
+        pytest.fail("tileauto._kernel_call is missing after install: rebuild with pip install -e .")
+    assert JITKernel.__mro__[1] is base
+    assert "__call__" not in JITKernel.__dict__  # the slot is the base's, not a Python method
+    return base
+
+
+def test_the_c_call_slot_runs_the_native_caller_without_python(
+    add64, c_call_slot, no_python_allocation, monkeypatch
+):
+    """k(a, b) with torch tensors goes from the C call slot to the native output caller, and
+    k(a, b, out) to the kernel: the Python call path is never entered. Anything else (numpy
+    inputs, a wrong count, keywords) is the Python path's."""
+    assert add64._fast_call is add64._native_out is not None
+    entered = []
+
+    def python_path(self, *args, **kwargs):
+        entered.append(len(args) + len(kwargs))
+        return "python"
+
+    monkeypatch.setattr(JITKernel, "_call_python", python_path)
+    a, b, out = torch.randn(64), torch.randn(64), torch.full((64,), float("nan"))
+    torch.testing.assert_close(add64(a, b), a + b)
+    assert add64(a, b, out) is out
+    torch.testing.assert_close(out, a + b)
+    assert entered == []
+    assert add64(a.numpy(), b.numpy()) == "python"  # no allocator: the caller ran nothing
+    assert add64(a) == "python"
+    assert add64(a, b=b) == "python"
+    assert entered == [2, 1, 2]
+
+
+def test_the_c_call_slot_names_a_bad_argument_or_raises_the_kernels_error(
+    add64, c_call_slot, monkeypatch
+):
+    """The kernel's own check rejects an argument in the fast path: the KernelArgumentError
+    that names it; where tileauto finds nothing wrong, the kernel's error itself."""
+    b = torch.randn(64)
+    with pytest.raises(KernelArgumentError, match="argument 0 .*'A'") as info:
+        add64(torch.randn(8), b)
+    assert isinstance(info.value.__cause__, ValueError)  # TVM's check, kept as the cause
+    with pytest.raises(KernelArgumentError, match="argument 2 .*'C'"):
+        add64(b, b, torch.empty(8))  # destination passing: the kernel called from C too
+    monkeypatch.setattr(JITKernel, "_raise_argument_error", lambda self, args, cause: None)
+    with pytest.raises(ValueError, match="shape") as info:
+        add64(torch.randn(8), b)
+    assert not isinstance(info.value, KernelArgumentError)
+
+
+def test_a_kernel_with_a_c_call_slot_is_collected(c_call_slot):
+    import gc
+    import weakref
+
+    kernel = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)(64)
+    kernel._self = kernel  # a cycle through the instance's dict
+    ref = weakref.ref(kernel)
+    del kernel
+    gc.collect()
+    assert ref() is None
+
+
 # -- prepare ---------------------------------------------------------------------------------------
 
 
