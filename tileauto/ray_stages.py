@@ -89,6 +89,7 @@ from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.ray_node import local_hardware, probe, use_path
 from tileauto.records import RunOutcome
 from tileauto.runner import Runner
+from tileauto.utils import pickling
 from tileauto.utils.procs import (
     RemoteError,
     RemoteJobError,
@@ -586,7 +587,7 @@ class RayBuilder:
         """
         ray = self.cluster.connect()
         self.cluster.share_files(self.staging_dir)  # before the run actors start: they look
-        setup = cloudpickle.dumps((list(sys.path), _settings_env(), self._payload()))
+        setup = pickling.dumps((list(sys.path), _settings_env(), self._payload()))
         probe_task, warm_task = ray.remote(probe), ray.remote(_warm_task)
         job = ray.get_runtime_context().get_job_id()
         probes: dict[str, Any] = {}
@@ -615,7 +616,7 @@ class RayBuilder:
         self.cluster.add_probes(probes)
 
     def _payload(self) -> bytes:
-        return cloudpickle.dumps((self.factory, self.compile_args))
+        return pickling.dumps((self.factory, self.compile_args))
 
     def cancel(self) -> None:
         """Cancel this builder's compiles in flight (their workers are killed). Any thread."""
@@ -672,7 +673,7 @@ class RayBuilder:
         batch_dir = self.staging_dir / f"build-{uuid.uuid4().hex[:12]}"
         token = self.cluster.share_files(self.staging_dir)
         payload = self._payload()
-        setup = ray.put(cloudpickle.dumps((list(sys.path), _settings_env(), payload)))
+        setup = ray.put(pickling.dumps((list(sys.path), _settings_env(), payload)))
         task = ray.remote(_compile_task).options(
             num_cpus=self.num_cpus,
             max_retries=0,
@@ -1162,7 +1163,7 @@ class RayWorker:
             self._shipped = set()
             self.shares_files = bool(info.get("shares_files"))
             try:  # the actor runs it before the first job (its calls run in order)
-                preload = cloudpickle.dumps((self.runner.profile, self.runner.timer))
+                preload = pickling.dumps((self.runner.profile, self.runner.timer))
                 actor.preload.remote(list(sys.path), _settings_env(), preload)
             except Exception:  # noqa: BLE001 - not picklable: the first job says so
                 pass
@@ -1192,7 +1193,7 @@ class RayWorker:
             return artifact
 
         _map_artifacts(args, ship)
-        payload = cloudpickle.dumps((fn, args))
+        payload = pickling.dumps((fn, args))
         watch, limit = self._watch, self.memory_limit_bytes
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._busy = True

@@ -44,11 +44,11 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
-import cloudpickle
 import psutil
 
 from tileauto._logging import get_logger
 from tileauto.errors import WorkerError
+from tileauto.utils import pickling
 from tileauto.utils.forkserver import ForkServer
 from tileauto.utils.process_tree import (
     ForkedProcess,
@@ -323,7 +323,7 @@ class Worker:
         self, fn: Any, args: tuple, timeout_s: float | None, cancel: threading.Event | None
     ) -> Any:
         """Send one job to the running worker and wait for its answer (see :meth:`call`)."""
-        payload = cloudpickle.dumps((list(sys.path), _settings_env(), fn, args))
+        payload = pickling.dumps((list(sys.path), _settings_env(), fn, args))
         with self._lock:
             with self._state:
                 proc, conn = self._proc, self._conn
