@@ -1,7 +1,7 @@
 """Which thread count and TVM spin setting to run a tuned CPU kernel with, quiet and shared.
 
     python bench/thread_pool.py [--sizes 256 512] [--loads 0 1 2] [--rounds 6] [--repeats 4]
-                                [--sample-ms 25] [--json PATH] [--quick]
+                                [--spins default 0 3000] [--sample-ms 25] [--json PATH] [--quick]
 
 TVM's thread pool keeps its worker threads spinning for a while after each parallel launch
 (``TVM_THREAD_POOL_SPIN_COUNT``, 300000 by default, read when the pool starts). On a quiet
@@ -13,9 +13,10 @@ GEMM of ``examples/gemm_cpu.py`` (tuned with tileauto's thread-count rule: every
   temporary folder, removed at the end), so that every later process is a cache hit;
 - for each load (``--loads``: 0, 1, 2 busy processes, ``while True: pass``, started by the bench
   for that block and always killed at its end, on errors and Ctrl-C too), for each spin setting
-  (TVM's default, and ``TVM_THREAD_POOL_SPIN_COUNT=0`` in the child's environment, since TVM
-  reads it when the pool starts), it starts ``--repeats`` fresh processes (the two settings
-  alternating, the order swapped every repeat: A B, B A, A B, B A), as a user runs the kernel: no
+  (``--spins``: TVM's default, and ``TVM_THREAD_POOL_SPIN_COUNT=0`` unless other counts are
+  given, in the child's environment, since TVM reads it when the pool starts), it starts
+  ``--repeats`` fresh processes per setting (the settings rotating, so each comes first in
+  turn: A B, B A, ... for two; A B C, B C A, C A B, ... for three), as a user runs the kernel: no
   ``TVM_NUM_THREADS``, no ``TILEAUTO_NUM_THREADS``;
 - each process loads every size from the cache and times the kernel with 1 thread and with the
   tuned count N (``kernel.use_threads``), interleaved: ``--rounds`` rounds, the order rotated
@@ -28,8 +29,8 @@ GEMM of ``examples/gemm_cpu.py`` (tuned with tileauto's thread-count rule: every
   differ by more than 2x are listed under the tables, with each process's median.
 
 It prints two tables, the median call and the mean call (rows: load x size; columns: 1 thread
-and N threads with the default spin and with spin 0), each with the ratio (N threads, spin 0) /
-(N threads, default), N threads / 1 thread, the row's fastest of the four and how much slower
+and N threads with each spin setting), each with the ratio (N threads, spin s) / (N threads,
+default) for each other setting s, N threads / 1 thread, the row's fastest cell and how much slower
 the out-of-the-box setting (N threads, default spin) is than it; then per load a verdict (the
 fastest setting over the sizes, and those within 5% of it at every size) and the one setting
 that is never far from the best. The load average is printed before and during each block: the
@@ -60,7 +61,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SPINS = ("default", "0")  # TVM's default spin count (unset), and TVM_THREAD_POOL_SPIN_COUNT=0
+# TVM's default spin count (unset), and TVM_THREAD_POOL_SPIN_COUNT=0; --spins adds others
+SPINS: tuple[str, ...] = ("default", "0")
 NEAR = 1.05  # within 5% of the row's best: as good, given the noise
 SPLIT = 2.0  # a cell whose processes' medians differ by more: listed (a bimodal figure)
 # Unset in every measured process: a user's run with nothing set. The cache switches are unset
@@ -256,7 +258,7 @@ def summarize(loads: list[int], sizes: list[int], n: int, reports: dict) -> list
                 ms = {k: c[f"{stat}_ms"] for k, c in row["cells"].items()}
                 best = min(ms, key=ms.get)
                 row[stat] = {
-                    "spin0_vs_default": ms[f"0/{n}"] / ms[f"default/{n}"],
+                    "vs_default": {s: ms[f"{s}/{n}"] / ms[f"default/{n}"] for s in SPINS},
                     "threads_vs_one": {s: ms[f"{s}/{n}"] / ms[f"{s}/1"] for s in SPINS},
                     "best": best,
                     "best_label": label_of(best),
@@ -264,6 +266,8 @@ def summarize(loads: list[int], sizes: list[int], n: int, reports: dict) -> list
                     "vs_best": {k: v / ms[best] for k, v in ms.items()},
                     "near_best": [k for k, v in ms.items() if v <= NEAR * ms[best]],
                 }
+                if "0" in SPINS:
+                    row[stat]["spin0_vs_default"] = row[stat]["vs_default"]["0"]
             rows.append(row)
     return rows
 
@@ -293,23 +297,27 @@ def verdicts(loads: list[int], rows: list[dict], stat: str) -> dict:
 
 
 def print_table(rows: list[dict], n: int, stat: str) -> None:
-    d1, dn, s1, sn = "default/1", f"default/{n}", "0/1", f"0/{n}"
-    print(
-        f"{'':16}{'spin default':>18}{'spin 0':>18}   {f'{n} thr: spin 0':>14}"
-        f"{f'{n} thr / 1 thr':>16}   {'best of row':<20}{f'{n} thr default':>15}"
-    )
-    print(
-        f"{'load':<6}{'size':<10}{'1 thr':>9}{f'{n} thr':>9}{'1 thr':>9}{f'{n} thr':>9}   "
-        f"{'/ default':>14}{'default':>8}{'spin 0':>8}   {f'({stat} ms)':<20}{'/ best':>15}"
-    )
+    """Per spin setting: 1 and n threads (ms); then n threads with each other spin / with the
+    default spin, n threads / 1 thread per spin, the row's best and the default's distance."""
+    others = [sp for sp in SPINS if sp != "default"]
+    head1 = "".join(f"{f'spin {sp}':>18}" for sp in SPINS) + "   "
+    head1 += "".join(f"{f'{n} thr: spin {sp}':>18}" for sp in others)
+    head1 += f"{f'{n} thr / 1 thr':>{8 * len(SPINS)}}   {'best of row':<20}{f'{n} thr default':>15}"
+    head2 = "".join(f"{'1 thr':>9}{f'{n} thr':>9}" for _ in SPINS) + "   "
+    head2 += "".join(f"{'/ default':>18}" for _ in others)
+    head2 += "".join(f"{sp:>8}" for sp in SPINS)
+    head2 += f"   {f'({stat} ms)':<20}{'/ best':>15}"
+    print(f"{'':16}{head1}")
+    print(f"{'load':<6}{'size':<10}{head2}")
     for r in rows:
         c = {k: v[f"{stat}_ms"] for k, v in r["cells"].items()}
         f = r[stat]
-        print(
-            f"{r['load']:<6}{str(r['size']) + '^3':<10}{c[d1]:>9.3f}{c[dn]:>9.3f}{c[s1]:>9.3f}"
-            f"{c[sn]:>9.3f}   {f['spin0_vs_default']:>14.2f}{f['threads_vs_one']['default']:>8.2f}"
-            f"{f['threads_vs_one']['0']:>8.2f}   {f['best_label']:<20}{f['default_vs_best']:>15.2f}"
-        )
+        line = f"{r['load']:<6}{str(r['size']) + '^3':<10}"
+        line += "".join(f"{c[f'{sp}/1']:>9.3f}{c[f'{sp}/{n}']:>9.3f}" for sp in SPINS) + "   "
+        line += "".join(f"{f['vs_default'][sp]:>18.2f}" for sp in others)
+        line += "".join(f"{f['threads_vs_one'][sp]:>8.2f}" for sp in SPINS)
+        line += f"   {f['best_label']:<20}{f['default_vs_best']:>15.2f}"
+        print(line)
 
 
 def split_cells(rows: list[dict]) -> list[str]:
@@ -348,6 +356,7 @@ def print_verdicts(loads: list[int], v: dict, n: int, stat: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global SPINS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512], help="M = N = K")
     parser.add_argument(
@@ -358,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-ms", type=float, default=25.0, help="calls per sample: ~ms")
     parser.add_argument("--settle-s", type=float, default=1.0, help="wait after starting load")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--spins",
+        nargs="+",
+        default=list(SPINS),
+        help="spin settings: 'default' (unset) and TVM_THREAD_POOL_SPIN_COUNT values "
+        "(default: default 0)",
+    )
     parser.add_argument("--quick", action="store_true", help="256^3, one process, few rounds")
     parser.add_argument("--child", choices=("tune", "time"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -369,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         args.settle_s = 0.5
     if min(args.loads) < 0 or args.rounds < 1 or args.repeats < 1:
         parser.error("--loads must be >= 0, --rounds and --repeats >= 1")
+    if "default" not in args.spins or not all(sp == "default" or sp.isdigit() for sp in args.spins):
+        parser.error(
+            f"--spins: expected 'default' and spin counts (integers >= 0), got {args.spins}"
+        )
+    SPINS = tuple(dict.fromkeys(["default", *args.spins]))
     signal.signal(signal.SIGTERM, _sigterm)
     start_all, load_start = time.perf_counter(), os.getloadavg()[0]
     base = Path(tempfile.mkdtemp(prefix="tileauto-thread-pool-"))
@@ -398,8 +419,10 @@ def main(argv: list[str] | None = None) -> int:
                 start_busy(load, busy)
                 time.sleep(args.settle_s if load else 0.0)
                 reports[load] = {s: [] for s in SPINS}
-                order = [
-                    s for r in range(args.repeats) for s in (SPINS if r % 2 == 0 else SPINS[::-1])
+                order = [  # the settings rotate, so each is first in some repeat
+                    SPINS[(i + r) % len(SPINS)]
+                    for r in range(args.repeats)
+                    for i in range(len(SPINS))
                 ]
                 for spin in order:
                     reports[load][spin].append(
@@ -425,9 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(args.loads, args.sizes, n, reports)
     verdict = {stat: verdicts(args.loads, rows, stat) for stat in STATS}
     print(
-        f"\n1 thr / {n} thr: kernel.use_threads; spin 0: TVM_THREAD_POOL_SPIN_COUNT=0 (default: "
-        f"unset, TVM's 300000); best of row: the fastest of the four; last column: {n} threads "
-        f"with the default spin (as loaded, nothing set) / the best"
+        f"\n1 thr / {n} thr: kernel.use_threads; spin N: TVM_THREAD_POOL_SPIN_COUNT=N (default: "
+        f"unset, TVM's 300000); best of row: the fastest of the {2 * len(SPINS)}; last column: "
+        f"{n} threads with the default spin (as loaded, nothing set) / the best"
     )
     print("\nmedian ms per call (the median of each sample's calls; median over rounds):")
     print_table(rows, n, "median")

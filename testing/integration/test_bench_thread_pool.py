@@ -56,7 +56,8 @@ def _orphans() -> list[psutil.Process]:
 def test_quick_run_writes_every_cell(tmp_path):
     json_path = tmp_path / "thread_pool.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", str(json_path)],
+        [sys.executable, str(BENCH), "--quick", "--spins", "default", "0", "3000"]
+        + ["--json", str(json_path)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -69,7 +70,8 @@ def test_quick_run_writes_every_cell(tmp_path):
     assert figures["sizes"] == [256] and figures["loads"] == [0, 1, 2]
     n = figures["tuned_threads"]
     assert n >= 1
-    cells = {f"{spin}/{t}" for spin in ("default", "0") for t in (1, n)}
+    assert figures["spins"] == ["default", "0", "3000"]
+    cells = {f"{spin}/{t}" for spin in ("default", "0", "3000") for t in (1, n)}
     rows = {(r["load"], r["size"]): r for r in figures["rows"]}
     assert set(rows) == {(load, 256) for load in (0, 1, 2)}
     for row in rows.values():
@@ -82,6 +84,8 @@ def test_quick_run_writes_every_cell(tmp_path):
             got = row[stat]
             assert got["best"] in cells
             assert got["spin0_vs_default"] > 0 and got["default_vs_best"] >= 1.0
+            assert set(got["vs_default"]) == {"default", "0", "3000"}
+            assert got["vs_default"]["default"] == 1.0
             assert min(got["vs_best"].values()) == 1.0
     for stat in ("median", "mean"):
         assert set(figures["verdicts"][stat]["loads"]) == {"0", "1", "2"}
@@ -91,6 +95,19 @@ def test_quick_run_writes_every_cell(tmp_path):
         assert figures["load_average"][load]["during_max"] >= 0
     assert "median ms per call" in out and "mean ms per call" in out
     assert not _orphans()
+
+
+@pytest.mark.parametrize("spins", [["0", "3000"], ["default", "-1"], ["default", "fast"]])
+def test_spins_must_be_default_and_counts(tmp_path, spins):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--spins", *spins],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "--spins: expected 'default' and spin counts" in proc.stderr
 
 
 def test_ctrl_c_stops_the_busy_processes(tmp_path):
