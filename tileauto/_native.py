@@ -74,16 +74,21 @@ def _package_dirs() -> list[Path]:
     return unique
 
 
-def _installed_library_files() -> list[Path]:
-    """The library files that the installed ``tileauto`` distribution lists in its RECORD."""
+def _installed_files(wanted: Callable[[str], bool]) -> list[Path]:
+    """The files whose name is ``wanted`` that the installed ``tileauto`` distribution lists in
+    its RECORD."""
     from importlib import metadata
 
     try:
         files = metadata.distribution("tileauto").files or []
     except metadata.PackageNotFoundError:
         return []
-    names = set(_library_names())
-    return [Path(f.locate()) for f in files if f.name in names]
+    return [Path(f.locate()) for f in files if wanted(f.name)]
+
+
+def _installed_library_files() -> list[Path]:
+    """The native library files of the installed distribution's RECORD."""
+    return _installed_files(set(_library_names()).__contains__)
 
 
 def native_library_candidates() -> list[Path]:
@@ -197,21 +202,19 @@ def kernel_call_base() -> type | None:
     except Exception as err:  # noqa: BLE001 - documented never to raise
         _log.debug("native kernel call unavailable: %s", err)
         return None
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     try:
-        from importlib import metadata
-
-        suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-        files = metadata.distribution("tileauto").files or []
-        for f in files:
-            if f.name.startswith("_kernel_call.") and f.name.endswith(suffixes):
-                spec = importlib.util.spec_from_file_location(KERNEL_CALL_MODULE, f.locate())
-                if spec is None or spec.loader is None:
-                    continue
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                sys.modules[KERNEL_CALL_MODULE] = module
-                _log.debug("native kernel call loaded from %s", f.locate())
-                return module.KernelCall
+        for path in _installed_files(
+            lambda name: name.startswith("_kernel_call.") and name.endswith(suffixes)
+        ):
+            spec = importlib.util.spec_from_file_location(KERNEL_CALL_MODULE, path)
+            if spec is None or spec.loader is None:
+                continue
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[KERNEL_CALL_MODULE] = module
+            _log.debug("native kernel call loaded from %s", path)
+            return module.KernelCall
     except Exception as err:  # noqa: BLE001 - documented never to raise
         _log.debug("native kernel call unavailable: %s", err)
     return None
