@@ -11,7 +11,9 @@ calls of one and then of the other (the order rotates every round), after one un
 and a pause (``--pause-ms``, 300) so that the other side's thread pool has gone to sleep:
 after each parallel call TVM's pool threads spin for about 150 ms (300,000 ``sched_yield``
 calls, ``TVM_THREAD_POOL_SPIN_COUNT``), which on a 2-core machine takes a core from torch's
-OpenMP threads and makes a torch op that follows 10-50x slower. Both sides
+OpenMP threads and makes a torch op that follows 10-50x slower (unless tileauto found the
+machine busy when the pool started and turned the spin off, ``tileauto.cpu_pool``: the run
+says which under its table, and run_all's label says "spin off"). Both sides
 allocate their output on every call. Nothing sets ``TVM_NUM_THREADS``: the tuned kernel runs
 as in a user's process, with the thread count tileauto tuned it with (``docs/tuning.md``); torch
 uses every core (``torch.set_num_threads``).
@@ -55,6 +57,7 @@ import softmax_cpu  # noqa: E402
 import torch  # noqa: E402
 
 import tileauto  # noqa: E402
+from tileauto.cpu_pool import SPIN_VAR, current_decision  # noqa: E402
 
 TARGETS = {"gemm": 2.0, "softmax": 1.5, "rmsnorm": 1.5}  # kernel / torch, at most
 
@@ -234,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_case(case, args))
         r = results[-1]
         r["load_before"], r["load_after"] = load_before, os.getloadavg()[0]
+        r["spin"] = os.environ.get(SPIN_VAR)  # the busy-machine rule's choice (or yours)
         r["verdict"] = "met" if max(r["ratio_min"], r["ratio"]) <= r["target"] else "MISSED"
         print(
             f"  {r['label']}: tuned {r['configs']} configs ({r['passed']} passed) in "
@@ -261,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratio min: fastest kernel call / fastest torch call; load: 1-minute load average "
         "before and after the case; met: both ratios within the target"
     )
+    decision = current_decision()
+    if decision is not None:
+        print(f"\nTVM's thread pool in this process: {decision.describe()}")
     print("\nmixed use, each op called right after the other one (median over rounds):")
     for r in results:
         print(

@@ -261,7 +261,8 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
                     "kernels_vs_torch",
                     f"{c['label']} / {c['torch_op']}: min / median (load "
                     f"{c.get('load_before', float('nan')):.1f}-{c.get('load_after', float('nan')):.1f}, "
-                    f"threads {c.get('kernel_threads') or 'none (serial)'})",
+                    f"threads {c.get('kernel_threads') or 'none (serial)'}"
+                    f"{', spin off (busy machine)' if c.get('spin') == '0' else ''})",
                     f"{c['ratio_min']:.2f} / {c['ratio']:.2f}",
                     f"<= {c['target']:g}",
                     c.get("verdict") or _verdict(max(c["ratio_min"], c["ratio"]), c["target"]),

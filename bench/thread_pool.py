@@ -1,20 +1,25 @@
 """Which thread count and TVM spin setting to run a tuned CPU kernel with, quiet and shared.
 
     python bench/thread_pool.py [--sizes 256 512] [--loads 0 1 2] [--rounds 6] [--repeats 4]
-                                [--spins default 0 3000] [--sample-ms 25] [--json PATH] [--quick]
+                                [--spins default 0 auto 3000] [--sample-ms 25] [--json PATH]
+                                [--quick]
 
 TVM's thread pool keeps its worker threads spinning for a while after each parallel launch
 (``TVM_THREAD_POOL_SPIN_COUNT``, 300000 by default, read when the pool starts). On a quiet
 machine that saves a wake-up per launch; when other processes want the cores, the spinning
-workers take time slices from the thread that has the work. This benchmark measures the tuned
-GEMM of ``examples/gemm_cpu.py`` (tuned with tileauto's thread-count rule: every core) both ways:
+workers take time slices from the thread that has the work. tileauto therefore turns the spin
+off in a process that finds the machine busy when its first pool starts (``tileauto.cpu_pool``,
+unless the variable is set). This benchmark measures the tuned GEMM of ``examples/gemm_cpu.py``
+(tuned with tileauto's thread-count rule: every core) each way:
 
 - it tunes every size once, up front, in a fresh process with nothing set (a private cache in a
   temporary folder, removed at the end), so that every later process is a cache hit;
 - for each load (``--loads``: 0, 1, 2 busy processes, ``while True: pass``, started by the bench
   for that block and always killed at its end, on errors and Ctrl-C too), for each spin setting
-  (``--spins``: TVM's default, and ``TVM_THREAD_POOL_SPIN_COUNT=0`` unless other counts are
-  given, in the child's environment, since TVM reads it when the pool starts), it starts
+  (``--spins``: ``default``, TVM's own, set to 300000 so that the rule does not decide;
+  ``0``; ``auto``, left unset as a user leaves it, so the rule decides, and the table says
+  what it chose; other counts when given; in the child's environment, since TVM reads it when
+  the pool starts), it starts
   ``--repeats`` fresh processes per setting (the settings rotating, so each comes first in
   turn: A B, B A, ... for two; A B C, B C A, C A B, ... for three), as a user runs the kernel: no
   ``TVM_NUM_THREADS``, no ``TILEAUTO_NUM_THREADS``;
@@ -31,7 +36,7 @@ GEMM of ``examples/gemm_cpu.py`` (tuned with tileauto's thread-count rule: every
 It prints two tables, the median call and the mean call (rows: load x size; columns: 1 thread
 and N threads with each spin setting), each with the ratio (N threads, spin s) / (N threads,
 default) for each other setting s, N threads / 1 thread, the row's fastest cell and how much slower
-the out-of-the-box setting (N threads, default spin) is than it; then per load a verdict (the
+TVM's out-of-the-box setting (N threads, default spin) is than it; then per load a verdict (the
 fastest setting over the sizes, and those within 5% of it at every size) and the one setting
 that is never far from the best. The load average is printed before and during each block: the
 busy processes add to it, and anything else running on the machine disturbs every figure.
@@ -61,8 +66,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# TVM's default spin count (unset), and TVM_THREAD_POOL_SPIN_COUNT=0; --spins adds others
-SPINS: tuple[str, ...] = ("default", "0")
+# TVM's default spin count (set to it: unset, tileauto's busy-machine rule would decide), 0,
+# and "auto" (unset: what a user gets, the rule of tileauto.cpu_pool); --spins chooses others
+TVM_DEFAULT_SPIN = "300000"
+SPINS: tuple[str, ...] = ("default", "0", "auto")
 NEAR = 1.05  # within 5% of the row's best: as good, given the noise
 SPLIT = 2.0  # a cell whose processes' medians differ by more: listed (a bimodal figure)
 # Unset in every measured process: a user's run with nothing set. The cache switches are unset
@@ -95,6 +102,7 @@ def child(mode: str, sizes: list[int], rounds: int, sample_ms: float) -> None:
 
     import tileauto
     from tileauto._native import native_available, time_function
+    from tileauto.cpu_pool import current_decision
 
     tuned = tileauto.autotune(configs=gemm_cpu.configs, verbose=False)(gemm_cpu.matmul)
     report: dict = {
@@ -150,6 +158,9 @@ def child(mode: str, sizes: list[int], rounds: int, sample_ms: float) -> None:
             rounds_mean_ms={str(t): per_mean[t] for t in counts},
         )
     report["load_end"] = os.getloadavg()[0]
+    decision = current_decision()  # made when the first kernel was loaded
+    report["spin_rule"] = None if decision is None else decision.source
+    report["spin_final"] = os.environ.get("TVM_THREAD_POOL_SPIN_COUNT")
     print("REPORT " + json.dumps(report), flush=True)
 
 
@@ -157,8 +168,8 @@ def child_env(cache_dir: Path, spin: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in UNSET}
     env["TILEAUTO_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    if spin is not None and spin != "default":
-        env["TVM_THREAD_POOL_SPIN_COUNT"] = spin
+    if spin is not None and spin != "auto":
+        env["TVM_THREAD_POOL_SPIN_COUNT"] = TVM_DEFAULT_SPIN if spin == "default" else spin
     return env
 
 
@@ -177,7 +188,7 @@ def run_child(
             f"{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
         )
     report = json.loads(lines[-1][len("REPORT ") :])
-    want = None if spin in (None, "default") else spin
+    want = {None: None, "auto": None, "default": TVM_DEFAULT_SPIN}.get(spin, spin)
     if report["spin_env"] != want or report["tvm_num_threads_env"] is not None:
         raise SystemExit(f"the {mode} child ran with a wrong environment: {report}")
     for size, e in report["sizes"].items():
@@ -371,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         "--spins",
         nargs="+",
         default=list(SPINS),
-        help="spin settings: 'default' (unset) and TVM_THREAD_POOL_SPIN_COUNT values "
-        "(default: default 0)",
+        help="spin settings: 'default' (TVM's, 300000), 'auto' (unset: tileauto's busy-machine "
+        "rule decides) and TVM_THREAD_POOL_SPIN_COUNT values (default: default 0 auto)",
     )
     parser.add_argument("--quick", action="store_true", help="256^3, one process, few rounds")
     parser.add_argument("--child", choices=("tune", "time"), help=argparse.SUPPRESS)
@@ -385,9 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         args.settle_s = 0.5
     if min(args.loads) < 0 or args.rounds < 1 or args.repeats < 1:
         parser.error("--loads must be >= 0, --rounds and --repeats >= 1")
-    if "default" not in args.spins or not all(sp == "default" or sp.isdigit() for sp in args.spins):
+    named = ("default", "auto")
+    if "default" not in args.spins or not all(sp in named or sp.isdigit() for sp in args.spins):
         parser.error(
-            f"--spins: expected 'default' and spin counts (integers >= 0), got {args.spins}"
+            "--spins: expected 'default', optionally 'auto', and spin counts (integers >= 0), "
+            f"got {args.spins}"
         )
     SPINS = tuple(dict.fromkeys(["default", *args.spins]))
     signal.signal(signal.SIGTERM, _sigterm)
@@ -435,9 +448,15 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 stop_busy(busy)
             load_avg[str(load)] = {"before": before, "during_max": max(during)}
+            auto = [r["spin_final"] for r in reports[load].get("auto", [])]
+            chose = (
+                f"; auto: the rule turned the spin off in {auto.count('0')} of {len(auto)}"
+                if auto
+                else ""
+            )
             print(
                 f"  load {load}: {len(order)} processes, load average {before:.2f} before the "
-                f"block, up to {max(during):.2f} during it",
+                f"block, up to {max(during):.2f} during it{chose}",
                 flush=True,
             )
     except KeyboardInterrupt:
@@ -449,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = {stat: verdicts(args.loads, rows, stat) for stat in STATS}
     print(
         f"\n1 thr / {n} thr: kernel.use_threads; spin N: TVM_THREAD_POOL_SPIN_COUNT=N (default: "
-        f"unset, TVM's 300000); best of row: the fastest of the {2 * len(SPINS)}; last column: "
+        f"TVM's 300000; auto: unset, tileauto's busy-machine rule decides); best of row: the fastest of the {2 * len(SPINS)}; last column: "
         f"{n} threads with the default spin (as loaded, nothing set) / the best"
     )
     print("\nmedian ms per call (the median of each sample's calls; median over rounds):")
@@ -484,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_start": load_start,
             "load_average_end": load_end,
             "load_average": load_avg,
+            # per load: TVM_THREAD_POOL_SPIN_COUNT in each "auto" process after its kernels
+            # were loaded (what the busy-machine rule chose: "0", or None for TVM's default)
+            "auto_spin": {
+                str(load): [r["spin_final"] for r in reports[load].get("auto", [])]
+                for load in args.loads
+            },
             "seconds": total_s,
             "rows": rows,
             "verdicts": verdict,

@@ -7,12 +7,14 @@ its reason; the worker is replaced (inputs and reference are sent again) and the
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tileauto import run_worker
 from tileauto.artifact import KernelArtifact
+from tileauto.cpu_pool import SPIN_VAR
 from tileauto.options import ProfileArgs
 from tileauto.records import RunOutcome, TrialStatus
 from tileauto.run_worker import RunRequest, SessionSpec, SetupInfo, spec_signature
@@ -133,6 +135,8 @@ class Runner:
     ) -> Worker:
         """The run worker for ``device`` (``fork_ok`` only for the CPU: see Worker)."""
         env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        if device == "cpu" and SPIN_VAR in os.environ:  # yours, or the busy-machine rule's
+            env[SPIN_VAR] = os.environ[SPIN_VAR]
         limit = memory_limit_mb * 2**20 if memory_limit_mb > 0 else None
         return Worker(
             f"run-{device}", env=env, memory_limit_bytes=limit, fork_ok=fork_ok and device == "cpu"

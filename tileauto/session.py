@@ -33,6 +33,7 @@ from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.console import note
+from tileauto.cpu_pool import decide_spin
 from tileauto.errors import NoValidConfigError
 from tileauto.problem import TuningProblem
 from tileauto.records import (
@@ -163,6 +164,12 @@ class TuningSession:
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
+        if self.runner is None and p.device_type == "cpu" and self._executor() == "local":
+            # before this run starts a process or a thread: the run worker's pool spins as
+            # this process's will (tileauto.cpu_pool)
+            spin = decide_spin(p.settings.run_threads())
+            if spin.source == "busy":
+                note(f"tileauto: autotune {p.name}: {spin.describe()}", show=p.verbose)
         self.reporter.started(p.name, len(self.view))
         builder = self.builder if self.builder is not None else self._local_builder()
         runner = self.runner if self.runner is not None else self._local_runner()

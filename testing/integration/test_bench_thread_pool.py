@@ -7,6 +7,7 @@ positive, and that the load the bench starts is stopped, at the end and on Ctrl-
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def _orphans() -> list[psutil.Process]:
 def test_quick_run_writes_every_cell(tmp_path):
     json_path = tmp_path / "thread_pool.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--spins", "default", "0", "3000"]
+        [sys.executable, str(BENCH), "--quick", "--spins", "default", "0", "auto", "3000"]
         + ["--json", str(json_path)],
         cwd=tmp_path,
         capture_output=True,
@@ -70,8 +71,9 @@ def test_quick_run_writes_every_cell(tmp_path):
     assert figures["sizes"] == [256] and figures["loads"] == [0, 1, 2]
     n = figures["tuned_threads"]
     assert n >= 1
-    assert figures["spins"] == ["default", "0", "3000"]
-    cells = {f"{spin}/{t}" for spin in ("default", "0", "3000") for t in (1, n)}
+    spins = ["default", "0", "auto", "3000"]
+    assert figures["spins"] == spins
+    cells = {f"{spin}/{t}" for spin in spins for t in (1, n)}
     rows = {(r["load"], r["size"]): r for r in figures["rows"]}
     assert set(rows) == {(load, 256) for load in (0, 1, 2)}
     for row in rows.values():
@@ -84,7 +86,7 @@ def test_quick_run_writes_every_cell(tmp_path):
             got = row[stat]
             assert got["best"] in cells
             assert got["spin0_vs_default"] > 0 and got["default_vs_best"] >= 1.0
-            assert set(got["vs_default"]) == {"default", "0", "3000"}
+            assert set(got["vs_default"]) == set(spins)
             assert got["vs_default"]["default"] == 1.0
             assert min(got["vs_best"].values()) == 1.0
     for stat in ("median", "mean"):
@@ -94,6 +96,14 @@ def test_quick_run_writes_every_cell(tmp_path):
         assert f"verdict (median), load {load} " in out
         assert figures["load_average"][load]["during_max"] >= 0
     assert "median ms per call" in out and "mean ms per call" in out
+    # "auto" is what a user gets: the busy-machine rule turns the spin off where the busy
+    # processes (always runnable) and the pool's threads are more than the CPUs
+    cpus = os.cpu_count() or 1
+    for load in (0, 1, 2):
+        chosen = figures["auto_spin"][str(load)]
+        assert len(chosen) == 1 and chosen[0] in (None, "0"), chosen
+        if load + n > cpus:
+            assert chosen == ["0"], (load, n, cpus)
     assert not _orphans()
 
 
@@ -107,7 +117,7 @@ def test_spins_must_be_default_and_counts(tmp_path, spins):
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "--spins: expected 'default' and spin counts" in proc.stderr
+    assert "--spins: expected 'default', optionally 'auto', and spin counts" in proc.stderr
 
 
 def test_ctrl_c_stops_the_busy_processes(tmp_path):

@@ -15,10 +15,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from tileauto.cpu_pool import runnable_threads
 from tileauto.options import ProfileArgs
 from tileauto.settings import Settings, available_cpus
 
@@ -26,7 +29,8 @@ SCRIPT = Path(__file__).with_name("threads_kernels.py")
 
 
 def _run(cache: Path, *args: str, **env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    unset = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT")
+    clean = {k: v for k, v in os.environ.items() if k not in unset}
     clean.update(TILEAUTO_CACHE_DIR=str(cache), **env)
     done = subprocess.run(
         [sys.executable, str(SCRIPT), *args],
@@ -88,3 +92,45 @@ def test_thread_count_rule_in_settings():
 def test_num_threads_option_is_checked(bad):
     with pytest.raises(ValueError, match="num_threads"):
         ProfileArgs(num_threads=bad)
+
+
+@contextmanager
+def _busy_machine() -> Iterator[None]:
+    """One busy process per CPU, each runnable for certain (it says so) until the end."""
+    spin = "import sys\nsys.stdout.write('x'); sys.stdout.flush()\nwhile True:\n    pass\n"
+    busy = [
+        subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+        for _ in range(os.cpu_count() or 1)
+    ]
+    try:
+        for p in busy:
+            assert p.stdout is not None and p.stdout.read(1) == b"x"
+        yield
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+needs_loadavg = pytest.mark.skipif(
+    runnable_threads() is None, reason="no /proc/loadavg: the busy-machine rule cannot see load"
+)
+
+
+@needs_loadavg
+def test_on_a_busy_machine_the_pool_does_not_spin_in_tuning_or_in_a_fresh_process(tmp_path):
+    with _busy_machine():
+        tuned = _run(tmp_path, "2")
+        loaded = _run(tmp_path, "2")
+    for got in (tuned, loaded):
+        assert got["correct"] and got["spin_before"] is None
+        assert got["spin_rule"] == "busy" and got["spin_after"] == "0"
+        assert got["kernel_threads"] == 2 and got["pool_threads"] == 2
+    assert loaded["cache_hit"], "the spin setting is not part of the cache key"
+
+
+@needs_loadavg
+def test_a_spin_count_you_set_is_kept_on_a_busy_machine(tmp_path):
+    with _busy_machine():
+        got = _run(tmp_path, "2", TVM_THREAD_POOL_SPIN_COUNT="300000")
+    assert got["spin_rule"] == "set" and got["spin_after"] == "300000" and got["correct"]

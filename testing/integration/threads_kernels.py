@@ -3,7 +3,8 @@
 Run as a script by ``test_kernel_threads.py``: ``python threads_kernels.py [num_threads]``
 tunes (or loads from the cache in ``TILEAUTO_CACHE_DIR``) a row-parallel ``B = A * 2`` and
 prints one JSON line: the cache hit, the kernel's thread count, the count TVM's pool in this
-process runs with after a call, and ``TVM_NUM_THREADS`` before and after.
+process runs with after a call, ``TVM_NUM_THREADS`` before and after, and the same for
+``TVM_THREAD_POOL_SPIN_COUNT`` with the busy-machine rule's decision (``tileauto.cpu_pool``).
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ def scale(rows: int = ROWS, cols: int = COLS, vec: int = 8) -> object:
 
 def main() -> int:
     env_before = os.environ.get("TVM_NUM_THREADS")
+    spin_before = os.environ.get("TVM_THREAD_POOL_SPIN_COUNT")
     import torch
     import tvm
 
     import tileauto
+    from tileauto.cpu_pool import current_decision
 
     args = [a for a in sys.argv[1:] if a != "--early-pool"]
     option = int(args[0]) if args else None
@@ -59,6 +62,9 @@ def main() -> int:
                 "pool_threads": int(tvm.runtime.num_threads()),
                 "env_before": env_before,
                 "env_after": os.environ.get("TVM_NUM_THREADS"),
+                "spin_before": spin_before,
+                "spin_after": os.environ.get("TVM_THREAD_POOL_SPIN_COUNT"),
+                "spin_rule": getattr(current_decision(), "source", None),
                 "correct": bool(torch.equal(out, a * 2)),
                 "warned": any("thread pool" in str(w.message) for w in caught),
             }

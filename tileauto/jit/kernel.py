@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tileauto.artifact import KernelArtifact, ParamSpec, evaluate_dim
+from tileauto.cpu_pool import decide_spin
 from tileauto.errors import KernelArgumentError, TileautoError
 from tileauto.jit import runtime as tvm_runtime  # loads kernels without TVM's compiler
 from tileauto.settings import Settings, available_cpus
@@ -97,12 +98,15 @@ def configure_thread_pool(num_threads: int) -> int:
     set to any count up to that size (``runtime.config_threadpool``), never above it. So when
     ``TVM_NUM_THREADS`` is unset, it is set here to every core (the pools the process starts
     from now on, in any thread, can then run up to that) before this thread's pool is asked
-    for its size, which starts it. A variable the caller set is left alone.
+    for its size, which starts it. A variable the caller set is left alone. Before that, the
+    busy-machine rule of :mod:`tileauto.cpu_pool` decides, once per process, whether TVM's
+    pool may spin (``TVM_THREAD_POOL_SPIN_COUNT``).
 
     Returns:
         The thread count the calling thread's pool runs with now; less than ``num_threads``
         when the pool had started smaller (see :meth:`JITKernel.use_threads`).
     """
+    decide_spin(num_threads)  # before the pool starts: TVM reads the spin count then
     if "TVM_NUM_THREADS" in os.environ:
         current = tvm_runtime.num_threads()
     else:
