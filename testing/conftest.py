@@ -67,10 +67,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+_SPIN = "TVM_THREAD_POOL_SPIN_COUNT"
+
+
 @pytest.fixture(autouse=True)
 def tileauto_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
-    """A private cache dir and no inherited ``TILEAUTO_*`` settings, for every test."""
+    """A private cache dir and no inherited ``TILEAUTO_*`` settings, for every test.
+
+    Two things a test may change in this process without asking are put back after it:
+    the busy-machine rule's ``TVM_THREAD_POOL_SPIN_COUNT`` (``tileauto.cpu_pool`` sets it in
+    ``os.environ`` when a tuning or a kernel load finds the machine busy; later tests and the
+    processes they start would inherit it) and the main thread's CPU affinity (TVM's pool
+    pins the thread that starts it to the cores of its size: one core on a 2-core x86
+    machine when ``TVM_NUM_THREADS`` is unset, and every process that thread starts later
+    inherits the mask).
+    """
+    from tileauto import cpu_pool
+
     _clear_tileauto_env(lambda name: monkeypatch.delenv(name, raising=False))
     cache_dir = tmp_path_factory.mktemp("tileauto-cache")
     monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(cache_dir))
-    return cache_dir
+    spin = os.environ.get(_SPIN)
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    yield cache_dir
+    if os.environ.get(_SPIN) != spin:
+        if spin is None:
+            os.environ.pop(_SPIN, None)
+        else:
+            os.environ[_SPIN] = spin
+        cpu_pool._forget()
+    if affinity is not None and os.sched_getaffinity(0) != affinity:
+        os.sched_setaffinity(0, affinity)
