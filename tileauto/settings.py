@@ -308,12 +308,38 @@ class Settings:
         return out
 
 
-def available_cpus() -> int:
-    """CPUs this process may run on (affinity-aware)."""
+def _affinity() -> frozenset[int] | None:
     try:
-        return len(os.sched_getaffinity(0))
+        return frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        return None
+
+
+# The CPUs this process may run on, read when tileauto is imported. TVM's thread pool narrows
+# the affinity of the thread that starts it to the cores of its size (its kBig mode: the first
+# TVM_NUM_THREADS cores, half of them on x86 when the variable is unset: one on a 2-core
+# machine), and os.sched_getaffinity(0) reads the calling thread's mask: read later, in a
+# thread that ran a TVM kernel, it undercounts, and every process that thread starts inherits
+# the narrowed mask.
+_IMPORT_CPUS = _affinity()
+
+
+def process_cpus() -> frozenset[int] | None:
+    """The CPUs tileauto counts and gives its workers: the calling thread's, unless TVM's pool
+    narrowed them (TVM is loaded and they are a strict subset of the mask when tileauto was
+    imported), then that mask. None where the system does not say."""
+    now = _affinity()
+    if now is None or _IMPORT_CPUS is None:
+        return now
+    if now < _IMPORT_CPUS and "tvm_ffi" in sys.modules:
+        return _IMPORT_CPUS
+    return now
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity-aware; see :func:`process_cpus`)."""
+    cpus = process_cpus()
+    return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
 def markdown_table() -> str:

@@ -58,7 +58,7 @@ from tileauto.utils.process_tree import (
     kill_tree,
 )
 from tileauto.utils.threads import signals_to_main_thread
-from tileauto.utils.worker_entry import RemoteError, child_main, run_child
+from tileauto.utils.worker_entry import CPUS_KEY, RemoteError, child_main, run_child
 
 log = get_logger("procs")
 
@@ -246,7 +246,9 @@ class Worker:
                     return self
                 reason = _NET.fork_broken
             log.debug("worker %s starts from the forkserver: %s", self.name, reason)
-            proc, conn = ForkServer.shared().spawn(self.name, self.env, self._output_file())
+            proc, conn = ForkServer.shared().spawn(
+                self.name, self._child_env(), self._output_file()
+            )
             self._started(proc, conn, "forkserver")
             return self
 
@@ -266,7 +268,7 @@ class Worker:
                 )
                 pid = os.fork()
             if pid == 0:
-                run_child(_forked_child, child, parent, self.env, out)
+                run_child(_forked_child, child, parent, self._child_env(), out)
         finally:
             gc.unfreeze()
         child.close()
@@ -281,9 +283,21 @@ class Worker:
         except psutil.Error:
             self._rss_at_start = 0
 
+    def _child_env(self) -> dict[str, str]:
+        """The worker's environment, and the CPUs it may use (this process's: see
+        :func:`tileauto.settings.process_cpus`)."""
+        from tileauto.settings import process_cpus
+
+        cpus = process_cpus()
+        if not cpus:
+            return dict(self.env)
+        return {**self.env, CPUS_KEY: ",".join(map(str, sorted(cpus)))}
+
     def _probe_ok(self) -> bool:
         """Check a forked worker's OpenMP pool; on a hang, kill it and fork no more."""
-        threads = int(self.env.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+        from tileauto.settings import available_cpus
+
+        threads = int(self.env.get("OMP_NUM_THREADS") or 0) or available_cpus()
         try:
             self._exchange(_probe_threads, (threads,), _PROBE_TIMEOUT_S, None)
             return True

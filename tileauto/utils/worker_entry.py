@@ -98,6 +98,10 @@ def _set_torch_threads(env: dict[str, str]) -> None:
         torch.set_num_threads(max(1, int(threads)))
 
 
+# Not a variable: the CPUs a worker runs on, from its caller (removed before the environment is set)
+CPUS_KEY = "__tileauto_cpus__"
+
+
 def child_main(
     conn: Connection, env: dict[str, str], output_path: str | None, *, own_thread: bool
 ) -> None:
@@ -109,6 +113,13 @@ def child_main(
     """
     os.setpgid(0, 0)
     set_pdeathsig()
+    cpus = env.get(CPUS_KEY)
+    env = {k: v for k, v in env.items() if k != CPUS_KEY}
+    if cpus:  # the caller's CPUs, which its thread's mask may have lost (settings.process_cpus)
+        try:
+            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        except (AttributeError, OSError, ValueError):
+            pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C goes to it
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])  # a mask inherited from a caller's thread
