@@ -4,8 +4,11 @@
  * A call of a Python class's instance, k(a), runs its __call__ in a Python frame: on a tiny
  * kernel that frame (argument tuple, attribute reads, branches) is about 150 ns of the 900 ns
  * of the whole call (bench/overhead.py). JITKernel subclasses KernelCall and hands it what it
- * can call without Python:
+ * can call without Python, tried in this order:
  *
+ *   - "direct", for either form below when every argument is a CPU torch.Tensor and the call
+ *     is small: the compiled function called through tvm-ffi's C API with the tensors as
+ *     DLTensor views (torch's DLPack C exchange API), no FFI object made (direct_call);
  *   - "fast", for k(*inputs): the native output caller of src/caller.cc, which allocates the
  *     output, runs the kernel and returns the output; k(a) then costs what the native caller
  *     costs plus a C function call;
@@ -18,7 +21,7 @@
  *   - fast returned None (it found no framework allocator in the arguments, e.g. numpy
  *     arrays): nothing ran, the Python path allocates and runs.
  *
- * When fast or dest raises one of the "argument errors" (exception types set with fast), the
+ * When direct, fast or dest raises one of the "argument errors" (exception types set with fast), the
  * kernel's own checks rejected an argument before it ran: the Python method
  * _fast_failed(args, exc) then names the argument (it raises a KernelArgumentError) or, when
  * it finds nothing wrong, the original error is raised. The kernel is never run a second time.
@@ -28,6 +31,29 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlpack/dlpack.h>
+#include <string.h>
+#include <tvm/ffi/c_api.h>
+
+#define DIRECT_MAX_ARGS 16
+#define DIRECT_MAX_NDIM 8
+/* The direct call keeps the GIL (see direct_call): only for calls over this many bytes at most */
+#define DIRECT_MAX_BYTES (256 * 1024)
+
+/* The direct call: torch tensors on the CPU handed to the compiled function as DLTensor
+ * pointers, with no FFI object in between (see direct_call). */
+typedef struct {
+  PyObject *func;                /* the tvm_ffi.Function, kept alive; NULL: no direct call */
+  TVMFFIObjectHandle handle;     /* its FFI handle */
+  PyTypeObject *tensor_type;     /* torch.Tensor (exactly: a subclass takes the other paths) */
+  const DLPackExchangeAPI *api;  /* torch's DLPack C exchange API */
+  PyObject *error_type;          /* tvm_ffi.core.Error: an FFI error becomes its py_error() */
+  int alloc;                     /* k(*inputs) allocates one output (the shape below) */
+  int like;                      /* the output takes inputs[like]'s shape; -1: out_shape */
+  int out_ndim;
+  int64_t out_shape[DIRECT_MAX_NDIM];
+  DLDataType out_dtype;
+} Direct;
 
 typedef struct {
   PyObject_HEAD
@@ -37,6 +63,7 @@ typedef struct {
   PyObject *dest;      /* callable or NULL: dest(*every_buffer), the kernel itself */
   Py_ssize_t nparams;  /* the argument count dest takes */
   Py_ssize_t out;      /* which of dest's arguments the call returns */
+  Direct direct;
 } KernelCall;
 
 static PyObject *str_call_python; /* "_call_python", interned */
@@ -78,10 +105,149 @@ static PyObject *fast_failed(PyObject *self, PyObject *args) {
   return NULL;
 }
 
+/* The allocator's error callback (the GIL is held): a Python exception of the kind's name */
+static void set_alloc_error(void *ctx, const char *kind, const char *message) {
+  (void)ctx;
+  PyObject *type = PyExc_RuntimeError;
+  if (strcmp(kind, "ValueError") == 0) type = PyExc_ValueError;
+  else if (strcmp(kind, "TypeError") == 0) type = PyExc_TypeError;
+  else if (strcmp(kind, "MemoryError") == 0) type = PyExc_MemoryError;
+  PyErr_Format(type, "allocating the output: %s", message);
+}
+
+/* The FFI error the call raised, as the Python exception tvm-ffi's own call raises for it */
+static void raise_ffi_error(const Direct *d) {
+  TVMFFIObjectHandle err = NULL;
+  TVMFFIErrorMoveFromRaised(&err);
+  if (err == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "the kernel failed without an error");
+    return;
+  }
+  const TVMFFIErrorCell *cell = (const TVMFFIErrorCell *)((char *)err + sizeof(TVMFFIObject));
+  PyObject *error = PyObject_CallFunction(
+      d->error_type, "s#s#s#", cell->kind.data, (Py_ssize_t)cell->kind.size, cell->message.data,
+      (Py_ssize_t)cell->message.size, cell->backtrace.data, (Py_ssize_t)cell->backtrace.size);
+  TVMFFIObjectDecRef(err);
+  if (error == NULL) return;
+  PyObject *exc = PyObject_CallMethod(error, "py_error", NULL);
+  Py_DECREF(error);
+  if (exc == NULL) return;
+  PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+  Py_DECREF(exc);
+}
+
+/*
+ * The direct call: every argument a torch.Tensor on the CPU, passed to the compiled function as
+ * a DLTensor pointer. tvm-ffi's own call turns each tensor into a managed DLPack tensor and an
+ * FFI Tensor object (two allocations, freed after the call) and, for k(a), hands the output
+ * back through an FFI Tensor and a second DLPack export; here each argument's DLTensor is
+ * filled in place by torch's DLPack C exchange API (dltensor_from_py_object_no_sync: a view of
+ * the tensor's own shape and strides, no allocation), and the output, when the call allocates
+ * one, comes from torch's allocator and goes back to torch as it came (bench/overhead.py).
+ *
+ * A view is only valid while no Python code runs (another thread could resize the tensor), so
+ * this call keeps the GIL, and it serves small calls only: at most DIRECT_MAX_BYTES of tensors,
+ * where the conversions are the cost and the kernel is over in microseconds (shorter than
+ * handing the GIL to a waiting thread and taking it back would be). A larger call takes
+ * tvm-ffi's, which releases the GIL while the kernel runs.
+ *
+ * Returns 0 when it does not apply (an argument that is not a CPU torch.Tensor, too many
+ * arguments or bytes): nothing ran, no error is set. Returns 1 when the call was made: *result is the
+ * output (alloc), args[out] (destination passing), or NULL with the error set.
+ */
+static int direct_call(KernelCall *kc, PyObject *args, Py_ssize_t n, int alloc,
+                       PyObject **result) {
+  const Direct *d = &kc->direct;
+  const Py_ssize_t total = n + (alloc ? 1 : 0);
+  if (total > DIRECT_MAX_ARGS) return 0;
+  DLTensor tensors[DIRECT_MAX_ARGS];
+  TVMFFIAny packed[DIRECT_MAX_ARGS];
+  int64_t total_bytes = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *arg = PyTuple_GET_ITEM(args, i);
+    if (Py_TYPE(arg) != d->tensor_type) return 0;
+    if (d->api->dltensor_from_py_object_no_sync(arg, &tensors[i]) != 0) {
+      PyErr_Clear();  /* torch cannot view it (e.g. it requires grad): the usual path says so */
+      return 0;
+    }
+    if (tensors[i].device.device_type != kDLCPU) return 0;
+    int64_t bytes = ((int64_t)tensors[i].dtype.bits * tensors[i].dtype.lanes + 7) / 8;
+    for (int k = 0; k < tensors[i].ndim; ++k) bytes *= tensors[i].shape[k];
+    total_bytes += bytes;
+    if (total_bytes > DIRECT_MAX_BYTES) return 0;
+    packed[i].type_index = kTVMFFIDLTensorPtr;
+    packed[i].zero_padding = 0;
+    packed[i].v_ptr = &tensors[i];
+  }
+  DLManagedTensorVersioned *out = NULL;
+  if (alloc) {
+    DLTensor proto;
+    memset(&proto, 0, sizeof(proto));
+    if (d->like >= 0) {
+      if (d->like >= n) return 0;
+      proto.ndim = tensors[d->like].ndim;
+      proto.shape = tensors[d->like].shape;
+    } else {
+      proto.ndim = d->out_ndim;
+      proto.shape = (int64_t *)d->out_shape;
+    }
+    proto.dtype = d->out_dtype;
+    int64_t bytes = ((int64_t)proto.dtype.bits * proto.dtype.lanes + 7) / 8;
+    for (int k = 0; k < proto.ndim; ++k) bytes *= proto.shape[k];
+    if (total_bytes + bytes > DIRECT_MAX_BYTES) return 0;
+    proto.device.device_type = kDLCPU;
+    proto.device.device_id = 0;
+    if (d->api->managed_tensor_allocator(&proto, &out, NULL, set_alloc_error) != 0 ||
+        out == NULL) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_MemoryError, "allocating the output failed");
+      *result = NULL;
+      return 1;
+    }
+    packed[n].type_index = kTVMFFIDLTensorPtr;
+    packed[n].zero_padding = 0;
+    packed[n].v_ptr = &out->dl_tensor;
+  }
+  TVMFFIAny ret;
+  ret.type_index = kTVMFFINone;
+  ret.zero_padding = 0;
+  ret.v_int64 = 0;
+  if (TVMFFIFunctionCall(d->handle, packed, (int32_t)total, &ret) != 0) {
+    if (out != NULL && out->deleter != NULL) out->deleter(out);
+    raise_ffi_error(d);
+    *result = NULL;
+    return 1;
+  }
+  if (ret.type_index >= kTVMFFIStaticObjectBegin) TVMFFIObjectDecRef(ret.v_obj);
+  if (!alloc) {
+    *result = Py_NewRef(PyTuple_GET_ITEM(args, kc->out));
+    return 1;
+  }
+  void *py_out = NULL;
+  if (d->api->managed_tensor_to_py_object_no_sync(out, &py_out) != 0) {  /* takes out */
+    *result = NULL;
+    return 1;
+  }
+  *result = (PyObject *)py_out;
+  return 1;
+}
+
 static PyObject *KernelCall_call(PyObject *self, PyObject *args, PyObject *kwargs) {
   KernelCall *kc = (KernelCall *)self;
   const Py_ssize_t n = PyTuple_GET_SIZE(args);
   if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) return call_python(self, args, kwargs);
+  if (kc->direct.func != NULL) {
+    const int alloc = kc->direct.alloc && n == kc->nargs;
+    if (alloc || (kc->dest != NULL && n == kc->nparams)) {
+      PyObject *result = NULL;
+      if (direct_call(kc, args, n, alloc, &result)) {
+        if (result != NULL) return result;
+        if (kc->errors != NULL && PyErr_ExceptionMatches(kc->errors)) {
+          return fast_failed(self, args);
+        }
+        return NULL;
+      }
+    }
+  }
   if (kc->fast != NULL && n == kc->nargs) {
     PyObject *result = PyObject_Call(kc->fast, args, NULL);
     if (result == Py_None) {
@@ -148,6 +314,96 @@ static PyObject *KernelCall_set_fast(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static void direct_clear(Direct *d) {
+  Py_CLEAR(d->func);
+  Py_CLEAR(d->tensor_type);
+  Py_CLEAR(d->error_type);
+  d->handle = NULL;
+  d->api = NULL;
+  d->alloc = 0;
+}
+
+static PyObject *KernelCall_set_direct(PyObject *self, PyObject *args) {
+  KernelCall *kc = (KernelCall *)self;
+  PyObject *func, *tensor_type = Py_None, *capsule = Py_None, *error_type = Py_None;
+  PyObject *shape = Py_None, *dtype = Py_None;
+  unsigned long long handle = 0;
+  int like = -1;
+  if (!PyArg_ParseTuple(args, "O|KOOOOiO:_set_direct_call", &func, &handle, &tensor_type,
+                        &capsule, &error_type, &shape, &like, &dtype)) {
+    return NULL;
+  }
+  if (func == Py_None) {
+    direct_clear(&kc->direct);
+    Py_RETURN_NONE;
+  }
+  if (handle == 0 || !PyType_Check(tensor_type) || !PyCallable_Check(error_type)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_set_direct_call(func, handle, tensor_type, capsule, error_type, ...): "
+                    "expected a nonzero handle, a type and a callable");
+    return NULL;
+  }
+  const DLPackExchangeAPI *api =
+      (const DLPackExchangeAPI *)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+  if (api == NULL) return NULL;
+  if (api->header.version.major != DLPACK_MAJOR_VERSION ||
+      api->dltensor_from_py_object_no_sync == NULL || api->managed_tensor_allocator == NULL ||
+      api->managed_tensor_to_py_object_no_sync == NULL) {
+    PyErr_Format(PyExc_ValueError,
+                 "_set_direct_call(capsule=...): a DLPack exchange API of major version %d "
+                 "with a DLTensor view, an allocator and an import was expected, got version "
+                 "%u without some of them",
+                 DLPACK_MAJOR_VERSION, (unsigned)api->header.version.major);
+    return NULL;
+  }
+  int alloc = 0, ndim = 0;
+  int64_t dims[DIRECT_MAX_NDIM];
+  DLDataType out_dtype = {0, 0, 0};
+  if (dtype != Py_None) {
+    unsigned int code = 0, bits = 0, lanes = 0;
+    if (!PyArg_ParseTuple(dtype, "III:_set_direct_call dtype", &code, &bits, &lanes)) return NULL;
+    out_dtype.code = (uint8_t)code;
+    out_dtype.bits = (uint8_t)bits;
+    out_dtype.lanes = (uint16_t)lanes;
+    if (shape != Py_None) {
+      if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > DIRECT_MAX_NDIM) {
+        PyErr_Format(PyExc_ValueError,
+                     "_set_direct_call(shape=...): expected a tuple of at most %d ints",
+                     DIRECT_MAX_NDIM);
+        return NULL;
+      }
+      ndim = (int)PyTuple_GET_SIZE(shape);
+      for (int k = 0; k < ndim; ++k) {
+        dims[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, k));
+        if (dims[k] == -1 && PyErr_Occurred()) return NULL;
+      }
+      alloc = 1;
+      like = -1;
+    } else {
+      alloc = like >= 0;
+    }
+  }
+  direct_clear(&kc->direct);
+  Direct *d = &kc->direct;
+  d->func = Py_NewRef(func);
+  d->handle = (TVMFFIObjectHandle)(uintptr_t)handle;
+  d->tensor_type = (PyTypeObject *)Py_NewRef(tensor_type);
+  d->api = api;
+  d->error_type = Py_NewRef(error_type);
+  d->alloc = alloc;
+  d->like = like;
+  d->out_ndim = ndim;
+  for (int k = 0; k < ndim; ++k) d->out_shape[k] = dims[k];
+  d->out_dtype = out_dtype;
+  Py_RETURN_NONE;
+}
+
+static PyObject *KernelCall_direct(PyObject *self, void *closure) {
+  (void)closure;
+  KernelCall *kc = (KernelCall *)self;
+  return PyBool_FromLong(kc->direct.func != NULL);
+}
+
 static PyObject *KernelCall_fast(PyObject *self, void *closure) {
   (void)closure;
   KernelCall *kc = (KernelCall *)self;
@@ -159,6 +415,9 @@ static int KernelCall_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(kc->fast);
   Py_VISIT(kc->errors);
   Py_VISIT(kc->dest);
+  Py_VISIT(kc->direct.func);
+  Py_VISIT(kc->direct.tensor_type);
+  Py_VISIT(kc->direct.error_type);
   return 0;
 }
 
@@ -167,6 +426,7 @@ static int KernelCall_clear(PyObject *self) {
   Py_CLEAR(kc->fast);
   Py_CLEAR(kc->errors);
   Py_CLEAR(kc->dest);
+  direct_clear(&kc->direct);
   return 0;
 }
 
@@ -183,11 +443,17 @@ static PyMethodDef KernelCall_methods[] = {
     {"_set_dest_call", KernelCall_set_dest, METH_VARARGS,
      "_set_dest_call(dest, nparams=0, out=0): for calls of nparams positional arguments, "
      "call dest(*args) and return args[out] (None: the Python method _call_python)."},
+    {"_set_direct_call", KernelCall_set_direct, METH_VARARGS,
+     "_set_direct_call(func, handle=0, tensor_type=None, capsule=None, error_type=None, "
+     "shape=None, like=-1, dtype=None): call the FFI function at handle with torch tensors as "
+     "DLTensor views, for calls that fast (shape or like, and dtype, set: one output "
+     "allocated) or dest would serve; None: never."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef KernelCall_getset[] = {
     {"_fast_call", KernelCall_fast, NULL, "the fast callable, or None", NULL},
+    {"_direct_call", KernelCall_direct, NULL, "whether the direct call is set", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

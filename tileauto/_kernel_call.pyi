@@ -16,5 +16,18 @@ class KernelCall:
     def _set_dest_call(
         self, dest: Callable[..., Any] | None, nparams: int = 0, out: int = 0
     ) -> None: ...
+    def _set_direct_call(
+        self,
+        func: Any,
+        handle: int = 0,
+        tensor_type: type | None = None,
+        capsule: Any = None,
+        error_type: Callable[..., Any] | None = None,
+        shape: tuple[int, ...] | None = None,
+        like: int = -1,
+        dtype: tuple[int, int, int] | None = None,
+    ) -> None: ...
     @property
     def _fast_call(self) -> Callable[..., Any] | None: ...
+    @property
+    def _direct_call(self) -> bool: ...

@@ -427,12 +427,20 @@ def c_call_slot():
     return base
 
 
+def _add(n: int) -> JITKernel:
+    """A fresh ``C = A + B`` kernel on ``n`` float32 (a test may change its call paths)."""
+    return tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)(n)
+
+
 def test_the_c_call_slot_runs_the_native_caller_without_python(
-    add64, c_call_slot, no_python_allocation, monkeypatch
+    c_call_slot, no_python_allocation, monkeypatch
 ):
-    """k(a, b) with torch tensors goes from the C call slot to the native output caller, and
-    k(a, b, out) to the kernel: the Python call path is never entered. Anything else (numpy
-    inputs, a wrong count, keywords) is the Python path's."""
+    """Without the direct call, k(a, b) with torch tensors goes from the C call slot to the
+    native output caller, and k(a, b, out) to the kernel: the Python call path is never
+    entered. Anything else (numpy inputs, a wrong count, keywords) is the Python path's."""
+    add64 = _add(64)
+    add64._set_direct_call(None)
+    assert not add64._direct_call
     assert add64._fast_call is add64._native_out is not None
     entered = []
 
@@ -467,6 +475,100 @@ def test_the_c_call_slot_names_a_bad_argument_or_raises_the_kernels_error(
     with pytest.raises(ValueError, match="shape") as info:
         add64(torch.randn(8), b)
     assert not isinstance(info.value, KernelArgumentError)
+
+
+def _spy_paths(kernel: JITKernel, monkeypatch) -> list[str]:
+    """Replace every path of the C call slot but the direct call with one that records its
+    use: the native output caller and destination passing (which then run nothing) and the
+    Python path (which returns "python")."""
+    from tileauto.jit.kernel import _ARGUMENT_ERRORS
+
+    used: list[str] = []
+
+    def fast(*args):
+        used.append("fast")  # None: "nothing ran", so the Python path follows
+
+    def dest(*args):
+        used.append("dest")
+
+    def python_path(self, *args, **kwargs):
+        used.append("python")
+        return "python"
+
+    kernel._set_fast_call(fast, kernel._num_in, _ARGUMENT_ERRORS)
+    kernel._set_dest_call(dest, kernel._num_params, kernel._single_out)
+    monkeypatch.setattr(JITKernel, "_call_python", python_path)
+    return used
+
+
+def test_small_cpu_calls_with_torch_tensors_take_the_direct_call(c_call_slot, monkeypatch):
+    """The direct call (torch tensors as DLTensor views, src/kernel_call.c) serves k(a, b) and
+    k(a, b, out) on CPU torch tensors; a tensor subclass takes the other paths."""
+    add64 = _add(64)
+    assert add64._direct_call
+    used = _spy_paths(add64, monkeypatch)
+    a, b, out = torch.randn(64), torch.randn(64), torch.full((64,), float("nan"))
+    first, second = add64(a, b), add64(a, b)
+    torch.testing.assert_close(first, a + b)
+    assert first.data_ptr() != second.data_ptr() and first.is_contiguous()
+    assert add64(a, b, out) is out
+    torch.testing.assert_close(out, a + b)
+    assert used == []
+    param = torch.nn.Parameter(a.clone())
+    assert add64(param, b) == "python"
+    assert used == ["fast", "python"]
+
+
+def test_the_direct_call_is_for_small_calls_only(c_call_slot, monkeypatch):
+    """At most 256 KiB of tensors per call (the direct call keeps the GIL while the kernel
+    runs); a larger call takes tvm-ffi's call, which releases it."""
+    small, large = _add(16384), _add(32768)  # 3 x 64 KiB, 3 x 128 KiB
+    used_small = _spy_paths(small, monkeypatch)
+    a, b = torch.randn(16384), torch.randn(16384)
+    torch.testing.assert_close(small(a, b), a + b)
+    assert used_small == []
+    used_large = _spy_paths(large, monkeypatch)
+    a, b = torch.randn(32768), torch.randn(32768)
+    assert large(a, b) == "python"
+    assert large(a, b, torch.empty(32768)) is not None
+    assert used_large == ["fast", "python", "dest"]
+
+
+def test_the_direct_call_names_a_bad_argument(c_call_slot):
+    """The kernel's own checks reject the argument before it runs; the error names it, as on
+    every other path, and the FFI error's class is the cause."""
+    add64 = _add(64)
+    assert add64._direct_call
+    b = torch.randn(64)
+    with pytest.raises(KernelArgumentError, match="argument 0 .*'A'.*not contiguous"):
+        add64(torch.randn(128)[::2], b)
+    with pytest.raises(KernelArgumentError, match="argument 1 .*'B'.*float64") as info:
+        add64(b, b.double())
+    assert isinstance(info.value.__cause__, TypeError | ValueError)
+    with pytest.raises(KernelArgumentError, match="argument 2 .*'C'"):
+        add64(b, b, torch.empty(64, dtype=torch.float64))
+
+
+def test_the_direct_call_from_several_threads(c_call_slot):
+    import threading
+
+    add64 = _add(64)
+    wrong: list[int] = []
+
+    def work(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        a, b = torch.randn(64, generator=gen), torch.randn(64, generator=gen)
+        out = torch.empty(64)
+        for _ in range(2000):
+            if not torch.equal(add64(a, b), a + b) or not torch.equal(add64(a, b, out), a + b):
+                wrong.append(seed)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
 
 
 def test_a_kernel_with_a_c_call_slot_is_collected(c_call_slot):
