@@ -12,6 +12,7 @@ import importlib
 import itertools
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -137,12 +138,16 @@ def test_an_unkeyable_global_is_one_warning_and_nothing_cached(tileauto_env, tmp
     caplog.set_level(logging.WARNING, logger="tileauto.cache")
     a = torch.rand(64)
     module = load(tmp_path, KERNEL)
-    for _ in range(2):
-        impl = jitted(module.noted_add)
-        torch.testing.assert_close(impl(64)(a), a * 2.0)
-        assert impl.compile_count == 1  # no disk cache: every new JITImpl compiles
-    result = tuned(module.noted_add)
-    torch.testing.assert_close(result(64)(a), a * 2.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            impl = jitted(module.noted_add)
+            torch.testing.assert_close(impl(64)(a), a * 2.0)
+            assert impl.compile_count == 1  # no disk cache: every new JITImpl compiles
+        result = tuned(module.noted_add)
+        torch.testing.assert_close(result(64)(a), a * 2.0)
+    warned = [str(w.message) for w in caught if "cannot key" in str(w.message)]
+    assert len(warned) == 1 and "'NOTES'" in warned[0]  # once, though keyed three times
     assert entries(tileauto_env, "kernels") == [] and entries(tileauto_env, "autotuner") == []
     said = [r.getMessage() for r in caplog.records if "cannot key" in r.getMessage()]
     assert said == [

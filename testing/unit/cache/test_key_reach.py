@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -452,29 +453,33 @@ def test_an_unkeyable_factory_is_one_warning_and_no_store(caplog):
     caplog.set_level(logging.WARNING, logger="tileauto.cache")
     settings = Settings.from_env()
     assert K.function_fingerprint(_makes_a_lock)
-    for _ in range(2):
-        store = KernelStore.open(
-            settings,
-            _uses_the_lock,
-            {"n": 64, "block": 16},
-            CompileArgs(out_idx=[-1]),
-            target=TARGET,
-            device=DEVICE,
-        )
-        assert store is None
-        tuning = TuningStore.open(
-            settings,
-            _uses_the_lock,
-            (64,),
-            {},
-            [{"block": 8}],
-            CompileArgs(out_idx=[-1]),
-            ProfileArgs(warmup=1, rep=3),
-            None,
-            target=TARGET,
-            device=DEVICE,
-        )
-        assert tuning is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            store = KernelStore.open(
+                settings,
+                _uses_the_lock,
+                {"n": 64, "block": 16},
+                CompileArgs(out_idx=[-1]),
+                target=TARGET,
+                device=DEVICE,
+            )
+            assert store is None
+            tuning = TuningStore.open(
+                settings,
+                _uses_the_lock,
+                (64,),
+                {},
+                [{"block": 8}],
+                CompileArgs(out_idx=[-1]),
+                ProfileArgs(warmup=1, rep=3),
+                None,
+                target=TARGET,
+                device=DEVICE,
+            )
+            assert tuning is None
+    warned = [str(w.message) for w in caught if "cannot key" in str(w.message)]
+    assert len(warned) == 1 and "_LOCKED" in warned[0]  # once, though asked four times
     said = [r.getMessage() for r in caplog.records if "cannot key" in r.getMessage()]
     assert said == [
         "_uses_the_lock: cannot key global '_LOCKED' (object of type _thread.lock without a "
