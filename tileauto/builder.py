@@ -182,7 +182,10 @@ class Builder:
         them; it is done for CPU targets only (a GPU driver does not survive a fork), and when
         :func:`tileauto.utils.procs.fork_unsafe_reason` finds nothing against it.
         """
-        from tileauto.jit.target import device_type_of, resolve_target
+        from tileauto.utils.imports import collector_paused
+
+        with collector_paused():  # the tuning process's first import of TVM, usually
+            from tileauto.jit.target import device_type_of, resolve_target
 
         ca = self.compile_args
         try:

@@ -90,6 +90,7 @@ from tileauto.ray_node import local_hardware, probe, use_path
 from tileauto.records import RunOutcome
 from tileauto.runner import Runner
 from tileauto.utils import pickling
+from tileauto.utils.imports import collector_paused
 from tileauto.utils.procs import (
     RemoteError,
     RemoteJobError,
@@ -462,8 +463,9 @@ def _warm_task(setup: bytes, probed: Any = None) -> dict[str, Any]:
     use_path(path)
     _apply_settings(env)
     try:
-        cloudpickle.loads(payload)  # the factory's modules (torch, the user's)
-        load_compiler()
+        with collector_paused():
+            cloudpickle.loads(payload)  # the factory's modules (torch, the user's)
+            load_compiler()
     except BaseException:  # noqa: BLE001 - the first compile reports it properly
         pass
     return {
@@ -913,7 +915,8 @@ class _RunActor:
         use_path(path)
         _apply_settings(env)
         try:
-            cloudpickle.loads(payload)
+            with collector_paused():
+                cloudpickle.loads(payload)
         except BaseException:  # noqa: BLE001 - the first job meets it and reports it
             pass
 

@@ -26,10 +26,14 @@ if TYPE_CHECKING:
 def load_compiler() -> None:
     """Import TVM's compiler now, as the first :func:`compile_to_dir` of a process would (a
     second or more): for processes that compile next and can import it ahead of time (the
-    forkserver before it forks workers, a Ray compile worker's warm-up)."""
-    import tvm  # noqa: F401
+    forkserver before it forks workers, a Ray compile worker's warm-up), with Python's
+    garbage collector paused (:mod:`tileauto.utils.imports`)."""
+    from tileauto.utils.imports import collector_paused
 
-    import tileauto.jit.target  # noqa: F401
+    with collector_paused():
+        import tvm  # noqa: F401
+
+        import tileauto.jit.target  # noqa: F401
 
 
 # Calls of compile_to_dir in this process (tests use it to prove a cache hit compiled nothing).

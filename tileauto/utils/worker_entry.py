@@ -263,6 +263,8 @@ class _Server:
 
 
 def _preload(config: dict[str, Any]) -> None:
+    from tileauto.utils.imports import collector_paused
+
     sys.path[:] = config["sys_path"]
     # the caller's own PYTHONPATH for the workers and what they start (the server's had the
     # package's folder added, to find this module)
@@ -270,11 +272,12 @@ def _preload(config: dict[str, Any]) -> None:
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = config["pythonpath"]
-    for name in config["preload"]:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a job that needs it fails with the real error
-            traceback.print_exc()
+    with collector_paused():  # torch and TVM's compiler: see tileauto.utils.imports
+        for name in config["preload"]:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a job that needs it fails with the real error
+                traceback.print_exc()
 
 
 def main(argv: list[str]) -> None:
