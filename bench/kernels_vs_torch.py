@@ -8,12 +8,14 @@ For each case, tunes the example factory with ``@tileauto.autotune`` (its own co
 tuning cache off), checks the tuned kernel against torch, then times the tuned kernel and the
 torch operator in the same process, interleaved: ``--rounds`` rounds, each timing ``--calls``
 calls of one and then of the other (the order rotates every round), after one untimed call
-and a pause (``--pause-ms``, 300) so that the other side's thread pool has gone to sleep:
-after each parallel call TVM's pool threads spin for about 150 ms (300,000 ``sched_yield``
-calls, ``TVM_THREAD_POOL_SPIN_COUNT``), which on a 2-core machine takes a core from torch's
-OpenMP threads and makes a torch op that follows 10-50x slower (unless tileauto found the
-machine busy when the pool started and turned the spin off, ``tileauto.cpu_pool``: the run
-says which under its table, and run_all's label says "spin off"). Both sides
+and a pause (``--pause-ms``, 300) so that the other side's thread pool has gone to sleep. The
+kernels run on tileauto's thread pool (``tileauto.jit.launcher``: its threads spin 0.2 ms after
+a parallel region, then sleep); with ``TILEAUTO_THREAD_POOL=tvm`` on TVM's, whose threads spin
+for about 150 ms (300,000 ``sched_yield`` calls, ``TVM_THREAD_POOL_SPIN_COUNT``), which on a
+2-core machine takes a core from torch's OpenMP threads and makes a torch op that follows
+10-50x slower (unless tileauto found the machine busy when the pool started and turned the
+spin off, ``tileauto.cpu_pool``: the run says which under its table, and run_all's label says
+"spin off"). The pool is in each case's line and in run_all's label. Both sides
 allocate their output on every call. Nothing sets ``TVM_NUM_THREADS``: the tuned kernel runs
 as in a user's process, with the thread count tileauto tuned it with (``docs/tuning.md``); torch
 uses every core (``torch.set_num_threads``).
@@ -196,6 +198,7 @@ def run_case(case: dict, args: argparse.Namespace) -> dict[str, object]:
         "torch_op": torch_name,
         "config": kernel.config,
         "kernel_threads": kernel.num_threads,
+        "pool": kernel.thread_pool,  # "tileauto", "tvm" (TILEAUTO_THREAD_POOL=tvm), None: serial
         "configs": len(result.trials),
         "passed": passed,
         "tuning_s": tuning_s,
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {r['label']}: tuned {r['configs']} configs ({r['passed']} passed) in "
             f"{r['tuning_s']:.1f} s -> {r['config']}, threads {r['kernel_threads'] or 'none (serial)'} "
-            f"(tuned median {r['tuned_latency_ms']:.3f} ms)",
+            f"({r['pool'] or 'no'} pool; tuned median {r['tuned_latency_ms']:.3f} ms)",
             flush=True,
         )
     header = (

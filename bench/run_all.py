@@ -262,7 +262,8 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
                     f"{c['label']} / {c['torch_op']}: min / median (load "
                     f"{c.get('load_before', float('nan')):.1f}-{c.get('load_after', float('nan')):.1f}, "
                     f"threads {c.get('kernel_threads') or 'none (serial)'}"
-                    f"{', spin off (busy machine)' if c.get('spin') == '0' else ''})",
+                    f"{', ' + c['pool'] + ' pool' if c.get('pool') else ''}"
+                    f"{', spin off (busy machine)' if c.get('spin') == '0' and c.get('pool') != 'tileauto' else ''})",
                     f"{c['ratio_min']:.2f} / {c['ratio']:.2f}",
                     f"<= {c['target']:g}",
                     c.get("verdict") or _verdict(max(c["ratio_min"], c["ratio"]), c["target"]),
@@ -369,9 +370,14 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
              f"{o['best_label']} {o['worst_vs_best'][o['best']]:.2f}x", "", "")
         )  # fmt: skip
         rows.append(
-            ("thread_pool", f"{n} threads, TVM's default spin (as loaded): worst / row's best",
+            ("thread_pool", f"{n} threads, TVM's pool with its default spin: worst / row's best",
              f"{o['worst_vs_best'][f'default/{n}']:.2f}x", "", "")
         )  # fmt: skip
+        if f"tileauto/{n}" in o["worst_vs_best"]:
+            rows.append(
+                ("thread_pool", f"{n} threads, tileauto's pool (as loaded): worst / row's best",
+                 f"{o['worst_vs_best'][f'tileauto/{n}']:.2f}x", "", "")
+            )  # fmt: skip
     if f := (scripts_.get("stability") or {}).get("figures"):
         for size, st in f["sizes"].items():
             gap = st.get("worst_gap") or 0.0

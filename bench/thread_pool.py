@@ -1,8 +1,12 @@
-"""Which thread count and TVM spin setting to run a tuned CPU kernel with, quiet and shared.
+"""Which thread pool, thread count and spin setting to run a tuned CPU kernel with, quiet and shared.
 
     python bench/thread_pool.py [--sizes 256 512] [--loads 0 1 2] [--rounds 6] [--repeats 4]
-                                [--spins default 0 auto 3000] [--sample-ms 25] [--json PATH]
-                                [--quick]
+                                [--spins tileauto default 0 auto 3000] [--sample-ms 25]
+                                [--json PATH] [--quick]
+
+``tileauto`` is tileauto's own thread pool (``tileauto.jit.launcher``, what a user gets with
+nothing set); every other setting runs the kernel on TVM's pool (``TILEAUTO_THREAD_POOL=tvm``)
+with that spin setting, as tileauto did before it had its pool.
 
 TVM's thread pool keeps its worker threads spinning for a while after each parallel launch
 (``TVM_THREAD_POOL_SPIN_COUNT``, 300000 by default, read when the pool starts). On a quiet
@@ -69,7 +73,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # TVM's default spin count (set to it: unset, tileauto's busy-machine rule would decide), 0,
 # and "auto" (unset: what a user gets, the rule of tileauto.cpu_pool); --spins chooses others
 TVM_DEFAULT_SPIN = "300000"
-SPINS: tuple[str, ...] = ("default", "0", "auto")
+SPINS: tuple[str, ...] = ("tileauto", "default", "0", "auto")
 NEAR = 1.05  # within 5% of the row's best: as good, given the noise
 SPLIT = 2.0  # a cell whose processes' medians differ by more: listed (a bimodal figure)
 # Unset in every measured process: a user's run with nothing set. The cache switches are unset
@@ -106,6 +110,7 @@ def child(mode: str, sizes: list[int], rounds: int, sample_ms: float) -> None:
 
     tuned = tileauto.autotune(configs=gemm_cpu.configs, verbose=False)(gemm_cpu.matmul)
     report: dict = {
+        "pool_env": os.environ.get("TILEAUTO_THREAD_POOL"),
         "spin_env": os.environ.get("TVM_THREAD_POOL_SPIN_COUNT"),
         "tvm_num_threads_env": os.environ.get("TVM_NUM_THREADS"),
         "native_timer": native_available(),
@@ -127,6 +132,7 @@ def child(mode: str, sizes: list[int], rounds: int, sample_ms: float) -> None:
             "seconds": got_s,
             "tuned_threads": threads,
             "tuned_ms": result.latency,
+            "pool": kernel.thread_pool,
             "correct": bool(torch.allclose(out, a @ b, atol=1e-3, rtol=1e-3)),
         }
         report["sizes"][str(size)] = entry
@@ -168,7 +174,9 @@ def child_env(cache_dir: Path, spin: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in UNSET}
     env["TILEAUTO_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    if spin is not None and spin != "auto":
+    if spin is not None and spin != "tileauto":
+        env["TILEAUTO_THREAD_POOL"] = "tvm"
+    if spin is not None and spin not in ("auto", "tileauto"):
         env["TVM_THREAD_POOL_SPIN_COUNT"] = TVM_DEFAULT_SPIN if spin == "default" else spin
     return env
 
@@ -188,7 +196,8 @@ def run_child(
             f"{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
         )
     report = json.loads(lines[-1][len("REPORT ") :])
-    want = {None: None, "auto": None, "default": TVM_DEFAULT_SPIN}.get(spin, spin)
+    want = {None: None, "auto": None, "tileauto": None, "default": TVM_DEFAULT_SPIN}.get(spin, spin)
+    pool = "tileauto" if spin in (None, "tileauto") else "tvm"
     if report["spin_env"] != want or report["tvm_num_threads_env"] is not None:
         raise SystemExit(f"the {mode} child ran with a wrong environment: {report}")
     for size, e in report["sizes"].items():
@@ -198,6 +207,8 @@ def run_child(
             )
         if not e["correct"]:
             raise SystemExit(f"the {size}^3 kernel's result differs from torch's")
+        if e["pool"] != pool:
+            raise SystemExit(f"{size}^3 ran on {e['pool']}'s pool, not {pool}'s (spin {spin})")
         bad = {t: p for t, p in e.get("pool_threads", {}).items() if p != int(t)}
         if bad:
             raise SystemExit(f"{size}^3: TVM's pool ran {bad} threads instead of the count set")
@@ -232,10 +243,15 @@ def _sigterm(signum, frame):  # a SIGTERM unwinds like Ctrl-C: the finally block
 
 
 # -- the figures ------------------------------------------------------------------------------
+def name_of(spin: str) -> str:
+    """A setting as the tables name it: ``tileauto`` (its pool), ``spin S`` (TVM's pool)."""
+    return "tileauto" if spin == "tileauto" else f"spin {spin}"
+
+
 def label_of(key: str) -> str:
     """``"0/2"`` -> ``"2 thr spin 0"``: a cell's key (spin/threads) as the table names it."""
     spin, threads = key.split("/")
-    return f"{threads} thr spin {spin}"
+    return f"{threads} thr {name_of(spin)}"
 
 
 STATS = ("median", "mean")  # per sample: the median call, and the mean (the batch's throughput)
@@ -311,8 +327,8 @@ def print_table(rows: list[dict], n: int, stat: str) -> None:
     """Per spin setting: 1 and n threads (ms); then n threads with each other spin / with the
     default spin, n threads / 1 thread per spin, the row's best and the default's distance."""
     others = [sp for sp in SPINS if sp != "default"]
-    head1 = "".join(f"{f'spin {sp}':>18}" for sp in SPINS) + "   "
-    head1 += "".join(f"{f'{n} thr: spin {sp}':>18}" for sp in others)
+    head1 = "".join(f"{name_of(sp):>18}" for sp in SPINS) + "   "
+    head1 += "".join(f"{f'{n} thr: {name_of(sp)}':>18}" for sp in others)
     head1 += f"{f'{n} thr / 1 thr':>{8 * len(SPINS)}}   {'best of row':<20}{f'{n} thr default':>15}"
     head2 = "".join(f"{'1 thr':>9}{f'{n} thr':>9}" for _ in SPINS) + "   "
     head2 += "".join(f"{'/ default':>18}" for _ in others)
@@ -382,8 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         "--spins",
         nargs="+",
         default=list(SPINS),
-        help="spin settings: 'default' (TVM's, 300000), 'auto' (unset: tileauto's busy-machine "
-        "rule decides) and TVM_THREAD_POOL_SPIN_COUNT values (default: default 0 auto)",
+        help="settings: 'tileauto' (tileauto's pool, nothing set), and on TVM's pool "
+        "'default' (TVM's spin, 300000), 'auto' (unset: tileauto's busy-machine rule decides) "
+        "and TVM_THREAD_POOL_SPIN_COUNT values (default: tileauto default 0 auto)",
     )
     parser.add_argument("--quick", action="store_true", help="256^3, one process, few rounds")
     parser.add_argument("--child", choices=("tune", "time"), help=argparse.SUPPRESS)
@@ -396,11 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         args.settle_s = 0.5
     if min(args.loads) < 0 or args.rounds < 1 or args.repeats < 1:
         parser.error("--loads must be >= 0, --rounds and --repeats >= 1")
-    named = ("default", "auto")
+    named = ("default", "auto", "tileauto")
     if "default" not in args.spins or not all(sp in named or sp.isdigit() for sp in args.spins):
         parser.error(
-            "--spins: expected 'default', optionally 'auto', and spin counts (integers >= 0), "
-            f"got {args.spins}"
+            "--spins: expected 'default', optionally 'tileauto' and 'auto', and spin counts "
+            f"(integers >= 0), got {args.spins}"
         )
     SPINS = tuple(dict.fromkeys(["default", *args.spins]))
     signal.signal(signal.SIGTERM, _sigterm)
@@ -467,9 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(args.loads, args.sizes, n, reports)
     verdict = {stat: verdicts(args.loads, rows, stat) for stat in STATS}
     print(
-        f"\n1 thr / {n} thr: kernel.use_threads; spin N: TVM_THREAD_POOL_SPIN_COUNT=N (default: "
-        f"TVM's 300000; auto: unset, tileauto's busy-machine rule decides); best of row: the fastest of the {2 * len(SPINS)}; last column: "
-        f"{n} threads with the default spin (as loaded, nothing set) / the best"
+        f"\n1 thr / {n} thr: kernel.use_threads; tileauto: tileauto's thread pool (nothing set); "
+        f"spin N: TVM's pool (TILEAUTO_THREAD_POOL=tvm), TVM_THREAD_POOL_SPIN_COUNT=N (default: "
+        f"TVM's 300000; auto: unset, tileauto's busy-machine rule decides); best of row: the "
+        f"fastest of the {2 * len(SPINS)}; last column: {n} threads on TVM's pool with its "
+        f"default spin (TVM out of the box) / the best"
     )
     print("\nmedian ms per call (the median of each sample's calls; median over rounds):")
     print_table(rows, n, "median")

@@ -22,6 +22,7 @@ import torch
 from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.buffers import canaries_intact, interleave, padded_clones, padded_outputs
 from tileauto.inputs import make_inputs
+from tileauto.jit import launcher
 from tileauto.options import MAX_ITERATIONS, ProfileArgs
 from tileauto.records import BUSY_NOTE, RunOutcome, TrialStatus
 from tileauto.timing import Timer, default_timer
@@ -114,6 +115,7 @@ def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
     torch.manual_seed(spec.profile.seed)
     if spec.device == "cpu":
         torch.set_num_threads(max(1, spec.threads))
+        launcher.set_threads(max(1, spec.threads))  # the pool the kernel will run on after tuning
     in_pos = tuple(i for i in range(len(spec.params)) if i not in set(spec.out_pos))
     inputs = make_inputs(
         spec.params,
@@ -492,6 +494,8 @@ def _load(session: _Session, artifact: KernelArtifact) -> Any:
     key = str(artifact.lib_path)
     if key not in session.modules:
         session.modules[key] = runtime.load_module(key, artifact.device_type)
+        if artifact.device_type == "cpu":
+            launcher.install(key)  # timed on the pool JITKernel runs it on (jit/launcher.py)
     return session.modules[key][artifact.func_name]
 
 

@@ -232,7 +232,16 @@ class Settings:
         lambda n, r: _parse_int(n, r, 1),
         "CPU threads kernels are tuned with and run with (the thread-count rule in "
         "`docs/tuning.md`); `-1`: `TVM_NUM_THREADS` if you set it, else every core of this "
-        "process (tileauto then sets `TVM_NUM_THREADS` to that when it loads a parallel kernel).",
+        "process.",
+    )
+    thread_pool: str = _var(
+        "TILEAUTO_THREAD_POOL",
+        "tileauto",
+        _parse_choice(("tileauto", "tvm")),
+        "Which thread pool runs the parallel loops of CPU kernels, in tuning and after: "
+        "`tileauto` (its own, which keeps its speed on a busy machine: `docs/tuning.md`) or "
+        "`tvm` (TVM's, sized by `TVM_NUM_THREADS`; tileauto then sets that variable to the "
+        "kernel's thread count when it loads a parallel kernel, unless you set it).",
     )
 
     @classmethod

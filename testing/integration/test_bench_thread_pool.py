@@ -57,7 +57,8 @@ def _orphans() -> list[psutil.Process]:
 def test_quick_run_writes_every_cell(tmp_path):
     json_path = tmp_path / "thread_pool.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--spins", "default", "0", "auto", "3000"]
+        [sys.executable, str(BENCH), "--quick", "--spins", "tileauto", "default", "0", "auto"]
+        + ["3000"]
         + ["--json", str(json_path)],
         cwd=tmp_path,
         capture_output=True,
@@ -71,7 +72,7 @@ def test_quick_run_writes_every_cell(tmp_path):
     assert figures["sizes"] == [256] and figures["loads"] == [0, 1, 2]
     n = figures["tuned_threads"]
     assert n >= 1
-    spins = ["default", "0", "auto", "3000"]
+    spins = ["default", "tileauto", "0", "auto", "3000"]
     assert figures["spins"] == spins
     cells = {f"{spin}/{t}" for spin in spins for t in (1, n)}
     rows = {(r["load"], r["size"]): r for r in figures["rows"]}
@@ -117,7 +118,7 @@ def test_spins_must_be_default_and_counts(tmp_path, spins):
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "--spins: expected 'default', optionally 'auto', and spin counts" in proc.stderr
+    assert "--spins: expected 'default', optionally 'tileauto' and 'auto', and spin" in proc.stderr
 
 
 def test_ctrl_c_stops_the_busy_processes(tmp_path):

@@ -1,12 +1,14 @@
 """A tuned CPU kernel runs with the thread count it was tuned with, in a fresh process too.
 
-TVM sizes its CPU thread pool from ``TVM_NUM_THREADS`` (one thread on a 2-core x86 machine when
-unset), while the tuner's run worker times with every core. These tests tune and call a
-row-parallel kernel in fresh processes (``threads_kernels.py``) with no ``TVM_NUM_THREADS`` and
-check the thread count TVM's pool actually runs with there, not a latency: a timed assertion
-would flake on a loaded machine, while the pool size is exactly what decides whether the
-kernel runs as tuned (``bench/warm_start.py`` reports the latency in a fresh process against
-the tuned one, with its target).
+The tuner's run worker times with every core (the thread-count rule), on tileauto's thread pool
+(``tileauto.jit.launcher``); the kernel returned, or loaded from the cache in a fresh process,
+must run on the same pool with the same count. With ``TILEAUTO_THREAD_POOL=tvm`` it is TVM's
+pool, which TVM sizes from ``TVM_NUM_THREADS`` (one thread on a 2-core x86 machine when unset).
+These tests tune and call a row-parallel kernel in fresh processes (``threads_kernels.py``)
+with no ``TVM_NUM_THREADS`` and check which pool ran the call and the thread count it runs
+with, not a latency: a timed assertion would flake on a loaded machine, while the pool and its
+size are exactly what decide whether the kernel runs as tuned (``bench/warm_start.py`` reports
+the latency in a fresh process against the tuned one, with its target).
 """
 
 from __future__ import annotations
@@ -15,11 +17,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from busy import busy_machine
 
 from tileauto.cpu_pool import runnable_threads
 from tileauto.options import ProfileArgs
@@ -48,11 +49,22 @@ def test_tuned_kernel_runs_with_tuned_threads_in_a_fresh_process(tmp_path):
     assert not tuned["cache_hit"] and tuned["correct"]
     assert tuned["env_before"] is None
     assert tuned["kernel_threads"] == 2 and tuned["pool_threads"] == 2
+    assert tuned["pool"] == "tileauto" and tuned["launches"] == 1
     # a fresh process finds the tuning in the cache and still runs with 2 threads, not TVM's default
     loaded = _run(tmp_path, "2")
     assert loaded["cache_hit"] and loaded["correct"]
     assert loaded["env_before"] is None
     assert loaded["kernel_threads"] == 2 and loaded["pool_threads"] == 2
+    assert loaded["pool"] == "tileauto" and loaded["launches"] == 1
+
+
+def test_tvm_pool_on_request_runs_with_tuned_threads(tmp_path):
+    tuned = _run(tmp_path, "2", TILEAUTO_THREAD_POOL="tvm")
+    loaded = _run(tmp_path, "2", TILEAUTO_THREAD_POOL="tvm")
+    assert loaded["cache_hit"], "the pool is not part of the cache key"
+    for got in (tuned, loaded):
+        assert got["pool"] == "tvm" and got["launches"] == 0 and got["correct"]
+        assert got["kernel_threads"] == 2 and got["pool_threads"] == 2
 
 
 def test_default_is_every_core_and_the_thread_count_is_in_the_cache_key(tmp_path):
@@ -70,9 +82,15 @@ def test_callers_tvm_num_threads_is_respected(tmp_path):
     assert got["kernel_threads"] == 1 and got["pool_threads"] == 1
 
 
-def test_a_pool_started_too_small_is_reported(tmp_path):
+def test_a_tvm_pool_started_early_does_not_matter_to_tileauto_pool(tmp_path):
     got = _run(tmp_path, "2", "--early-pool")
-    assert got["kernel_threads"] == 2 and got["correct"]
+    assert got["pool"] == "tileauto" and got["correct"] and not got["warned"]
+    assert got["kernel_threads"] == 2 and got["pool_threads"] == 2
+
+
+def test_a_tvm_pool_started_too_small_is_reported(tmp_path):
+    got = _run(tmp_path, "2", "--early-pool", TILEAUTO_THREAD_POOL="tvm")
+    assert got["pool"] == "tvm" and got["kernel_threads"] == 2 and got["correct"]
     # TVM's default pool size depends on the machine: when it was smaller, a warning says so
     assert got["warned"] == (got["pool_threads"] != 2)
 
@@ -94,43 +112,38 @@ def test_num_threads_option_is_checked(bad):
         ProfileArgs(num_threads=bad)
 
 
-@contextmanager
-def _busy_machine() -> Iterator[None]:
-    """One busy process per CPU, each runnable for certain (it says so) until the end."""
-    spin = "import sys\nsys.stdout.write('x'); sys.stdout.flush()\nwhile True:\n    pass\n"
-    busy = [
-        subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
-        for _ in range(os.cpu_count() or 1)
-    ]
-    try:
-        for p in busy:
-            assert p.stdout is not None and p.stdout.read(1) == b"x"
-        yield
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
-
-
 needs_loadavg = pytest.mark.skipif(
     runnable_threads() is None, reason="no /proc/loadavg: the busy-machine rule cannot see load"
 )
 
 
 @needs_loadavg
-def test_on_a_busy_machine_the_pool_does_not_spin_in_tuning_or_in_a_fresh_process(tmp_path):
-    with _busy_machine():
-        tuned = _run(tmp_path, "2")
-        loaded = _run(tmp_path, "2")
+def test_on_a_busy_machine_tvm_pool_does_not_spin_in_tuning_or_in_a_fresh_process(tmp_path):
+    with busy_machine():
+        tuned = _run(tmp_path, "2", TILEAUTO_THREAD_POOL="tvm")
+        loaded = _run(tmp_path, "2", TILEAUTO_THREAD_POOL="tvm")
     for got in (tuned, loaded):
-        assert got["correct"] and got["spin_before"] is None
+        assert got["correct"] and got["spin_before"] is None and got["pool"] == "tvm"
         assert got["spin_rule"] == "busy" and got["spin_after"] == "0"
         assert got["kernel_threads"] == 2 and got["pool_threads"] == 2
     assert loaded["cache_hit"], "the spin setting is not part of the cache key"
 
 
 @needs_loadavg
+def test_on_a_busy_machine_tileauto_pool_runs_the_kernel_with_the_tuned_threads(tmp_path):
+    with busy_machine():
+        tuned = _run(tmp_path, "2")
+        loaded = _run(tmp_path, "2")
+    for got in (tuned, loaded):
+        assert got["correct"] and got["pool"] == "tileauto" and got["launches"] == 1
+        assert got["kernel_threads"] == 2 and got["pool_threads"] == 2
+    # TVM's spin rule is for TVM's pool: a process that runs only tileauto's never applies it
+    assert loaded["spin_rule"] is None and loaded["spin_after"] is None
+    assert loaded["cache_hit"]
+
+
+@needs_loadavg
 def test_a_spin_count_you_set_is_kept_on_a_busy_machine(tmp_path):
-    with _busy_machine():
+    with busy_machine():
         got = _run(tmp_path, "2", TVM_THREAD_POOL_SPIN_COUNT="300000")
     assert got["spin_rule"] == "set" and got["spin_after"] == "300000" and got["correct"]

@@ -2,8 +2,10 @@
 
 Run as a script by ``test_kernel_threads.py``: ``python threads_kernels.py [num_threads]``
 tunes (or loads from the cache in ``TILEAUTO_CACHE_DIR``) a row-parallel ``B = A * 2`` and
-prints one JSON line: the cache hit, the kernel's thread count, the count TVM's pool in this
-process runs with after a call, ``TVM_NUM_THREADS`` before and after, and the same for
+prints one JSON line: the cache hit, the kernel's thread count, which pool ran its parallel
+loop and the count that pool runs with after a call (tileauto's, ``tileauto.jit.launcher``,
+unless ``TILEAUTO_THREAD_POOL=tvm``: then TVM's pool of this thread), how many parallel
+regions tileauto's pool ran, ``TVM_NUM_THREADS`` before and after, and the same for
 ``TVM_THREAD_POOL_SPIN_COUNT`` with the busy-machine rule's decision (``tileauto.cpu_pool``).
 """
 
@@ -40,6 +42,7 @@ def main() -> int:
 
     import tileauto
     from tileauto.cpu_pool import current_decision
+    from tileauto.jit import launcher
 
     args = [a for a in sys.argv[1:] if a != "--early-pool"]
     option = int(args[0]) if args else None
@@ -52,14 +55,19 @@ def main() -> int:
     a = torch.randn(ROWS, COLS)
     with warnings.catch_warnings(record=True) as caught:
         kernel = kernel_factory(ROWS, COLS)
+    before = launcher.stats().get("launches", 0)
     out = kernel(a)
+    launches = launcher.stats().get("launches", 0) - before
+    tileauto_pool = kernel.thread_pool == "tileauto"
     result = kernel_factory.get_tuner_result(ROWS, COLS)
     print(
         json.dumps(
             {
                 "cache_hit": bool(result.cache_hit),
                 "kernel_threads": kernel.num_threads,
-                "pool_threads": int(tvm.runtime.num_threads()),
+                "pool": kernel.thread_pool,
+                "pool_threads": launcher.threads() if tileauto_pool else tvm.runtime.num_threads(),
+                "launches": launches,
                 "env_before": env_before,
                 "env_after": os.environ.get("TVM_NUM_THREADS"),
                 "spin_before": spin_before,

@@ -36,6 +36,7 @@ ALL_VARS = {
     "TILEAUTO_WORKER_START",
     "TILEAUTO_EXECUTOR",
     "TILEAUTO_RAY_ADDRESS",
+    "TILEAUTO_THREAD_POOL",
 }
 
 BOOL_FIELDS = {
@@ -350,6 +351,13 @@ def test_available_cpus_respects_affinity():
 def test_run_threads():
     assert settings(TILEAUTO_NUM_THREADS="3").run_threads() == 3
     assert settings().run_threads() == available_cpus()
+
+
+def test_thread_pool_choice():
+    assert settings().thread_pool == "tileauto"
+    assert settings(TILEAUTO_THREAD_POOL="tvm").thread_pool == "tvm"
+    with pytest.raises(SettingsError, match="TILEAUTO_THREAD_POOL"):
+        settings(TILEAUTO_THREAD_POOL="openmp")
 
 
 def test_describe_names_every_variable():

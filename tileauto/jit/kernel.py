@@ -16,6 +16,7 @@ import torch
 from tileauto.artifact import KernelArtifact, ParamSpec, evaluate_dim
 from tileauto.cpu_pool import decide_spin
 from tileauto.errors import KernelArgumentError, TileautoError
+from tileauto.jit import launcher
 from tileauto.jit import runtime as tvm_runtime  # loads kernels without TVM's compiler
 from tileauto.settings import Settings, available_cpus
 
@@ -205,6 +206,7 @@ class JITKernel(_KernelCallBase):
         self.artifact = artifact
         self._module = module
         self.num_threads: int | None = None  # set for parallel CPU kernels (use_threads)
+        self.thread_pool: str | None = None  # "tileauto" or "tvm", for parallel CPU kernels
         if module is None:
             try:
                 self._module = tvm_runtime.load_module(artifact.lib_path, artifact.device_type)
@@ -231,23 +233,30 @@ class JITKernel(_KernelCallBase):
             and self._module is not None
             and uses_thread_pool(artifact.lib_path)
         ):
+            # after TVM's loader, which points the library's parallel loops at TVM's pool
+            self.thread_pool = "tileauto" if launcher.install(artifact.lib_path) else "tvm"
             self.use_threads(num_threads)
 
     # -- public surface --------------------------------------------------------------------
     def use_threads(self, num_threads: int | None = None) -> int:
-        """Run this kernel with ``num_threads`` CPU threads in the calling thread.
+        """Run this kernel with ``num_threads`` CPU threads.
 
         Called when the kernel is loaded, with the count it was tuned with (the thread-count
         rule of ``docs/tuning.md``: ``num_threads`` option, ``TILEAUTO_NUM_THREADS``,
-        ``TVM_NUM_THREADS``, every core; None applies that rule). TVM's pool belongs to the
-        calling thread and is shared by every TVM kernel that thread runs; the last count set
-        holds. Returns the count the pool runs with, and warns when it differs (a pool started
-        smaller cannot grow: set ``TVM_NUM_THREADS`` before your first TVM kernel runs).
+        ``TVM_NUM_THREADS``, every core; None applies that rule). The parallel loops of
+        tileauto's kernels run on tileauto's thread pool (:mod:`tileauto.jit.launcher`), one
+        per process and shared by every tileauto kernel: the last count set holds. A kernel
+        that keeps TVM's pool (``thread_pool == "tvm"``: a library with TVM's parallel
+        barrier, or an install without the extension) runs on the calling thread's TVM pool,
+        which cannot grow once started: then this warns when the count it runs with differs.
+        Returns that count.
         """
         wanted = Settings.from_env().run_threads() if num_threads is None else num_threads
         if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
             raise ValueError(f"num_threads must be an int >= 1, got {num_threads!r}")
         self.num_threads = wanted
+        if self.thread_pool == "tileauto":
+            return launcher.set_threads(wanted)
         got = configure_thread_pool(wanted)
         if got != wanted:
             warnings.warn(
