@@ -166,7 +166,7 @@ def parse_warm_start(text: str) -> dict:
     ):
         if got := _floats(pattern, text):
             out[key] = got[0]
-    if m := re.search(r"thread count: tuned (\d+), TVM's pool runs (\d+)", text):
+    if m := re.search(r"thread count: tuned (\d+), the kernel's pool runs (\d+)", text):
         out["tuned_threads"], out["pool_threads"] = int(m.group(1)), int(m.group(2))
     return out
 
@@ -338,7 +338,7 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
             rows.append(
                 (
                     "warm_start",
-                    "warm process, nothing set: threads TVM's pool runs / tuned with",
+                    "warm process, nothing set: threads the kernel's pool runs / tuned with",
                     f"{f['pool_threads']} / {f['tuned_threads']}",
                     "equal",
                     "met" if same else "MISSED",

@@ -58,7 +58,7 @@ def child(mode: str, size: int) -> None:
     import torch
 
     from tileauto._native import time_function
-    from tileauto.jit import compiler, runtime  # runtime: loads kernels without the compiler
+    from tileauto.jit import compiler, launcher, runtime  # runtime: loads without the compiler
 
     tuned = tileauto.autotune(configs=gemm_cpu.configs, verbose=False)(gemm_cpu.matmul)
     env_before = os.environ.get("TVM_NUM_THREADS")
@@ -95,7 +95,11 @@ def child(mode: str, size: int) -> None:
                 per[threads].append(statistics.median(time_function(func, [a, b, out], 20)) / 1e6)
         kernel.use_threads(tuned_threads)
         report.update(
-            pool_threads=runtime.num_threads(),
+            # the count the kernel's pool runs with: tileauto's (jit/launcher.py) or TVM's
+            pool=kernel.thread_pool,
+            pool_threads=(
+                launcher.threads() if kernel.thread_pool == "tileauto" else runtime.num_threads()
+            ),
             median_ms=statistics.median(per[tuned_threads]),
             one_thread_ms=statistics.median(per[1]),
             tuned_median_ms=best.latency.median_ms,
@@ -186,7 +190,7 @@ def main() -> None:
         f"core the process got)"
     )
     print(
-        f"  runs with {w['kernel_threads']} threads (TVM pool {w['pool_threads']}, "
+        f"  runs with {w['kernel_threads']} threads ({w.get('pool')} pool {w['pool_threads']}, "
         f"TVM_NUM_THREADS at start {w['tvm_num_threads_env']}): median call {med('median_ms'):.3f} ms "
         f"vs tuned {w['tuned_median_ms']:.3f} ms (p20-p80 {w['tuned_p20_ms']:.3f}-"
         f"{w['tuned_p80_ms']:.3f}); forced to 1 thread {med('one_thread_ms'):.3f} ms; load "
@@ -194,7 +198,7 @@ def main() -> None:
     )
     same = all(r["pool_threads"] == r["kernel_threads"] for r in warm)
     print(
-        f"  thread count: tuned {w['kernel_threads']}, TVM's pool runs {w['pool_threads']} "
+        f"  thread count: tuned {w['kernel_threads']}, the kernel's pool runs {w['pool_threads']} "
         f"({'met' if same else 'MISSED'}: equal in every warm process)"
     )
     print(
