@@ -8,9 +8,10 @@ Tunes the 16-config CPU GEMM space of ``examples/gemm_cpu.py`` (tuning cache off
 - floor: what a perfect scheduler with the same workers would need, from measurements
   independent of that run: each config's compile timed alone (one worker, nothing else
   compiling), summed and divided by the workers, plus each config's own kernel time (its
-  tuned median) times the runs the tuner makes of it (``warmup + rep`` and one check, and
-  ``rep`` more for the re-timed contenders). Contention inside the run cannot count as
-  necessary work, so wall / floor can miss;
+  mean call as tuned: the runs' total, which on a busy machine counts the calls stalled for a
+  time slice that the median hides) times the runs the tuner makes of it (``warmup + rep``
+  and one check, and ``rep`` more for the re-timed contenders). Contention inside the run
+  cannot count as necessary work, so wall / floor can miss;
 - wall / floor, for a cold process (worker processes start during the run) and a warm one,
   the cold process both as tileauto does it (workers forked from this process) and, in a
   fresh process started right after, with ``TILEAUTO_WORKER_START=forkserver``;
@@ -159,7 +160,7 @@ def tune_once(size: int, workers: int, warmup: int, rep: int) -> dict:
     for t in trials.values():
         if t.ok and t.latency is not None:
             retimed = any("re-timed" in n for n in t.notes)
-            kernel_s += t.latency.median_ms / 1e3 * (warmup + rep + 1 + (rep if retimed else 0))
+            kernel_s += t.latency.mean_ms / 1e3 * (warmup + rep + 1 + (rep if retimed else 0))
     in_worker = sum(t.compile_s or 0.0 for t in trials.values()) / session.workers + sum(
         t.run_s or 0.0 for t in trials.values()
     )
@@ -238,8 +239,8 @@ def main() -> int:
             f"{r['load']:5.2f}"
         )
     print(
-        f"floor = {alone_s:.2f} s of compiles timed alone / workers + the kernels' own time x "
-        f"their runs; in-worker floor: the run's own compile and run seconds (the old floor)"
+        f"floor = {alone_s:.2f} s of compiles timed alone / workers + the kernels' own time (mean "
+        f"call) x their runs; in-worker floor: the run's own compile and run seconds (the old floor)"
     )
     ratios = [a["wall"] / b["wall"] for a, b in zip(phases[1], phases[2])]
     speedup = statistics.median(ratios)
