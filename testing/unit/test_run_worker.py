@@ -117,3 +117,45 @@ def test_a_fresh_process_checks_and_times_a_kernel_without_importing_the_compile
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["ok", "ok", "3", "False"], proc.stdout
+
+
+def test_own_work_runs_on_one_torch_thread_and_the_users_programs_on_the_tunings(
+    built, monkeypatch
+):
+    """Copies and comparisons split over torch's threads wait at its barrier for a thread that
+    other processes keep off the CPU (milliseconds per config on a busy machine): they run on
+    one thread, while ``ref_prog`` (the user's code) keeps the tuning's thread count."""
+    import torch
+
+    from tileauto.jit import launcher
+
+    seen: dict[str, int] = {}
+
+    def spy(name, real):
+        def wrapped(*args, **kwargs):
+            seen[name] = torch.get_num_threads()
+            return real(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(run_worker, "compare", spy("compare", run_worker.compare))
+    monkeypatch.setattr(run_worker, "padded_clones", spy("clones", run_worker.padded_clones))
+    monkeypatch.setattr(run_worker, "canaries_intact", spy("canaries", run_worker.canaries_intact))
+
+    def ref_prog(a):
+        seen["ref_prog"] = torch.get_num_threads()
+        return a * 2
+
+    spec = spec_for(built["ok"], ref_prog=ref_prog)
+    spec.threads = 2
+    torch_before, pool_before = torch.get_num_threads(), launcher.threads()
+    try:
+        run_worker.setup(spec, reference=False)
+        run_worker.compute_reference()
+        assert run(built["ok"]).status is TrialStatus.OK
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(torch_before)
+        launcher.set_threads(pool_before)
+    assert seen == {"ref_prog": 2, "clones": 1, "canaries": 1, "compare": 1}
+    assert after == 2  # restored for whatever runs next
