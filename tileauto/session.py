@@ -57,6 +57,10 @@ from tileauto.utils.threads import background_thread
 
 log = get_logger("session")
 
+# passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
+# rep / RETIME_ROUNDS timed ones per config; see tileauto.run_worker.retime)
+RETIME_ROUNDS = 10
+
 _BUILD_STATUS = {
     BuildStatus.ERROR: TrialStatus.COMPILE_ERROR,
     BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
@@ -406,7 +410,9 @@ class TuningSession:
         if self.default_id in artifacts and measured[self.default_id].ok:
             chosen.append(self.default_id)  # the baseline of every speedup, timed the same way
         start = time.perf_counter()
-        samples = runner.retime([(artifacts[c], measured[c].config) for c in chosen], rounds=10)
+        samples = runner.retime(
+            [(artifacts[c], measured[c].config) for c in chosen], rounds=RETIME_ROUNDS
+        )
         if samples is None:
             return
         share = (time.perf_counter() - start) / len(chosen)
