@@ -149,6 +149,8 @@ def parse_tune_time(text: str) -> dict:
         out["cold_fork_speedup"], out["wall_floor_cold_forkserver"] = got
     if got := _floats(r"adds TVM's import, ([\d.]+) s", text):
         out["tvm_import_s"] = got[0]
+    if got := _floats(r"TVM's import left out of its floor: wall / floor ([\d.]+)", text):
+        out["wall_floor_cold_no_import"] = got[0]
     return out
 
 
@@ -281,6 +283,13 @@ def summary_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
             f.get("wall_floor_cold"),
             1.25,
         )
+        if "wall_floor_cold_no_import" in f:
+            row(
+                "tune_time",
+                "tuning wall / floor, cold process, TVM's import left out of the floor",
+                f["wall_floor_cold_no_import"],
+                None,
+            )
         row(
             "tune_time",
             "tuning wall / independent floor, warm process",
