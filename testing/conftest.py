@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -49,6 +50,12 @@ _SESSION_CACHE: str | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     global _SESSION_CACHE
+    # started in the background by a shell without job control (`cmd &` in a script), the
+    # test run begins with SIGINT ignored, and so would every process it starts: the Ctrl-C
+    # tests need it delivered as in a terminal (a caught signal is reset to the default at
+    # exec, an ignored one stays ignored)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _clear_tileauto_env(lambda name: os.environ.pop(name, None))
     _SESSION_CACHE = tempfile.mkdtemp(prefix="tileauto-test-cache-")
     os.environ["TILEAUTO_CACHE_DIR"] = _SESSION_CACHE
