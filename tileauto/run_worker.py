@@ -357,16 +357,10 @@ def _check(
     else:
         expected = session.reference
     expected_list = None if expected is None else as_list(expected)
-    for k, (name, r) in enumerate(zip(names, results)):
-        want = expected_list[k] if expected_list is not None and k < len(expected_list) else None
-        if not isinstance(want, torch.Tensor) or want.numel() != r.numel():
-            want = None  # compare() reports a reference of another size
-        else:
-            want = want.reshape(r.shape).to(r.device)
-        with own_work(spec.device):
-            missing = unwritten(name, r, want)
-        if missing is not None:  # missing work fails whatever the tolerances or the checker
-            return missing
+    with own_work(spec.device):
+        missing = _first_unwritten(names, results, expected_list)
+    if missing is not None:  # missing work fails whatever the tolerances or the checker
+        return missing
     if checked is not None and not checked.ok:
         return checked
     if spec.profile.manual_check_prog is not None:
@@ -388,6 +382,20 @@ def _check(
             max_mismatched_ratio=spec.profile.max_mismatched_ratio,
             names=names,
         )
+
+
+def _first_unwritten(names: list[str], results: list, expected_list: list | None) -> Verdict | None:
+    """The verdict on the first result with elements the kernel never wrote (None if none)."""
+    for k, (name, r) in enumerate(zip(names, results)):
+        want = expected_list[k] if expected_list is not None and k < len(expected_list) else None
+        if not isinstance(want, torch.Tensor) or want.numel() != r.numel():
+            want = None  # compare() reports a reference of another size
+        else:
+            want = want.reshape(r.shape).to(r.device)
+        missing = unwritten(name, r, want)
+        if missing is not None:
+            return missing
+    return None
 
 
 @contextlib.contextmanager
