@@ -299,6 +299,50 @@ def test_every_node_times_at_once_and_a_node_lost_mid_run_is_replaced(cluster, t
     assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)
 
 
+def test_a_gpu_target_without_a_gpu_node_is_an_error_before_anything_compiles(cluster, tmp_path):
+    from tileauto.ray_stages import RayRunner
+
+    p = h.problem([{"vec": 4}])
+    session, builder, _ = h.ray_session(p, tmp_path)
+    session.runner = RayRunner(p.profile_args, threads=1, device="cuda", cluster=RayCluster())
+    with pytest.raises(NoMatchingNodeError, match="no node of the Ray cluster has a GPU"):
+        session.run()
+    assert builder.submitted == 0
+
+
+@pytest.mark.timeout(180)
+def test_a_gpu_target_has_a_run_actor_on_each_gpu_of_a_node(cluster):
+    """Ray schedules GPUs it is told a node has: a node of 2 (declared, not real) GPUs gets
+    two run actors, each holding one; none is left, and the GPUs are free, after a kill."""
+    from tileauto.options import ProfileArgs
+    from tileauto.ray_stages import RayRunner
+
+    gpus = cluster.add_node(num_cpus=0, num_gpus=2)
+    cluster.wait_for_nodes()
+    try:
+        runner = RayRunner(ProfileArgs(), threads=1, device="cuda", cluster=RayCluster())
+        runner.start()
+        assert runner.nodes == [gpus.node_id]  # the only node with a GPU
+        assert runner.slots() == [gpus.node_id, gpus.node_id]
+        workers = [runner.worker, *(lane.worker for lane in runner._lanes)]
+        assert len(workers) == 2
+        for worker in workers:
+            with worker._lock:  # its start began in the background: wait for it
+                worker.start()
+        assert [w.node for w in workers] == [gpus.node_id] * 2
+        assert len({w.pid for w in workers}) == 2
+        # a driver without a GPU takes the first actor's device as the target's
+        assert runner._hardware == {"device": {"kind": "cuda", "name": "no-gpu", "cuda": None}}
+        assert h.eventually(lambda: ray.available_resources().get("GPU", 0) == 0)
+        pids = [pid for w in workers for pid in (*w.pids, *w.watcher_pids)]
+        runner.kill()
+        for pid in pids:
+            assert h.eventually(lambda pid=pid: not psutil.pid_exists(pid)), pid
+        assert h.eventually(lambda: ray.available_resources().get("GPU", 0) == 2)
+    finally:
+        cluster.remove_node(gpus)
+
+
 def test_executor_option_and_variable_are_checked_where_given(monkeypatch):
     import tileauto
     from tileauto.errors import SettingsError
