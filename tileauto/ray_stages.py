@@ -68,6 +68,7 @@ import dataclasses
 import os
 import queue
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -104,6 +105,9 @@ T = TypeVar("T")
 
 RAY_EXTRA = "pip install 'tileauto[ray]'"
 _WAKE_S = 0.1  # a build looks at its deadlines and cancel this often, at least
+# how long a cluster's address may take to accept a connection before tileauto gives up (Ray
+# itself retries for minutes when nothing answers there)
+_CONNECT_TIMEOUT_S = 10.0
 _START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports torch and TVM)
 # compile workers' environment: tasks of one runtime environment share (reuse) worker
 # processes, so warm-ups, compiles and core holds all run in the same warm workers
@@ -155,6 +159,12 @@ class RayCluster:
             file system: see :meth:`share_files`) read and write kernel folders in place;
             False sends every folder as bytes.
         init_kwargs: more arguments for ``ray.init``.
+        source: where ``address`` came from, for errors (``"TILEAUTO_RAY_ADDRESS"`` when a
+            tuning reads it from there).
+
+    Raises (from :meth:`connect`):
+        TileautoError: nothing answers at ``address`` (within 10 s, not Ray's minutes of
+            retries), or ``"auto"`` finds no cluster on this machine.
     """
 
     def __init__(
@@ -164,8 +174,10 @@ class RayCluster:
         node_retries: int = 3,
         share_files: bool = True,
         init_kwargs: dict[str, Any] | None = None,
+        source: str = "address",
     ) -> None:
         self.address = address
+        self.source = source
         self.node_retries = node_retries
         self.sharing = share_files
         self.init_kwargs = dict(init_kwargs or {})
@@ -183,10 +195,22 @@ class RayCluster:
         with self._lock:
             if not ray.is_initialized():
                 kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
-                if self.address is None and not os.environ.get("RAY_ADDRESS"):
+                address, source = self.address, self.source
+                if address is None and os.environ.get("RAY_ADDRESS"):
+                    address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+                if address is None:
                     # a local cluster of its own (Ray takes this only for a new cluster)
                     kwargs.setdefault("_system_config", dict(LOCAL_SYSTEM_CONFIG))
-                ray.init(address=self.address, **kwargs)
+                elif address not in ("auto", "local"):
+                    _check_reachable(address, source)
+                try:
+                    ray.init(address=self.address, **kwargs)
+                except ConnectionError as exc:
+                    raise TileautoError(
+                        f"{source}={address!r}: no Ray cluster to join ({exc}). Start one "
+                        "(`ray start --head`), give its address, or unset "
+                        f"{source} to let tileauto start a local Ray"
+                    ) from None
         return ray
 
     def nodes(self) -> dict[str, dict[str, float]]:
@@ -284,6 +308,26 @@ class RayCluster:
         with self._lock:
             probes, self._early_probes = self._early_probes, {}
         return probes
+
+
+def _check_reachable(address: str, source: str) -> None:
+    """Fail at once where Ray would retry for minutes: nothing accepts a connection at a
+    cluster's ``host:port`` (``ray://host:port`` for Ray Client)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # an IPv6 address
+    if not sep or not host or not port.isdigit():
+        raise TileautoError(
+            f"{source} must be 'auto' or a Ray cluster's host:port, got {address!r}"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise TileautoError(
+            f"{source}={address!r}: nothing answers at {host}:{port} ({exc}): no Ray cluster "
+            f"is reachable there. Start one (`ray start --head --port={port}` on {host}), fix "
+            f"the address, or unset {source} to let tileauto start a local Ray"
+        ) from None
 
 
 class _CoreHold:

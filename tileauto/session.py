@@ -623,7 +623,9 @@ class TuningSession:
         if self._cluster is None:
             from tileauto.ray_stages import RayCluster
 
-            self._cluster = RayCluster(self.problem.settings.ray_address)
+            self._cluster = RayCluster(
+                self.problem.settings.ray_address, source="TILEAUTO_RAY_ADDRESS"
+            )
         return self._cluster
 
 
