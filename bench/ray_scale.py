@@ -24,7 +24,10 @@ The loopback clusters get the Ray settings of the local cluster tileauto starts 
 It prints each one's wall time and compile phase (``TuningSession.compile_wall_s``) with its
 ratio to local, side by side, then the per-job overhead of the engines: a no-op Ray task (one
 at a time and many in flight), a no-op call to a Ray actor, and a no-op call to a local
-``Worker`` (the local pool's unit), and the cluster's start-up time.
+``Worker`` (the local pool's unit), and the cluster's start-up time. Last, where the CPU of
+the first local and the first 1-node tuning went, by process (compile workers, forkserver,
+run worker or actor, memory watcher, Ray's own processes, the driver: ``_cpu_by_process.py``,
+a sampler process), and the wall time Ray's extra CPU costs were all of it to wait for a core.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ os.environ["TILEAUTO_DISABLE_CACHE"] = "1"
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
 
 import gemm_cpu  # noqa: E402
+from _cpu_by_process import CpuByProcess  # noqa: E402
 
 from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.problem import TuningProblem  # noqa: E402
@@ -98,11 +102,32 @@ def timed(session: TuningSession) -> dict:
     }
 
 
-def tune_local(size: int, n: int, workers: int) -> dict:
-    return timed(TuningSession(problem(size, n, workers)))
+def tune_local(size: int, n: int, workers: int, profile: bool = False) -> dict:
+    session = TuningSession(problem(size, n, workers))
+    if not profile:
+        return timed(session)
+    made = session._local_runner  # the session makes its run worker: learn its pid
+    cpu = CpuByProcess()
+
+    def runner():
+        stage = made()
+        close = stage.close
+
+        def closed():
+            if stage.worker is not None and stage.worker.pid is not None:
+                cpu.runs.add(stage.worker.pid)
+            close()
+
+        stage.close = closed
+        return stage
+
+    session._local_runner = runner
+    with cpu:
+        out = timed(session)
+    return {**out, "cpu": cpu.classify()}
 
 
-def tune_ray_session(p: TuningProblem, rc, per_node: int) -> dict:
+def tune_ray_session(p: TuningProblem, rc, per_node: int, profile: bool = False) -> dict:
     from tileauto.ray_stages import RayBuilder, RayRunner
 
     builder = RayBuilder(
@@ -112,7 +137,15 @@ def tune_ray_session(p: TuningProblem, rc, per_node: int) -> dict:
         cluster=rc,
     )
     runner = RayRunner(p.profile_args, threads=per_node, timer=p.timer, cluster=rc)
-    return timed(TuningSession(p, builder=builder, runner=runner))
+    session = TuningSession(p, builder=builder, runner=runner)
+    if not profile:
+        return timed(session)
+    with CpuByProcess() as cpu:
+        out = timed(session)
+    workers = [runner.worker, *(lane.worker for lane in runner._lanes)]
+    cpu.runs.update(pid for w in workers if w is not None for pid in w.pids)
+    cpu.watchers.update(pid for w in workers if w is not None for pid in w.watcher_pids)
+    return {**out, "cpu": cpu.classify()}
 
 
 def tune_ray(size: int, n: int, nodes: int, cores: int, again: int = 0) -> dict:
@@ -145,7 +178,7 @@ def tune_ray(size: int, n: int, nodes: int, cores: int, again: int = 0) -> dict:
         # each node's run actor times with that node's cores (its own cores on a real
         # cluster; here the nodes share this machine's)
         per_node = max(1, cores // nodes)
-        out = {**tune_ray_session(p, rc, per_node), "startup": up}
+        out = {**tune_ray_session(p, rc, per_node, profile=nodes == 1), "startup": up}
         out["again"] = [
             (
                 tune_local(size, n, cores),
@@ -235,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{n} configs of gemm {args.size}^3 on {cores} cores (load {os.getloadavg()[0]:.1f})")
     rows: dict[str, dict] = {}
     if not args.skip_local:
-        rows["local"] = tune_local(args.size, args.configs, cores)
+        rows["local"] = tune_local(args.size, args.configs, cores, profile=True)
         print(f"  local done: {rows['local']['wall']:.1f} s", flush=True)
     ray1 = tune_ray(args.size, args.configs, 1, cores, again=max(1, args.again))
     rows["ray 1 node"] = ray1
@@ -287,7 +320,33 @@ def main(argv: list[str] | None = None) -> int:
             f"{'met' if first <= TARGET else 'MISSED'}); a later tuning in the same process "
             f"(median of {k} pairs): {again:.2f}x ({'met' if again <= TARGET else 'MISSED'})"
         )
+        where_it_goes(base, rows["ray 1 node"], cores)
     return 0
+
+
+def where_it_goes(local: dict, ray: dict, cores: int) -> None:
+    """The first tunings' CPU by process, side by side, and the wall time Ray's extra CPU
+    alone costs on ``cores`` busy cores."""
+    a, b = local.get("cpu"), ray.get("cpu")
+    if not a or not b:
+        return
+    print("\nwhere the first tunings' CPU goes (CPU s by process, sampled every 0.2 s):")
+    print(f"  {'':44}{'local':>8}{'ray 1 node':>12}")
+
+    def cell(v: float | None) -> str:
+        return f"{v:.2f}" if v is not None else "-"
+
+    for kind in sorted(set(a) | set(b), key=lambda k: -max(a.get(k, 0.0), b.get(k, 0.0))):
+        print(f"  {kind:44}{cell(a.get(kind)):>8}{cell(b.get(kind)):>12}")
+    extra = sum(b.values()) - sum(a.values())
+    print(f"  {'total':44}{sum(a.values()):8.2f}{sum(b.values()):12.2f}")
+    est = local["wall"] + extra / cores
+    print(
+        f"Ray's {extra:.1f} s of CPU more, were every second of it to wait for one of the "
+        f"{cores} cores: {extra / cores:.1f} s of wall more, {est:.1f} s "
+        f"({est / local['wall']:.2f}x local); measured {ray['wall']:.1f} s "
+        f"({ray['wall'] / local['wall']:.2f}x)"
+    )
 
 
 if __name__ == "__main__":
