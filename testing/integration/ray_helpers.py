@@ -30,6 +30,16 @@ from tileauto.settings import Settings  # noqa: E402
 ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before
 
 
+def node_id(node: Any) -> str:
+    """The Ray node id of a node of ``Cluster`` (``Node.node_id`` on newer Rays; older ones
+    are found by their object store's socket)."""
+    found = getattr(node, "node_id", None)
+    if found:
+        return found
+    socket = node.plasma_store_socket_name
+    return next(n["NodeID"] for n in ray.nodes() if n["ObjectStoreSocketName"] == socket)
+
+
 @contextlib.contextmanager
 def local_cluster(nodes: int = 2, cpus: int = 1) -> Iterator[Cluster]:
     """A head without CPUs (it schedules nothing) and ``nodes`` nodes of ``cpus`` CPUs each,

@@ -208,6 +208,7 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
     ray.get([b.ready.remote() for b in blockers])
     extra = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
+    victim = h.node_id(extra)
     space = [{"vec": v} for v in (4, 8, 16, 32)] + [
         {"mode": "slow", "repeat": r, "vec": v} for r in (2, 3) for v in (4, 8)
     ]
@@ -216,7 +217,7 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
     removed = []
 
     def on_start(index, node):
-        if not removed and node == extra.node_id:
+        if not removed and node == victim:
             removed.append(index)
             cluster.remove_node(extra)  # with this compile in flight
             for b in blockers:
@@ -262,7 +263,8 @@ def test_every_node_times_at_once_and_a_node_lost_mid_run_is_replaced(cluster, t
     cluster.wait_for_nodes()
     folder = tmp_path / "meet"
     folder.mkdir()
-    timer = functools.partial(h.node_loss_latency, folder=str(folder), victim=extra.node_id)
+    victim = h.node_id(extra)
+    timer = functools.partial(h.node_loss_latency, folder=str(folder), victim=victim)
     space = [{"vec": v} for v in (4, 8, 16, 32)] + [
         {"mode": "slow", "repeat": r, "vec": v} for r in (2, 3) for v in (4, 8)
     ]
@@ -280,7 +282,7 @@ def test_every_node_times_at_once_and_a_node_lost_mid_run_is_replaced(cluster, t
     result = session.run()
     remover.join(timeout=60)
     assert (folder / "started").exists()
-    assert extra.node_id in runner.lost_nodes
+    assert victim in runner.lost_nodes
     assert runner.worker.shares_files  # this machine's nodes read the kernels in place
     trials = [e[1] for e in reporter.events if e[0] == "trial"]
     # each once, the default ({"vec": 8}: the reference) first, then in the space's order
@@ -337,14 +339,15 @@ def test_a_gpu_target_has_a_run_actor_on_each_gpu_of_a_node(cluster):
     try:
         runner = RayRunner(ProfileArgs(), threads=1, device="cuda", cluster=RayCluster())
         runner.start()
-        assert runner.nodes == [gpus.node_id]  # the only node with a GPU
-        assert runner.slots() == [gpus.node_id, gpus.node_id]
+        gpu_node = h.node_id(gpus)
+        assert runner.nodes == [gpu_node]  # the only node with a GPU
+        assert runner.slots() == [gpu_node, gpu_node]
         workers = [runner.worker, *(lane.worker for lane in runner._lanes)]
         assert len(workers) == 2
         for worker in workers:
             with worker._lock:  # its start began in the background: wait for it
                 worker.start()
-        assert [w.node for w in workers] == [gpus.node_id] * 2
+        assert [w.node for w in workers] == [gpu_node] * 2
         assert len({w.pid for w in workers}) == 2
         # a driver without a GPU takes the first actor's device as the target's
         assert runner._hardware == {"device": {"kind": "cuda", "name": "no-gpu", "cuda": None}}
