@@ -215,6 +215,26 @@ def flaky_factory(n: int, vec: int = 8, mode: str = "ok", pid_dir: str = ""):
     return scale(n, vec)
 
 
+def stalling_on(victim: str):
+    """The test factory, except that a compile on node ``victim`` never ends: the node-loss
+    test removes that node under it, so the compile is surely in flight when it goes."""
+    import functools
+
+    from tune_kernels import scale
+
+    @functools.wraps(scale)
+    def factory(n: int, vec: int = 8, mode: str = "ok", repeat: int = 1):
+        import time
+
+        import ray as ray_
+
+        if ray_.is_initialized() and ray_.get_runtime_context().get_node_id() == victim:
+            time.sleep(3600)
+        return scale(n, vec, mode, repeat)
+
+    return factory
+
+
 def eventually(condition, limit_s: float = 60.0) -> bool:
     """A hang guard for what Ray does asynchronously (an actor kill, resources given back):
     True as soon as ``condition()`` holds, False after ``limit_s``."""

@@ -192,8 +192,10 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
     """A third node joins and is removed while it compiles; the run ends as without it.
 
     Deterministic: the two first nodes' CPUs are held until a compile has started on the
-    third one, which is then removed with that compile in flight.
+    third one, which is then removed with that compile in flight (compiles never end there).
     """
+    import dataclasses
+
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from tileauto.ray_stages import _CoreHold  # an actor that holds its CPUs while it lives
@@ -213,7 +215,9 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
         {"mode": "slow", "repeat": r, "vec": v} for r in (2, 3) for v in (4, 8)
     ]
     reporter = RecordingReporter()
-    session, builder, runner = h.ray_session(h.problem(space), tmp_path, reporter=reporter)
+    # the compile on the new node stalls there: it is in flight when the node is removed
+    p = dataclasses.replace(h.problem(space), factory=h.stalling_on(victim))
+    session, builder, runner = h.ray_session(p, tmp_path, reporter=reporter)
     removed = []
 
     def on_start(index, node):
