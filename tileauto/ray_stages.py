@@ -108,7 +108,9 @@ _WAKE_S = 0.1  # a build looks at its deadlines and cancel this often, at least
 # how long a cluster's address may take to accept a connection before tileauto gives up (Ray
 # itself retries for minutes when nothing answers there)
 _CONNECT_TIMEOUT_S = 10.0
-_START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports torch and TVM)
+_START_TIMEOUT_S = 300.0
+# how often a run actor's start looks whether its runner was closed meanwhile
+_START_POLL_S = 0.2  # an actor or probe start (a fresh process imports torch and TVM)
 # compile workers' environment: tasks of one runtime environment share (reuse) worker
 # processes, so warm-ups, compiles and core holds all run in the same warm workers
 _COMPILE_ENV = {"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}
@@ -1133,6 +1135,8 @@ class RayWorker:
         self.shares_files = False  # the actor reads the driver's kernel folders in place
         self._busy = False
         self._lock = threading.RLock()  # one job at a time, as a local worker
+        self._kills = 0  # kill() calls: a start in progress gives up when this moves
+        self.starter: threading.Thread | None = None  # its start ahead of the first job
 
     @property
     def alive(self) -> bool:
@@ -1154,6 +1158,7 @@ class RayWorker:
         if self.actor is not None:
             return self
         ray = self.runner.cluster.connect()
+        kills = self._kills
         while True:
             node = self.runner.next_node()
             env = {"TVM_NUM_THREADS": str(self.threads), "OMP_NUM_THREADS": str(self.threads)}
@@ -1182,13 +1187,20 @@ class RayWorker:
                 .remote()
             )
             try:
-                info, watcher_pid = ray.get(
+                info, watcher_pid = self._started(
+                    ray,
                     [
                         actor.ping.remote(self.device, list(sys.path), self.runner.cluster.token),
                         watcher.ready.remote(),
                     ],
-                    timeout=_START_TIMEOUT_S,
+                    kills,
                 )
+            except _StartStopped:
+                ray.kill(actor, no_restart=True)
+                ray.kill(watcher, no_restart=True)
+                raise WorkerError(
+                    "the run actor's start was stopped: the runner was closed"
+                ) from None
             except ray.exceptions.RayError as exc:
                 ray.kill(actor, no_restart=True)
                 ray.kill(watcher, no_restart=True)
@@ -1215,6 +1227,22 @@ class RayWorker:
             except Exception:  # noqa: BLE001 - not picklable: the first job says so
                 pass
             return self
+
+    def _started(self, ray: Any, refs: list[Any], kills: int) -> list[Any]:
+        """The answers of a new actor and its watcher; :class:`_StartStopped` as soon as
+        :meth:`kill` is called meanwhile (a thread must not wait in Ray for minutes after
+        its session ended: Ray may be shut down under it)."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=_START_POLL_S)
+            if self._kills != kills:
+                raise _StartStopped
+            if len(ready) == len(refs):
+                return list(ray.get(refs))
+            if time.monotonic() > deadline:
+                raise ray.exceptions.GetTimeoutError(
+                    f"the run actor did not answer within {_START_TIMEOUT_S:g} s"
+                )
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
         with self._lock:
@@ -1296,7 +1324,9 @@ class RayWorker:
             self.runner.lost(node)
 
     def kill(self) -> None:
-        """Kill the actor (its process and what it runs) and its watcher now."""
+        """Kill the actor (its process and what it runs) and its watcher now; a start in
+        progress kills the ones it started and gives up."""
+        self._kills += 1
         actors = [a for a in (self.actor, self.watcher) if a is not None]
         self.actor, self.watcher, self._watch = None, None, None
         for actor in actors:
@@ -1307,6 +1337,10 @@ class RayWorker:
                 pass
 
     close = kill
+
+
+class _StartStopped(Exception):
+    """A run actor's start gave up: its worker was killed meanwhile."""
 
 
 def _start_quietly(worker: RayWorker) -> None:
@@ -1404,7 +1438,9 @@ class RayRunner(Runner):
             # compiles; a job waits for it (the worker's lock)
             worker = self.make_worker(self.device, self.threads, self.memory_limit_mb)
             self.worker = worker  # type: ignore[assignment]  # stands in for a Worker
-            background_thread(_start_quietly, worker, name="tileauto-ray-run-start")
+            worker.starter = background_thread(
+                _start_quietly, worker, name="tileauto-ray-run-start"
+            )
             # and one per other slot (the first slot is this runner's: see next_node)
             self._lanes_for(self.slots()[1:])
 
@@ -1578,17 +1614,27 @@ class RayRunner(Runner):
             if lane is None:
                 lane = _Lane(self, node)
                 self._lanes.append(lane)
-                background_thread(_start_quietly, lane.worker, name="tileauto-ray-run-start")
+                worker = cast(RayWorker, lane.worker)
+                worker.starter = background_thread(
+                    _start_quietly, worker, name="tileauto-ray-run-start"
+                )
             else:
                 free.remove(lane)
             chosen.append(lane)
         return chosen
 
     def kill(self) -> None:
+        """Kill every slot's run actor, and wait for the starts still in progress to give up
+        (a fraction of a second): once closed, this runner has no thread left in Ray."""
+        workers = [lane.worker for lane in self._lanes] + [self.worker]
         for lane in self._lanes:
             lane.kill_worker()
         super().kill()
         self.cluster.release_cores()
+        for worker in workers:
+            starter = getattr(worker, "starter", None)
+            if starter is not None and starter is not threading.current_thread():
+                starter.join(timeout=_START_POLL_S * 25)
 
 
 class _OfMain(Generic[T]):

@@ -318,6 +318,36 @@ no_real_gpu = pytest.mark.skipif(
 )
 
 
+def test_a_runner_closed_while_its_actors_start_leaves_no_thread_nor_actor(cluster):
+    """Its actors start in the background (a process importing torch and TVM: seconds);
+    closing the runner at once stops those starts: no thread of it is left waiting in Ray
+    (Ray may be shut down under it: Ray 2.20 then crashed the process) and no actor
+    lives on."""
+    from tileauto.options import ProfileArgs
+    from tileauto.ray_stages import RayRunner
+
+    runner = RayRunner(ProfileArgs(), threads=1, cluster=RayCluster())
+    runner.start()  # an actor on each of the 2 nodes, started in the background
+    workers = [runner.worker, *(lane.worker for lane in runner._lanes)]
+    assert len(workers) == 2 and all(w.starter is not None for w in workers)
+    runner.close()
+    for worker in workers:
+        assert not worker.starter.is_alive()
+        assert worker.actor is None
+    pids = [pid for w in workers for pid in (*w.pids, *w.watcher_pids)]
+    for pid in pids:  # any actor that did start (none, unless the start beat close)
+        assert h.eventually(lambda pid=pid: not psutil.pid_exists(pid)), pid
+
+    def run_actors() -> list[int]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any("_RunActor" in part for part in proc.info["cmdline"] or ()):
+                found.append(proc.pid)
+        return found
+
+    assert h.eventually(lambda: run_actors() == []), run_actors()
+
+
 @no_real_gpu
 def test_a_gpu_target_without_a_gpu_node_is_an_error_before_anything_compiles(cluster, tmp_path):
     from tileauto.ray_stages import RayRunner
