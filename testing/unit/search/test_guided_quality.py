@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from search_fakes import bowl, lookup
 
-from tileauto.search import GuidedSearch, run_search
+from tileauto.search import GuidedSearch, RandomSearch, run_search
 from tileauto.space import product
 
 
@@ -64,10 +64,18 @@ def basin_and_needle():
 
 
 def test_the_search_leaves_a_broad_basin_for_a_narrow_faster_needle():
+    """Found in 2 runs of 3 at least, and more often than random search with the budget.
+
+    24 seeds, not 6: the count moves with scikit-learn's forests (seeds 0-23 found it 22
+    times with scikit-learn 1.9.1, 17 with 1.3.2-1.8.0; random search 13), and 6 seeds put
+    one of those versions on the line."""
     space, latency = basin_and_needle()
 
     def found(strategy, seed):
         out = run_search(strategy, space, lookup(space, latency), max_trials=120, seed=seed)
         return min(t.latency_ms for t in out.trials.values() if t.ok) < 0.7
 
-    assert sum(found(GuidedSearch(), s) for s in range(6)) >= 4
+    guided = sum(found(GuidedSearch(), s) for s in range(24))
+    randomly = sum(found(RandomSearch(), s) for s in range(24))
+    assert guided >= 16, (guided, randomly)
+    assert guided >= randomly + 3, (guided, randomly)
