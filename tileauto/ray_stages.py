@@ -108,9 +108,9 @@ _WAKE_S = 0.1  # a build looks at its deadlines and cancel this often, at least
 # how long a cluster's address may take to accept a connection before tileauto gives up (Ray
 # itself retries for minutes when nothing answers there)
 _CONNECT_TIMEOUT_S = 10.0
-_START_TIMEOUT_S = 300.0
+_START_TIMEOUT_S = 300.0  # an actor or probe start (a fresh process imports torch and TVM)
 # how often a run actor's start looks whether its runner was closed meanwhile
-_START_POLL_S = 0.2  # an actor or probe start (a fresh process imports torch and TVM)
+_START_POLL_S = 0.2
 # compile workers' environment: tasks of one runtime environment share (reuse) worker
 # processes, so warm-ups, compiles and core holds all run in the same warm workers
 _COMPILE_ENV = {"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}

@@ -224,12 +224,12 @@ def stalling_on(victim: str):
 
     @functools.wraps(scale)
     def factory(n: int, vec: int = 8, mode: str = "ok", repeat: int = 1):
-        import time
+        import threading
 
         import ray as ray_
 
         if ray_.is_initialized() and ray_.get_runtime_context().get_node_id() == victim:
-            time.sleep(3600)
+            threading.Event().wait()  # never set: the node goes with this process
         return scale(n, vec, mode, repeat)
 
     return factory
