@@ -67,6 +67,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import re
 import shutil
 import socket
 import sys
@@ -126,6 +127,8 @@ _WARMED_LOCK = threading.Lock()
 LOCAL_SYSTEM_CONFIG = {"idle_worker_killing_time_threshold_ms": 600_000}
 # the driver's variables that change how a kernel runs: the run actor gets them too
 _RUN_ENV = ("TVM_THREAD_POOL_SPIN_COUNT", "TVM_BIND_THREADS")
+# the terminal colours of Ray's task errors
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # files of a kernel folder a run does not need
 _READ_ONLY_FILES = ("_source.txt", "kernel_script.py")
 
@@ -448,6 +451,13 @@ def _on_node(ray: Any, node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
+def _near(ray: Any, node_id: str) -> Any:
+    """On that node, or anywhere once it is gone."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=True)
+
+
 _CLASSES: dict[tuple[int, type], Any] = {}
 
 
@@ -530,16 +540,21 @@ def _compile_task(
     Yields the node id first (the driver counts the timeout from then), then
     ``("ok", artifact JSON, files)``, ``("here", artifact JSON)`` when the node shares the
     driver's files (``here``: the driver's folder for this config and the token of
-    :meth:`RayCluster.share_files`; the kernel is compiled into it), or
-    ``("error", type name, message)``.
+    :meth:`RayCluster.share_files`; the kernel is compiled into it),
+    ``("error", type name, message)``, or ``("unloadable", message)`` when the factory does
+    not load on this node (a module the node lacks: no config compiles there).
     """
     import ray
 
     yield ray.get_runtime_context().get_node_id()
-    path, env, payload = cloudpickle.loads(setup)
-    use_path(path)
-    _apply_settings(env)
-    factory, compile_args = cloudpickle.loads(payload)
+    try:
+        path, env, payload = cloudpickle.loads(setup)
+        use_path(path)
+        _apply_settings(env)
+        factory, compile_args = cloudpickle.loads(payload)
+    except BaseException as exc:  # noqa: BLE001 - the node's fault, not the config's
+        yield ("unloadable", _not_loaded(exc, ray.util.get_node_ip_address()))
+        return
     folder, token = here
     if shares_files(token):
         try:
@@ -559,6 +574,20 @@ def _compile_task(
         yield ("ok", artifact.to_json(), _folder_files(out))
 
 
+def _not_loaded(exc: BaseException, node_ip: str, what: str = "the factory") -> str:
+    """Why a node could not load ``what`` (the factory and compile arguments, or the tuning's
+    functions a run actor calls): most often a module of the user's that the driver imports
+    and the node does not have."""
+    why = f"{what} could not be loaded on Ray node {node_ip}: {type(exc).__name__}: {exc}"
+    if not isinstance(exc, ImportError):
+        return why
+    return (
+        f"{why} (every node needs the modules of the tuning's functions: install them there, "
+        "or have Ray ship them: ray.init(runtime_env={'working_dir': ...}) before tuning, or "
+        "ray job submit --working-dir; docs/scale.md)"
+    )
+
+
 @dataclass
 class _Job:
     index: int
@@ -568,6 +597,14 @@ class _Job:
     submitted: float = 0.0
     attempts: int = 0
     dead_before: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class _Unfit:
+    """A compile task's node could not load the factory (see :func:`_not_loaded`)."""
+
+    node: str | None
+    reason: str
 
 
 class RayBuilder:
@@ -584,6 +621,9 @@ class RayBuilder:
     Attributes:
         submitted: compile tasks submitted (resubmissions after a node loss included).
         resubmitted: compile tasks submitted again because their node was lost.
+        unfit: node -> why the factory could not be loaded there (a module the node lacks).
+            Its compiles go to the other nodes, never counted as the configs' failures;
+            with no node left, the build raises :class:`NoMatchingNodeError`.
     """
 
     def __init__(
@@ -604,6 +644,8 @@ class RayBuilder:
         self.num_cpus = num_cpus
         self.submitted = 0
         self.resubmitted = 0
+        self.unfit: dict[str, str] = {}
+        self._turn = 0  # compiles sent to a fit node so far: whose turn is next (_fit_node)
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._inflight: set[Any] = set()
@@ -722,24 +764,33 @@ class RayBuilder:
         token = self.cluster.share_files(self.staging_dir)
         payload = self._payload()
         setup = ray.put(pickling.dumps((list(sys.path), _settings_env(), payload)))
-        task = ray.remote(_compile_task).options(
-            num_cpus=self.num_cpus,
-            max_retries=0,
-            retry_exceptions=False,
-            num_returns="streaming",
-            runtime_env=_COMPILE_ENV,
-        )
+        compile_task = ray.remote(_compile_task)
+        options = {
+            "num_cpus": self.num_cpus,
+            "max_retries": 0,
+            "retry_exceptions": False,
+            "num_returns": "streaming",
+            "runtime_env": _COMPILE_ENV,
+        }
+        task = compile_task.options(**options)
         results: list[BuildResult | None] = [None] * len(requests)
         jobs: dict[Any, _Job] = {}
         self._jobs = jobs
 
-        def submit(job: _Job, dead: frozenset[str]) -> None:
-            job.attempts += 1
+        def submit(job: _Job, dead: frozenset[str], node: str | None = None) -> None:
+            """``node``: run it there (a node that loads the factory) unless that node is
+            gone; a submission to another node is not an attempt (see node_retries)."""
+            job.attempts += node is None
             job.node, job.started = None, None
             job.submitted = time.monotonic()
             job.dead_before = dead  # the nodes already dead when it was submitted
             folder = batch_dir / f"{requests[job.index].index:04d}"
-            job.ref = task.remote(setup, requests[job.index], (str(folder), token))
+            there = (
+                task
+                if node is None
+                else compile_task.options(**options, scheduling_strategy=_near(ray, node))
+            )
+            job.ref = there.remote(setup, requests[job.index], (str(folder), token))
             jobs[job.ref] = job
             with self._lock:
                 self._inflight.add(job.ref)
@@ -773,12 +824,16 @@ class RayBuilder:
                         if self.on_start is not None:
                             self.on_start(job.index, job.node)
                         continue
-                    if outcome == "again":
+                    if outcome == "again" or isinstance(outcome, _Unfit):
                         jobs.pop(job.ref, None)
                         with self._lock:
                             self._inflight.discard(job.ref)
+                    if outcome == "again":
                         self.resubmitted += 1
                         submit(job, frozenset(self._dead_nodes()))
+                        continue
+                    if isinstance(outcome, _Unfit):
+                        submit(job, dead, self._fit_node(outcome))
                         continue
                     finish(job, outcome)
                 now = time.monotonic()
@@ -808,6 +863,25 @@ class RayBuilder:
                 if on_result is not None:
                     on_result(cancelled)
         return [r for r in results if r is not None]
+
+    def _fit_node(self, unfit: _Unfit) -> str:
+        """Take note that ``unfit.node`` does not load the factory; the next node for its
+        compiles, in turn among those that may (NoMatchingNodeError when none is left)."""
+        if unfit.node is not None and unfit.node not in self.unfit:
+            self.unfit[unfit.node] = unfit.reason
+            log.warning("Ray node %s left out of the compiles: %s", unfit.node[:12], unfit.reason)
+        fit = sorted(
+            n
+            for n, r in self.cluster.nodes().items()
+            if r.get("CPU", 0.0) >= self.num_cpus and n not in self.unfit
+        )
+        if not fit:
+            raise NoMatchingNodeError(
+                f"no node of the Ray cluster could load the factory, so nothing compiled: "
+                f"{unfit.reason}"
+            )
+        self._turn += 1
+        return fit[self._turn % len(fit)]
 
     def running_nodes(self) -> set[str]:
         """Nodes running a compile of this builder now (for tests and reports)."""
@@ -852,6 +926,11 @@ class RayBuilder:
                 )
         except exc_types.OutOfMemoryError as exc:
             return _failed(request, BuildStatus.OUT_OF_MEMORY, f"compiler {exc}", _since(job))
+        except exc_types.RayTaskError as exc:  # the task raised: an error, its worker lives
+            cause = getattr(exc, "cause", None)
+            cause = cause if isinstance(cause, BaseException) else exc
+            message = _ANSI.sub("", f"{type(cause).__name__}: {cause}")
+            return _failed(request, BuildStatus.ERROR, first_lines(message), _since(job))
         except exc_types.RayError as exc:
             error = exc
         else:
@@ -867,6 +946,8 @@ class RayBuilder:
             job.node, job.started = value, time.monotonic()
             return "started"
         wall = _since(job)
+        if value[0] == "unloadable":
+            return _Unfit(job.node, value[1])
         if value[0] == "error":
             _, type_name, message = value
             oom = type_name == "MemoryError" or message.startswith("MemoryError")
@@ -955,16 +1036,20 @@ class _RunActor:
             "shares_files": shares_files(token),
         }
 
-    def preload(self, path: list[str], env: dict[str, str], payload: bytes) -> None:
+    def preload(self, path: list[str], env: dict[str, str], payload: bytes) -> str | None:
         """Unpickle the tuning's own functions (timer, supply and reference programs), which
-        imports their modules now, while the configs compile, instead of in the first job."""
+        imports their modules now, while the configs compile, instead of in the first job;
+        why they could not be loaded on this node, if they could not."""
+        import ray
+
         use_path(path)
         _apply_settings(env)
         try:
             with collector_paused():
                 cloudpickle.loads(payload)
-        except BaseException:  # noqa: BLE001 - the first job meets it and reports it
-            pass
+        except BaseException as exc:  # noqa: BLE001 - the node's fault: the driver's to say
+            return _not_loaded(exc, ray.util.get_node_ip_address(), "the tuning's functions")
+        return None
 
     def call(
         self,
@@ -1186,15 +1271,17 @@ class RayWorker:
                 )
                 .remote()
             )
+            refs = [
+                actor.ping.remote(self.device, list(sys.path), self.runner.cluster.token),
+                watcher.ready.remote(),
+            ]
+            try:  # run by the actor after ping (its calls run in order), before any job
+                preload = pickling.dumps((self.runner.profile, self.runner.timer))
+                refs.append(actor.preload.remote(list(sys.path), _settings_env(), preload))
+            except Exception:  # noqa: BLE001 - not picklable: the first job says so
+                pass
             try:
-                info, watcher_pid = self._started(
-                    ray,
-                    [
-                        actor.ping.remote(self.device, list(sys.path), self.runner.cluster.token),
-                        watcher.ready.remote(),
-                    ],
-                    kills,
-                )
+                info, watcher_pid, *loaded = self._started(ray, refs, kills)
             except _StartStopped:
                 ray.kill(actor, no_restart=True)
                 ray.kill(watcher, no_restart=True)
@@ -1208,7 +1295,9 @@ class RayWorker:
                     raise TileautoError(f"the Ray run actor could not start: {exc}") from exc
                 self.runner.lost(node)
                 continue
-            if not self.runner.hardware_ok(node, info["hardware"]):
+            if not self.runner.hardware_ok(node, info["hardware"]) or not self.runner.loads_on(
+                node, loaded[0] if loaded else None
+            ):
                 ray.kill(actor, no_restart=True)
                 ray.kill(watcher, no_restart=True)
                 continue
@@ -1221,11 +1310,6 @@ class RayWorker:
             self.watcher_pids.append(watcher_pid)
             self._shipped = set()
             self.shares_files = bool(info.get("shares_files"))
-            try:  # the actor runs it before the first job (its calls run in order)
-                preload = pickling.dumps((self.runner.profile, self.runner.timer))
-                actor.preload.remote(list(sys.path), _settings_env(), preload)
-            except Exception:  # noqa: BLE001 - not picklable: the first job says so
-                pass
             return self
 
     def _started(self, ray: Any, refs: list[Any], kills: int) -> list[Any]:
@@ -1412,6 +1496,7 @@ class RayRunner(Runner):
         self.reserve_cores = reserve_cores
         self.nodes: list[str] = []
         self.lost_nodes: list[str] = []
+        self.unfit: dict[str, str] = {}  # node -> why the tuning's functions do not load there
         self._hardware: dict[str, Any] | None = None
         self._started = False
         self._lanes: list[_Lane] = []  # run actors on the other slots (see run_many)
@@ -1452,6 +1537,11 @@ class RayRunner(Runner):
         for node in self.nodes:
             if node in alive:
                 return node
+        if self.unfit:
+            raise NoMatchingNodeError(
+                f"no node matching the target is left to time on: on {len(self.unfit)} of "
+                f"them, {next(iter(self.unfit.values()))}"
+            )
         raise NoMatchingNodeError(
             f"every node matching the target was lost ({len(self.lost_nodes)} lost)"
         )
@@ -1469,6 +1559,17 @@ class RayRunner(Runner):
         if hardware == self._hardware:
             return True
         log.info("node %s left out: hardware %s, not %s", node[:12], hardware, self._hardware)
+        self.nodes = [n for n in self.nodes if n != node]
+        return False
+
+    def loads_on(self, node: str, why_not: str | None) -> bool:
+        """A new actor's answer to loading the tuning's functions (None: loaded); a node
+        where they do not load (a module it lacks) is not used again."""
+        if why_not is None:
+            return True
+        if node not in self.unfit:
+            self.unfit[node] = why_not
+            log.warning("Ray node %s left out of the timings: %s", node[:12], why_not)
         self.nodes = [n for n in self.nodes if n != node]
         return False
 
@@ -1679,6 +1780,9 @@ class _Lane(RayRunner):
 
     def hardware_ok(self, node: str, hardware: dict[str, Any]) -> bool:
         return self.main.hardware_ok(node, hardware)
+
+    def loads_on(self, node: str, why_not: str | None) -> bool:
+        return self.main.loads_on(node, why_not)
 
     def lost(self, node: str) -> None:
         self.main.lost(node)

@@ -92,11 +92,17 @@ def node_loss_latency(func, args, *, warmup, rep, config, device, folder, victim
     return scripted_latency(func, args, warmup=warmup, rep=rep, config=config, device=device)
 
 
-def problem(configs: list[dict], *, timeout: float = 5.0, timer: Any = scripted_latency):
+def problem(
+    configs: list[dict],
+    *,
+    timeout: float = 5.0,
+    timer: Any = scripted_latency,
+    factory: Any = None,
+):
     from tune_kernels import scale, scale_jit
 
     return TuningProblem(
-        factory=scale,
+        factory=factory or scale,
         args=(4096,),
         kwargs={},
         configs=configs,
@@ -246,3 +252,36 @@ def eventually(condition, limit_s: float = 60.0) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+GATED = """\
+\"\"\"The test factory and timer, in a module that Ray nodes {banned} cannot import: it stands
+in for a module of the user's that some nodes lack.\"\"\"
+
+import ray
+
+if ray.is_initialized() and ray.get_runtime_context().get_node_id() in {banned!r}:
+    raise ModuleNotFoundError("No module named {name!r}", name={name!r})
+
+import ray_helpers
+from tune_kernels import scale
+
+
+def factory(n, vec=8, mode="ok", repeat=1):
+    return scale(n, vec, mode, repeat)
+
+
+def timer(func, args, *, warmup, rep, config, device):
+    return ray_helpers.scripted_latency(
+        func, args, warmup=warmup, rep=rep, config=config, device=device
+    )
+"""
+
+
+def gated_module(folder: Path, name: str, banned: set[str]) -> Any:
+    """Module ``name``, written into ``folder`` (which must be on ``sys.path``) and imported:
+    on the Ray nodes ``banned`` its import fails as if it were not there."""
+    import importlib
+
+    (folder / f"{name}.py").write_text(GATED.format(name=name, banned=sorted(banned)))
+    return importlib.import_module(name)

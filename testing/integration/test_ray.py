@@ -146,6 +146,67 @@ def test_no_matching_node_is_an_error_before_anything_compiles(cluster, tmp_path
     assert builder.submitted == 0
 
 
+@pytest.mark.timeout(240)
+def test_a_node_that_lacks_a_module_of_the_tuning_is_left_out(cluster, tmp_path, monkeypatch):
+    """A module of the factory and timer that one node cannot import: that node's compiles go
+    to the other node and its run actor is not used, and no config is failed for it; the
+    tuning is the local one. Where no node can import it, the tuning stops with one error
+    that names the module (not a compile error per config)."""
+    monkeypatch.syspath_prepend(str(tmp_path))  # the driver's path: sent to the workers
+    compute = sorted(n for n, r in RayCluster().nodes().items() if r.get("CPU"))
+    banned = compute[0]
+    gated = h.gated_module(tmp_path, "gated_on_one", {banned})
+    space = [{"vec": v} for v in (4, 8, 16, 32, 4, 8)]
+    session, builder, runner = h.ray_session(
+        h.problem(space, factory=gated.factory, timer=gated.timer), tmp_path / "one"
+    )
+    result = session.run()
+    assert all(t.status is TrialStatus.OK for t in result.trials), result.trials
+    assert result.config == {"vec": 16}
+    # its run actor started there (a run slot per node), loaded nothing and was not used
+    assert list(runner.unfit) == [banned]
+    assert "No module named 'gated_on_one'" in runner.unfit[banned]
+    assert runner.nodes == compute[1:]
+    # compiles that landed there went to the other node
+    assert set(builder.unfit) <= {banned}
+    local = h.local_session(h.problem(space), tmp_path / "local").run()
+    assert h.comparable(result.trials) == h.comparable(local.trials)
+
+    gated = h.gated_module(tmp_path, "gated_everywhere", set(compute))
+    session, builder, _ = h.ray_session(
+        h.problem(space, factory=gated.factory, timer=gated.timer), tmp_path / "all"
+    )
+    with pytest.raises(NoMatchingNodeError, match="No module named 'gated_everywhere'") as info:
+        session.run()
+    assert "working_dir" in str(info.value)  # what to do about it
+    assert sorted(builder.unfit) == compute
+    assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)  # nothing held
+
+
+def test_an_exception_out_of_a_compile_task_is_a_compile_error_with_its_cause(cluster, tmp_path):
+    """What a compile task lets out (tileauto's code, not the compiler's: that one is caught
+    in the task) is the config's compile_error with the cause's type and message, without
+    the terminal colours of Ray's error text; not a crash."""
+    from tune_kernels import scale_jit
+
+    from tileauto.ray_stages import _Job
+
+    @ray.remote(num_returns="streaming", max_retries=0)
+    def raising():
+        yield "a node"
+        raise ValueError("\x1b[31mbroken\x1b[39m here")
+
+    builder = RayBuilder(
+        h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=RayCluster()
+    )
+    job = _Job(0, ref=raising.remote())
+    request = BuildRequest(index=0, config={"vec": 4}, args=(1024,))
+    assert builder._next(ray, job, request, tmp_path) == "started"
+    result = builder._next(ray, job, request, tmp_path)
+    assert result.status is BuildStatus.ERROR, result
+    assert result.error == "ValueError: broken here"
+
+
 @pytest.mark.timeout(180)
 def test_compile_timeout_crash_and_cancel(cluster, tmp_path):
     from tune_kernels import scale_jit
