@@ -88,11 +88,31 @@ def format_table(
     return "\n".join(lines)
 
 
+_LISTED = 10  # failed configs listed one by one; more are grouped by reason
+_GROUPS = 8  # reasons listed when grouped (the log has every config)
+_EXAMPLES = 3  # configs named per reason
+
+
 def failure_summary(trials: Sequence[Trial]) -> str:
-    """One line per failed config: what it was and why it failed."""
-    return "\n".join(
-        f"  [{t.index}] {_fmt_config(t.config)}: {t.reason}" for t in trials if not t.ok
-    )
+    """Why the failed configs failed: one line per config when there are a few; grouped by
+    reason, most frequent first, when there are more (a space of thousands whose configs all
+    fail for one reason gets one line, not thousands)."""
+    failed = [t for t in trials if not t.ok]
+    if len(failed) <= _LISTED:
+        return "\n".join(f"  [{t.index}] {_fmt_config(t.config)}: {t.reason}" for t in failed)
+    groups: dict[str, list[Trial]] = {}
+    for t in failed:
+        groups.setdefault(t.reason, []).append(t)
+    ranked = sorted(groups.items(), key=lambda item: -len(item[1]))  # stable: first seen first
+    lines = []
+    for reason, group in ranked[:_GROUPS]:
+        named = ", ".join(f"[{t.index}] {_fmt_config(t.config)}" for t in group[:_EXAMPLES])
+        more = f" and {len(group) - _EXAMPLES} more" if len(group) > _EXAMPLES else ""
+        lines.append(f"  {len(group)} config(s): {reason}\n    {named}{more}")
+    if len(ranked) > _GROUPS:
+        rest = sum(len(group) for _, group in ranked[_GROUPS:])
+        lines.append(f"  {rest} more config(s), for {len(ranked) - _GROUPS} other reasons")
+    return "\n".join(lines)
 
 
 def summary_table(name: str, summary: dict[str, Any]) -> str:

@@ -307,6 +307,28 @@ def test_format_table_and_failure_summary_keep_their_shape():
     )
 
 
+def test_many_failures_are_grouped_by_reason_most_frequent_first():
+    def failed(i: int, why: str) -> Trial:
+        return Trial(i, {"block": i}, TrialStatus.COMPILE_ERROR, error=why)
+
+    same = [failed(i, "No module named 'k'") for i in range(2000)]
+    assert failure_summary(same).splitlines() == [
+        "  2000 config(s): compile_error: No module named 'k'",
+        "    [0] block=0, [1] block=1, [2] block=2 and 1997 more",
+    ]
+    mixed = [failed(i, "a" if i % 3 else "b") for i in range(12)] + [_ok(12, 1.0)]
+    assert failure_summary(mixed).splitlines() == [
+        "  8 config(s): compile_error: a",
+        "    [1] block=1, [2] block=2, [4] block=4 and 5 more",
+        "  4 config(s): compile_error: b",
+        "    [0] block=0, [3] block=3, [6] block=6 and 1 more",
+    ]
+    # every config its own reason: the first reasons, then how many are left
+    distinct = failure_summary([failed(i, f"error {i}") for i in range(20)]).splitlines()
+    assert len(distinct) == 8 * 2 + 1
+    assert distinct[-1] == "  12 more config(s), for 12 other reasons"
+
+
 def test_an_interrupted_session_is_logged_with_its_error(tmp_path, caplog):
     # the session reports the end of a Ctrl-C'd run too: what was measured, and why it ended
     reporter = default_reporter(tmp_path, "gemm", False)
