@@ -79,4 +79,10 @@ def test_the_watcher_imports_no_torch_and_goes_with_its_actor(cluster):
         assert any("torch" in m.path for m in psutil.Process(worker.pid).memory_maps())
     finally:
         worker.kill()
-    assert h.eventually(lambda: gone(worker.pids + worker.watcher_pids))
+        # worker.start() started the runner too, and so its own slot's actor, in a thread that
+        # would otherwise go on in Ray after this module shut it down (and join it again)
+        runner.kill()
+    own = runner.worker
+    assert h.eventually(
+        lambda: gone(worker.pids + worker.watcher_pids + own.pids + own.watcher_pids)
+    )
