@@ -157,8 +157,10 @@ class RayCluster:
     """The connection to a Ray cluster and what a builder and a runner of one session share.
 
     Args:
-        address: ``None`` (join the Ray this process already joined, or start a local one),
-            ``"auto"`` (join the cluster running on this machine) or a cluster's address.
+        address: ``None`` (join the Ray this process already joined, or else start a local
+            one, even where ``ray start`` runs a cluster on this machine; ``RAY_ADDRESS``,
+            when set, is joined instead), ``"auto"`` (join the cluster running on this
+            machine) or a cluster's address.
         node_retries: how many times a job lost with its node is run again elsewhere.
         share_files: let nodes that see the driver's files (the same machine, or a shared
             file system: see :meth:`share_files`) read and write kernel folders in place;
@@ -201,15 +203,21 @@ class RayCluster:
             if not ray.is_initialized():
                 kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
                 address, source = self.address, self.source
-                if address is None and os.environ.get("RAY_ADDRESS"):
+                from_env = address is None and bool(os.environ.get("RAY_ADDRESS"))
+                if from_env:
                     address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
-                if address is None:
-                    # a local cluster of its own (Ray takes this only for a new cluster)
+                if address in (None, "local"):
+                    # a local cluster of its own (Ray takes these settings only for a new
+                    # one), even where `ray start` runs one on this machine: Ray would join
+                    # that one for address=None (and refuse the settings)
+                    address = "local"
                     kwargs.setdefault("_system_config", dict(LOCAL_SYSTEM_CONFIG))
-                elif address not in ("auto", "local"):
+                elif address != "auto":
                     _check_reachable(address, source)
                 try:
-                    ray.init(address=self.address, **kwargs)
+                    # RAY_ADDRESS: Ray reads it itself (under `ray job submit`, with the job's
+                    # runtime environment)
+                    ray.init(address=None if from_env else address, **kwargs)
                 except ConnectionError as exc:
                     raise TileautoError(
                         f"{source}={address!r}: no Ray cluster to join ({exc}). Start one "

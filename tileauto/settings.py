@@ -223,9 +223,10 @@ class Settings:
         "TILEAUTO_RAY_ADDRESS",
         None,
         lambda n, r: r.strip() or None,
-        "With the Ray executor: unset starts a local Ray (or joins the one this process "
-        "joined), `auto` joins the cluster running on this machine, an address (`host:port`) "
-        "joins that one; nothing answering there within 10 s is an error.",
+        "With the Ray executor: unset starts a local Ray of its own (or joins the one this "
+        "process joined, or `RAY_ADDRESS` when set), `auto` joins the cluster running on this "
+        "machine, an address (`host:port`) joins that one; nothing answering there within "
+        "10 s is an error.",
     )
     num_threads: int = _var(
         "TILEAUTO_NUM_THREADS",

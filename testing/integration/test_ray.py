@@ -540,3 +540,41 @@ def test_executor_ray_through_the_api_matches_local_and_warm_starts_without_a_cl
     assert child.returncode == 0, child.stderr[-3000:]
     got = json.loads(child.stdout.strip().splitlines()[-1])
     assert got == {"hit": True, "key": on_ray.key, "config": on_ray.config, "ray": False}
+
+
+LOCAL_CHILD = """
+import json, sys
+sys.path.insert(0, {here!r})
+import ray, tileauto, ray_helpers as h
+from tune_kernels import scale_jit
+result = (
+    tileauto.AutoTuner.from_kernel(scale_jit(4096), [{{"vec": 4}}, {{"vec": 16}}])
+    .set_profile_args(warmup_iters=1, rep_iters=3, timeout=5.0, timer=h.scripted_latency)
+    .run(verbose=False)
+)
+print(json.dumps({{"config": result.config, "gcs": ray.get_runtime_context().gcs_address}}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_executor_ray_without_an_address_starts_its_own_ray_beside_a_running_one(cluster, tmp_path):
+    """With TILEAUTO_RAY_ADDRESS and RAY_ADDRESS unset, executor ray starts a local Ray of its
+    own, even while a cluster runs on this machine (this module's, which Ray finds as it
+    would one of `ray start`): Ray alone would join that one, and refuse tileauto's
+    settings for a Ray of its own."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    here = str(Path(__file__).parent)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TILEAUTO_RAY_ADDRESS")}
+    env.update(TILEAUTO_EXECUTOR="ray", TILEAUTO_CACHE_DIR=str(tmp_path))
+    child = subprocess.run(
+        [sys.executable, "-c", LOCAL_CHILD.format(here=here)],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-3000:]
+    got = json.loads(child.stdout.strip().splitlines()[-1])
+    assert got["config"] == {"vec": 16}
+    assert got["gcs"] != cluster.address  # its own, not the running one

@@ -104,5 +104,15 @@ def test_auto_without_a_cluster_says_what_to_do(monkeypatch):
 
 def test_no_address_starts_a_local_ray_with_its_settings(fake_ray):
     RayCluster().connect()
-    assert fake_ray.calls[0]["address"] is None
+    # "local": a new Ray even where `ray start` runs one (None would join that one)
+    assert fake_ray.calls[0]["address"] == "local"
     assert fake_ray.calls[0]["_system_config"] == ray_stages.LOCAL_SYSTEM_CONFIG
+
+
+def test_ray_address_variable_is_left_to_ray(fake_ray, listening_port, monkeypatch):
+    """Ray reads RAY_ADDRESS itself (and, under `ray job submit`, the job's runtime
+    environment with it): tileauto checks the address and passes None."""
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{listening_port}")
+    RayCluster().connect()
+    assert fake_ray.calls[0]["address"] is None
+    assert "_system_config" not in fake_ray.calls[0]
