@@ -325,8 +325,16 @@ class RayCluster:
 
 def _check_reachable(address: str, source: str) -> None:
     """Fail at once where Ray would retry for minutes: nothing accepts a connection at a
-    cluster's ``host:port`` (``ray://host:port`` for Ray Client)."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    cluster's ``host:port``; or where Ray would fail in the first compile: Ray Client
+    (``ray://``), which does not carry the compile tasks' streamed answers."""
+    if address.startswith("ray://"):
+        raise TileautoError(
+            f"{source}={address!r}: Ray Client (ray://) addresses are not supported: it does "
+            "not carry the streamed answers of tileauto's compile tasks. Give the head's "
+            "host:port (6379 by default) from a machine that reaches the cluster's nodes, or "
+            "`auto` on a node of the cluster, or submit the tuning with `ray job submit`"
+        )
+    host, sep, port = address.rpartition(":")
     host = host.strip("[]")  # an IPv6 address
     if not sep or not host or not port.isdigit():
         raise TileautoError(

@@ -225,8 +225,8 @@ class Settings:
         lambda n, r: r.strip() or None,
         "With the Ray executor: unset starts a local Ray of its own (or joins the one this "
         "process joined, or `RAY_ADDRESS` when set), `auto` joins the cluster running on this "
-        "machine, an address (`host:port`) joins that one; nothing answering there within "
-        "10 s is an error.",
+        "machine, an address (`host:port`, not Ray Client's `ray://`) joins that one; "
+        "nothing answering there within 10 s is an error.",
     )
     num_threads: int = _var(
         "TILEAUTO_NUM_THREADS",

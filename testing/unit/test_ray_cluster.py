@@ -81,6 +81,19 @@ def test_a_malformed_address_names_what_was_expected(fake_ray, address):
     assert fake_ray.calls == []
 
 
+def test_a_ray_client_address_is_refused_with_what_to_do_instead(fake_ray, listening_port):
+    """Ray Client does not carry streaming tasks (checked on Ray 2.60: "Streaming actor
+    methods (num_returns="streaming") are not currently supported when using Ray Client")."""
+    cluster = RayCluster(f"ray://127.0.0.1:{listening_port}", source="TILEAUTO_RAY_ADDRESS")
+    with pytest.raises(TileautoError) as info:
+        cluster.connect()
+    message = str(info.value)
+    assert message.startswith(f"TILEAUTO_RAY_ADDRESS='ray://127.0.0.1:{listening_port}'")
+    assert "Ray Client (ray://) addresses are not supported" in message
+    assert "`ray job submit`" in message
+    assert fake_ray.calls == []
+
+
 def test_ray_address_variable_is_checked_too(fake_ray, closed_port, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed_port}")
     with pytest.raises(TileautoError, match=r"^RAY_ADDRESS='127\.0\.0\.1:\d+': nothing answers"):
