@@ -219,10 +219,21 @@ class RayCluster:
                     # runtime environment)
                     ray.init(address=None if from_env else address, **kwargs)
                 except ConnectionError as exc:
+                    if address == "auto":
+                        raise TileautoError(
+                            f"{source}={address!r}: no Ray cluster to join ({exc}). Start one "
+                            "(`ray start --head`), give its address, or unset "
+                            f"{source} to let tileauto start a local Ray"
+                        ) from None
+                    # something answers there (_check_reachable), but Ray could not join it
                     raise TileautoError(
-                        f"{source}={address!r}: no Ray cluster to join ({exc}). Start one "
-                        "(`ray start --head`), give its address, or unset "
-                        f"{source} to let tileauto start a local Ray"
+                        f"{source}={address!r}: something answers there, but Ray could not "
+                        f"join it as a cluster ({exc}). Is it the head's GCS port (6379 by "
+                        "default), of a cluster of the same Ray version as this process's "
+                        f"({getattr(ray, '__version__', '?')}), and does this process have "
+                        "the cluster's token where it requires one (`RAY_AUTH_TOKEN`, "
+                        "~/.ray/auth_token; without it, Ray's log above says "
+                        "'Unauthenticated')?"
                     ) from None
         return ray
 

@@ -115,6 +115,24 @@ def test_auto_without_a_cluster_says_what_to_do(monkeypatch):
     assert [call["address"] for call in fake.calls] == ["auto"]
 
 
+def test_an_address_that_answers_but_ray_cannot_join_says_what_to_check(
+    monkeypatch, listening_port
+):
+    """Seen with a `ray start` cluster of Ray 2.60 whose token this process lacked: the port
+    answers, Ray retries for 20 s and says only "Failed to connect to Ray cluster"."""
+    fake = FakeRay(ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379"))
+    monkeypatch.setattr(ray_stages, "import_ray", lambda: fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    address = f"127.0.0.1:{listening_port}"
+    with pytest.raises(TileautoError) as info:
+        RayCluster(address, source="TILEAUTO_RAY_ADDRESS").connect()
+    message = str(info.value)
+    assert message.startswith(f"TILEAUTO_RAY_ADDRESS={address!r}: something answers there")
+    assert "Failed to connect to Ray cluster" in message
+    assert "GCS port" in message and "Ray version" in message and "RAY_AUTH_TOKEN" in message
+    assert "`ray start --head`" not in message  # a cluster is there
+
+
 def test_no_address_starts_a_local_ray_with_its_settings(fake_ray):
     RayCluster().connect()
     # "local": a new Ray even where `ray start` runs one (None would join that one)
