@@ -954,10 +954,8 @@ class RayBuilder:
         except exc_types.OutOfMemoryError as exc:
             return _failed(request, BuildStatus.OUT_OF_MEMORY, f"compiler {exc}", _since(job))
         except exc_types.RayTaskError as exc:  # the task raised: an error, its worker lives
-            cause = getattr(exc, "cause", None)
-            cause = cause if isinstance(cause, BaseException) else exc
-            message = _ANSI.sub("", f"{type(cause).__name__}: {cause}")
-            return _failed(request, BuildStatus.ERROR, first_lines(message), _since(job))
+            message = first_lines(_ray_error_text(exc))
+            return _failed(request, BuildStatus.ERROR, message, _since(job))
         except exc_types.RayError as exc:
             error = exc
         else:
@@ -966,7 +964,7 @@ class RayBuilder:
             return _failed(
                 request,
                 BuildStatus.CRASH,
-                f"compile failed in Ray: {type(error).__name__}: {first_lines(str(error), 2)}",
+                f"compile failed in Ray: {first_lines(_ray_error_text(error), 2)}",
                 _since(job),
             )
         if job.started is None:
@@ -1003,6 +1001,14 @@ class RayBuilder:
             compile_s=artifact.compile_s + artifact.export_s,
             wall_s=wall,
         )
+
+
+def _ray_error_text(exc: BaseException) -> str:
+    """``Type: message`` of what a Ray error says: the cause a task raised (a RayTaskError's
+    own text is the task's name and traceback), without the terminal's colours."""
+    cause = getattr(exc, "cause", None)
+    cause = cause if isinstance(cause, BaseException) else exc
+    return _ANSI.sub("", f"{type(cause).__name__}: {cause}")
 
 
 def _since(job: _Job) -> float:
