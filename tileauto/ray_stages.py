@@ -219,7 +219,7 @@ class RayCluster:
                     # runtime environment)
                     ray.init(address=None if from_env else address, **kwargs)
                 except ConnectionError as exc:
-                    if address == "auto":
+                    if address in ("auto", "local"):
                         raise TileautoError(
                             f"{source}={address!r}: no Ray cluster to join ({exc}). Start one "
                             "(`ray start --head`), give its address, or unset "
@@ -472,17 +472,11 @@ def _apply_settings(env: dict[str, str]) -> None:
     os.environ.update(env)
 
 
-def _on_node(ray: Any, node_id: str) -> Any:
+def _on_node(ray: Any, node_id: str, *, soft: bool = False) -> Any:
+    """On that node (``soft``: or anywhere once it is gone)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-
-
-def _near(ray: Any, node_id: str) -> Any:
-    """On that node, or anywhere once it is gone."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=True)
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)
 
 
 _CLASSES: dict[tuple[int, type], Any] = {}
@@ -815,7 +809,9 @@ class RayBuilder:
             there = (
                 task
                 if node is None
-                else compile_task.options(**options, scheduling_strategy=_near(ray, node))
+                else compile_task.options(
+                    **options, scheduling_strategy=_on_node(ray, node, soft=True)
+                )
             )
             job.ref = there.remote(setup, requests[job.index], (str(folder), token))
             jobs[job.ref] = job
