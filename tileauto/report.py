@@ -96,8 +96,9 @@ _EXAMPLES = 3  # configs named per reason
 def failure_summary(trials: Sequence[Trial]) -> str:
     """Why the failed configs failed: one line per config when there are a few; grouped by
     reason, most frequent first, when there are more (a space of thousands whose configs all
-    fail for one reason gets two lines, not thousands)."""
-    failed = [t for t in trials if not t.ok]
+    fail for one reason gets two lines, not thousands). Configs the search never tried are
+    left out: they are not failures, and the caller counts them."""
+    failed = [t for t in trials if not t.ok and not is_never_tried(t)]
     if len(failed) <= _LISTED:
         return "\n".join(f"  [{t.index}] {_fmt_config(t.config)}: {t.reason}" for t in failed)
     groups: dict[str, list[Trial]] = {}

@@ -46,6 +46,7 @@ from tileauto.records import (
     RunOutcome,
     Trial,
     TrialStatus,
+    is_never_tried,
 )
 from tileauto.report import failure_summary
 from tileauto.result import AutotuneResult
@@ -484,15 +485,7 @@ class TuningSession:
         # The winner comes from the user's space; the default config is the baseline only.
         candidates = [t for t in trials if t.ok]
         if not candidates:
-            message = (
-                f"autotune {p.name}: none of the {len(trials)} configs passed"
-                + (
-                    ""
-                    if default_trial.ok or default_index >= 0
-                    else f" (the default config: {default_trial.reason})"
-                )
-                + f":\n{failure_summary(trials)}"
-            )
+            message = self._no_winner_message(trials, default_trial)
             log_path = self._report_end(trials, None, stop_reason, message, default_trial)
             raise NoValidConfigError(
                 message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
@@ -527,6 +520,20 @@ class TuningSession:
             trials, best, stop_reason, None, default_trial, ref_latency, result.key
         )
         return result
+
+    def _no_winner_message(self, trials: tuple[Trial, ...], default_trial: Trial) -> str:
+        """NoValidConfigError's message: the measured configs' failures; configs a budget left
+        untried are counted apart, as they are not failures."""
+        measured = sum(not is_never_tried(t) for t in trials)
+        size = len(trials) + self._never_listed(trials)
+        head = f"none of the {f'{measured} measured' if measured < size else size} configs passed"
+        if not default_trial.ok and self.view.default_index < 0:
+            head += f" (the default config: {default_trial.reason})"
+        if measured < size:
+            stopped = self.stop.describe().partition(";")[0] if self.stop is not None else ""
+            head += f"; the other {size - measured} of the {size} configs were never tried"
+            head += f" ({stopped})" if stopped else ""
+        return f"autotune {self.problem.name}: {head}:\n{failure_summary(trials)}"
 
     def _report_end(
         self,

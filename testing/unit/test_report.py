@@ -329,6 +329,21 @@ def test_many_failures_are_grouped_by_reason_most_frequent_first():
     assert distinct[-1] == "  12 more config(s), for 12 other reasons"
 
 
+def test_never_tried_configs_are_not_a_failure_group():
+    # a budget stopped the search: the untried configs are not failures, the measured ones are
+    why = "never tried: search stopped: max_trials was reached; 20 measured, 280 never tried"
+    untried = [Trial(i, {"block": i}, TrialStatus.NOT_RUN, error=why) for i in range(280)]
+    crashed = [Trial(280 + i, {"block": 280 + i}, TrialStatus.CRASH, error="x") for i in range(20)]
+    assert failure_summary(untried + crashed).splitlines() == [
+        "  20 config(s): crash: x",
+        "    [280] block=280, [281] block=281, [282] block=282 and 17 more",
+    ]
+    assert failure_summary(untried[:3] + crashed[:2]).splitlines() == [
+        "  [280] block=280: crash: x",
+        "  [281] block=281: crash: x",
+    ]
+
+
 def test_an_interrupted_session_is_logged_with_its_error(tmp_path, caplog):
     # the session reports the end of a Ctrl-C'd run too: what was measured, and why it ended
     reporter = default_reporter(tmp_path, "gemm", False)

@@ -121,6 +121,23 @@ def test_nothing_passes_raises_with_every_reason(problem):
     assert reporter.of("finished")[0]["error"].startswith("autotune k: none")
 
 
+def test_nothing_passes_after_a_budget_says_how_many_were_measured(problem):
+    space = [{"block": b} for b in range(1, 301)]
+    s, _ = session(
+        problem(space, max_trials=20), script=lambda c: ("crash", "segfault"), search=RandomSearch()
+    )
+    with pytest.raises(NoValidConfigError) as err:
+        s.run()
+    first, *groups = str(err.value).splitlines()
+    assert first == (
+        "autotune k: none of the 20 measured configs passed; the other 280 of the 300 configs"
+        " were never tried (search stopped: max_trials was reached):"
+    )
+    assert groups[0] == "  20 config(s): crash: segfault"
+    assert not any("never tried" in line for line in groups)
+    assert len(err.value.trials) == 300  # every config still has its trial
+
+
 def test_a_store_hit_returns_without_building(problem):
     store = MemoryStore("k")
     first, _ = session(problem(), store=store)
