@@ -87,10 +87,15 @@ class KernelArtifact:
     HOST_SOURCE = "host_source.txt"
     SCRIPT = "kernel_script.py"
     META = "kernel.json"
+    FILES = (LIB_NAME, KERNEL_SOURCE, HOST_SOURCE, SCRIPT)  # a complete kernel folder, META aside
 
     @property
     def lib_path(self) -> Path:
         return self.directory / self.LIB_NAME
+
+    def missing_files(self) -> tuple[str, ...]:
+        """The names of :attr:`FILES` that are not files in :attr:`directory`."""
+        return tuple(name for name in self.FILES if not (self.directory / name).is_file())
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -117,10 +117,12 @@ class AutotuneResult:
         library, sources and parameter description, and a manifest of sha256 hashes (see
         ``docs/cache_format.md``). It is written next to ``path`` and renamed into place, so
         ``path`` is never half-written. An existing result folder at ``path`` is replaced;
-        any other non-empty folder is refused.
+        any other non-empty folder is refused. When the kernel's library or a source is gone
+        from its folder, the best config is compiled again (a result tuned in this process).
 
         Raises:
-            CacheError: ``path`` is a non-empty folder that is not a saved result.
+            CacheError: ``path`` is a non-empty folder that is not a saved result, or a file
+                of the kernel is gone and this result cannot compile it again.
             OSError: the folder could not be written.
         """
         from tileauto.shipping import save_result

@@ -109,29 +109,46 @@ def load_result(
 
 
 def _complete_artifact(result: Any, path: Path) -> Any:
-    """The kernel's artifact with its library on disk, recompiled if its files are gone.
+    """The kernel's artifact with every file on disk, recompiled if some are gone.
 
     Raises:
-        CacheError: the library is gone and this result cannot compile it again.
+        CacheError: a file is gone and this result cannot compile the kernel again.
     """
     from tileauto.errors import CacheError
 
     artifact = result.kernel.artifact
-    if artifact.lib_path.is_file():
+    missing = artifact.missing_files()
+    if not missing:
         return artifact
+    gone = _describe_gone(artifact, missing)
     if result.rebuild is None:
         raise CacheError(
-            f"save_to_disk({str(path)!r}): the kernel's library {artifact.lib_path} is gone "
-            "(its cache entry was removed?) and this result cannot compile it again; tune "
-            "again, or load the result with load_from_disk(..., factory=...)"
+            f"save_to_disk({str(path)!r}): {gone} (its cache entry was removed?) and this "
+            "result cannot compile it again; nothing was saved. Tune again, or load the "
+            "result with load_from_disk(..., factory=...)"
         )
     log.warning(
-        "save_to_disk: the kernel's library %s is gone (its cache entry was removed?); "
-        "compiling the best config %s again",
-        artifact.lib_path,
+        "save_to_disk: %s (its cache entry was removed?); compiling the best config %s again",
+        gone,
         result.config,
     )
-    return result.rebuild()
+    rebuilt = result.rebuild()
+    still = rebuilt.missing_files()
+    if still:
+        raise CacheError(
+            f"save_to_disk({str(path)!r}): the recompiled kernel in {rebuilt.directory} lacks "
+            f"{', '.join(still)}; nothing was saved"
+        )
+    return rebuilt
+
+
+def _describe_gone(artifact: Any, missing: tuple[str, ...]) -> str:
+    """``the kernel's library <path> is gone`` (or its other files), for messages."""
+    if artifact.LIB_NAME in missing:
+        return f"the kernel's library {artifact.lib_path} is gone"
+    names = ", ".join(missing)
+    verb = "is" if len(missing) == 1 else "are"
+    return f"the kernel's {names} in {artifact.directory} {verb} gone"
 
 
 def kernel_name(kernel: Any) -> str:
@@ -179,10 +196,13 @@ class _Saved:
 
 
 def _fill_complete(result: Any, out: Path, fill: Callable[[Any, Path], None]) -> None:
-    """Fill a saved folder, refusing to publish one without the kernel's library."""
+    """Fill a saved folder, refusing to publish one without every file of the kernel."""
     from tileauto.errors import CacheError
 
     fill(result, out)
-    lib = out / "kernel" / result.kernel.artifact.LIB_NAME
-    if not lib.is_file():
-        raise CacheError(f"save_to_disk: {lib.name} could not be written; nothing was published")
+    written = result.kernel.artifact.moved_to(out / "kernel")
+    missing = written.missing_files()
+    if missing:
+        raise CacheError(
+            f"save_to_disk: {', '.join(missing)} could not be written; nothing was published"
+        )
