@@ -18,6 +18,7 @@ from tileauto.search.base import SearchStrategy
 from tileauto.space import Space, as_space
 
 Measure = Callable[[list[int]], Iterable[tuple[int, Trial]]]
+STUCK_ASKS = 1000  # asks in a row with nothing new after which a strategy is done, any space
 
 
 class StopReason(str, enum.Enum):
@@ -88,22 +89,30 @@ class _Plateau:
 
 
 def _next_batch(
-    strategy: SearchStrategy, ahead: list[int], trials: Mapping[int, Trial], n: int
-) -> list[int]:
-    """The strategy's next proposals that are new (``ahead`` first); [] when it has none.
+    strategy: SearchStrategy,
+    ahead: list[int],
+    trials: Mapping[int, Trial],
+    n: int,
+    stop_now: Callable[[], StopReason | None],
+) -> tuple[list[int], StopReason | None]:
+    """The strategy's next proposals that are new (``ahead`` first), or why there are none.
 
     A proposal of a config measured already (one in ``first``, say, that the strategy did not
-    count as its own) is dropped, and the strategy is asked again; it is done when it
-    proposes nothing, or only measured configs ``n`` times in a row.
+    count as its own) is dropped, and the strategy is asked again, the budgets checked before
+    each ask; it is done when it proposes nothing, or only measured configs
+    ``min(n, STUCK_ASKS)`` times in a row.
     """
-    for _ in range(n + 1):
+    for _ in range(max(1, min(n, STUCK_ASKS))):
         proposed = [int(i) for i in strategy.ask()]
         batch = list(
             dict.fromkeys(i for i in [*ahead, *proposed] if 0 <= i < n and i not in trials)
         )
         if batch or not proposed:
-            return batch
-    return []
+            return batch, None
+        reason = stop_now()
+        if reason is not None:
+            return [], reason
+    return [], None
 
 
 def run_search(
@@ -181,10 +190,10 @@ def run_search(
     reason = stop_now()
     ahead = [int(i) for i in first]
     while reason is None:
-        batch = _next_batch(strategy, ahead, trials, n)
+        batch, reason = _next_batch(strategy, ahead, trials, n, stop_now)
         ahead = []
         if not batch:
-            reason = StopReason.DONE
+            reason = reason or StopReason.DONE
             break
         if max_trials is not None:
             batch = batch[: max_trials - measured]

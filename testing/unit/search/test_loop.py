@@ -13,6 +13,7 @@ from tileauto.search import (
     StopReason,
     run_search,
 )
+from tileauto.search.loop import STUCK_ASKS
 from tileauto.space import product
 
 
@@ -183,3 +184,43 @@ def test_first_indices_ride_with_the_first_batch_count_and_are_told():
     strategy = Script([1], [2])
     out = run_search(strategy, SPACE, latencies([5] * 10), max_trials=2, first=[7])
     assert list(out.trials) == [7, 1]  # counted against max_trials
+
+
+class Repeater(SearchStrategy):
+    """Proposes config 0 forever (a strategy that keeps proposing what was measured); fails
+    the test instead of hanging once asked far more often than any budget allows."""
+
+    def start(self, space, *, parallelism=1, seed=0):
+        super().start(space, parallelism=parallelism, seed=seed)
+        self.asks = 0
+
+    def ask(self):
+        self.asks += 1
+        if self.asks > 100_000:
+            raise AssertionError(
+                "the loop kept asking a strategy that proposes only measured configs"
+            )
+        return [0]
+
+
+HUGE = product(**{f"p{k}": list(range(10)) for k in range(12)})  # 10^12 configs
+
+
+def test_max_seconds_holds_while_a_strategy_proposes_only_measured_configs():
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.01  # every look at the clock is a hundredth of a second later
+        return now[0]
+
+    strategy = Repeater()
+    out = run_search(strategy, HUGE, latencies([1.0]), max_trials=3, max_seconds=5, clock=clock)
+    assert out.stop_reason is StopReason.MAX_SECONDS and list(out.trials) == [0]
+    assert strategy.asks <= 600 and now[0] < 6.1
+
+
+def test_a_strategy_stuck_on_measured_configs_ends_the_search_on_a_huge_space():
+    strategy = Repeater()
+    out = run_search(strategy, HUGE, latencies([1.0]), max_trials=3)
+    assert out.stop_reason is StopReason.DONE and list(out.trials) == [0]
+    assert strategy.asks == 1 + STUCK_ASKS
