@@ -273,6 +273,12 @@ class ProfileArgs:
             raise ValueError(
                 f"num_threads must be None (the settings' thread count) or an int >= 1, got {threads!r}"
             )
+        if threads is not None:
+            from tileauto.settings import too_many_threads
+
+            too_many = too_many_threads(threads)
+            if too_many is not None:
+                raise ValueError(f"num_threads={threads!r}: {too_many}")
         from tileauto.space import check_prune_configs_by
 
         check_prune_configs_by(self.prune_configs_by)

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,13 +42,44 @@ def _parse_int(name: str, raw: str, minimum: int) -> int:
     return value
 
 
+def _parse_threads(name: str, raw: str) -> int:
+    value = _parse_int(name, raw, 1)
+    if value > available_cpus():
+        raise SettingsError(f"{name}={raw!r}: {too_many_threads(value)} (or -1: every CPU)")
+    return value
+
+
 def _parse_tvm_threads(raw: str) -> int:
     # TVM's variable, not ours: a value TVM would ignore is ignored here too, not an error.
     try:
         value = int(raw.strip())
     except ValueError:
         return -1
+    cpus = available_cpus()
+    if value > cpus:
+        # not ours to refuse, and num_threads= may override it: clamped, one warning per value
+        warnings.warn(
+            f"TVM_NUM_THREADS={raw.strip()} is more than the {cpus} CPUs this process may use: "
+            f"tileauto tunes and runs kernels with {cpus} threads; set TILEAUTO_NUM_THREADS or "
+            "num_threads= to choose fewer",
+            stacklevel=3,
+        )
+        return cpus
     return value if value > 0 else -1
+
+
+def too_many_threads(count: int) -> str | None:
+    """Why ``count`` threads are too many for this process, or None when they are not.
+
+    More threads than CPUs only wait for each other (and can exhaust the machine's threads).
+    """
+    cpus = available_cpus()
+    if count <= cpus:
+        return None
+    return (
+        f"{count} threads are more than the {cpus} CPUs this process may use "
+        f"(os.sched_getaffinity): expected at most {cpus}"
+    )
 
 
 def _parse_fraction(name: str, raw: str) -> float:
@@ -231,9 +263,10 @@ class Settings:
     num_threads: int = _var(
         "TILEAUTO_NUM_THREADS",
         -1,
-        lambda n, r: _parse_int(n, r, 1),
+        _parse_threads,
         "CPU threads kernels are tuned with and run with (the thread-count rule in "
-        "`docs/tuning.md`); `-1`: `TVM_NUM_THREADS` if you set it, else every core of this "
+        "`docs/tuning.md`), at most the CPUs this process may use; `-1`: `TVM_NUM_THREADS` "
+        "if you set it (clamped to those CPUs, with a warning), else every core of this "
         "process.",
     )
     thread_pool: str = _var(

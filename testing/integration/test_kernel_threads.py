@@ -95,15 +95,16 @@ def test_a_tvm_pool_started_too_small_is_reported(tmp_path):
     assert got["warned"] == (got["pool_threads"] != 2)
 
 
-def test_thread_count_rule_in_settings():
+def test_thread_count_rule_in_settings(monkeypatch):
     assert Settings.from_env({}).run_threads() == available_cpus()
+    monkeypatch.setattr("tileauto.settings.available_cpus", lambda: 8)  # the rule, on 8 CPUs
     assert Settings.from_env({"TVM_NUM_THREADS": "3"}).run_threads() == 3
     both = {"TVM_NUM_THREADS": "3", "TILEAUTO_NUM_THREADS": "5"}
     assert Settings.from_env(both).run_threads() == 5
     assert Settings.from_env(both).with_num_threads(7).run_threads() == 7
     assert Settings.from_env(both).with_num_threads(None).run_threads() == 5
     # TVM's variable is TVM's: a value TVM ignores is ignored, not an error
-    assert Settings.from_env({"TVM_NUM_THREADS": "zero"}).run_threads() == available_cpus()
+    assert Settings.from_env({"TVM_NUM_THREADS": "zero"}).run_threads() == 8
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])

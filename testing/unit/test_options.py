@@ -171,3 +171,22 @@ def test_each_option_declares_its_key_and_worker_parts():
     worker = ProfileArgs(rtol=0.5, on_trial=print, retime_top_k=7).for_worker()
     assert worker.rtol == 0.5  # the worker needs it
     assert worker.on_trial is None and worker.retime_top_k == 3  # the caller's only
+
+
+def test_num_threads_above_the_process_cpus_is_refused_at_the_call():
+    import tileauto
+    from tileauto.settings import available_cpus
+
+    cpus = available_cpus()
+    assert ProfileArgs(num_threads=cpus).num_threads == cpus
+    for make in (
+        lambda: ProfileArgs(num_threads=10**6),
+        lambda: tileauto.autotune(configs=[{}], num_threads=cpus + 1),
+        lambda: tileauto.AutoTuner(lambda: None, configs=[{}]).set_profile_args(
+            num_threads=cpus + 1
+        ),
+    ):
+        with pytest.raises(ValueError, match=r"num_threads=\d+: \d+ threads are more than") as info:
+            make()
+        assert f"the {cpus} CPUs this process may use" in str(info.value)
+        assert f"expected at most {cpus}" in str(info.value)

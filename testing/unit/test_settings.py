@@ -199,7 +199,9 @@ def test_disable_autotune_is_read_under_cutile_and_metile_name_too():
 
 @pytest.mark.parametrize("var", sorted(INT_FIELDS))
 @pytest.mark.parametrize("raw, expected", [("1", 1), ("4", 4), (" 16 ", 16), ("-1", -1)])
-def test_int_variables(var, raw, expected):
+def test_int_variables(var, raw, expected, monkeypatch):
+    # a thread count is bounded by the process's CPUs: the parsing, not this machine, is tested
+    monkeypatch.setattr("tileauto.settings.available_cpus", lambda: 64)
     assert getattr(settings(**{var: raw}), INT_FIELDS[var]) == expected
 
 
@@ -349,8 +351,25 @@ def test_available_cpus_respects_affinity():
 
 
 def test_run_threads():
-    assert settings(TILEAUTO_NUM_THREADS="3").run_threads() == 3
+    assert settings(TILEAUTO_NUM_THREADS="1").run_threads() == 1
     assert settings().run_threads() == available_cpus()
+
+
+def test_num_threads_above_the_process_cpus_is_refused():
+    cpus = available_cpus()
+    assert settings(TILEAUTO_NUM_THREADS=str(cpus)).run_threads() == cpus
+    for raw in (str(cpus + 1), "1000000"):
+        with pytest.raises(SettingsError, match=f"TILEAUTO_NUM_THREADS='{raw}'") as info:
+            settings(TILEAUTO_NUM_THREADS=raw)
+        assert f"more than the {cpus} CPUs this process may use" in str(info.value)
+        assert f"expected at most {cpus} (or -1: every CPU)" in str(info.value)
+
+
+def test_tvm_num_threads_above_the_process_cpus_is_clamped_with_a_warning():
+    cpus = available_cpus()
+    with pytest.warns(UserWarning, match=f"TVM_NUM_THREADS=1000000 is more than the {cpus} CPUs"):
+        assert settings(TVM_NUM_THREADS="1000000").run_threads() == cpus
+    assert settings(TVM_NUM_THREADS="1000000", TILEAUTO_NUM_THREADS="1").run_threads() == 1
 
 
 def test_thread_pool_choice():
