@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -197,3 +199,44 @@ def test_a_full_disk_still_returns_the_tuned_kernel(tileauto_env, monkeypatch):
     check(result)
     assert entries(tileauto_env) == []
     assert not list((tileauto_env / "tmp").glob("stage-*"))  # staging cleaned up
+
+
+_READ_ONLY_CHILD = """
+import errno, sys
+from pathlib import Path
+from tileauto.cache import disk
+import torch
+from cache_kernels import ref_scale_add, tune_scale_add
+
+cache, real = Path(sys.argv[1]).resolve(), disk.make_private_dir
+
+def read_only(path):
+    if Path(path).resolve().is_relative_to(cache):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+    return real(path)
+
+disk.make_private_dir = read_only
+for n in (1024, 2048):  # two tunings in one process
+    a = torch.rand(n)
+    torch.testing.assert_close(tune_scale_add(n).kernel(a), ref_scale_add(a))
+"""
+
+
+def test_a_read_only_cache_leaves_no_staging_folder_per_process(tmp_path):
+    # a real process ends (its atexit runs): the temp folder holds no folder of its own
+    temp, cache = tmp_path / "temp", tmp_path / "cache"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "TILEAUTO_CACHE_DIR": str(cache)}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
+    for _ in range(2):
+        child = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", _READ_ONLY_CHILD, str(cache)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert child.returncode == 0, child.stderr[-3000:]
+    assert sorted(p.name for p in temp.iterdir()) == [f"tileauto-{os.getuid()}"]
+    # the user's locks stay (shared by their processes); no run's scratch folder does
+    assert not [p for p in temp.rglob("*") if p.name.startswith(("tune-", "proc-"))]

@@ -10,10 +10,12 @@ at worst a staging folder that :func:`sweep` removes later. Loading checks the m
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -534,8 +536,30 @@ def _whole_cache_unwritable(exc: OSError, lock_dir: Path) -> bool:
     return exc.errno == errno.EACCES and not os.access(lock_dir.parent, os.W_OK)
 
 
+def fallback_staging_dir() -> Path:
+    """Where runs stage when the cache's staging dir cannot be used.
+
+    ``<tmp>/tileauto-<uid>/staging``, shared by this user's processes: each run claims its own
+    folder in it and removes it, so no process leaves a folder of its own in the temp dir. If
+    that name is someone else's, one private temp folder per process, removed at exit.
+    """
+    try:
+        return make_private_dir(Path(tempfile.gettempdir()) / f"tileauto-{os.getuid()}" / "staging")
+    except OSError:
+        return _private_staging_dir()
+
+
+@functools.cache
+def _private_staging_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="tileauto-staging-"))
+    owner = os.getpid()
+    # a forked worker inherits the handler; only the process that made the folder removes it
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
 def writable_staging(settings: Any) -> Any:
-    """``settings``, with staging moved to a private temp folder if its own cannot be used.
+    """``settings``, with staging moved to :func:`fallback_staging_dir` if its own cannot be used.
 
     A read-only or full cache directory must not stop tuning: the kernel is built in a temp
     folder and returned, and the cache write that follows fails with a warning. A staging
@@ -553,7 +577,7 @@ def writable_staging(settings: Any) -> Any:
             os.unlink(probe)
         return settings
     except OSError as exc:
-        fallback = Path(tempfile.mkdtemp(prefix="tileauto-staging-"))
+        fallback = fallback_staging_dir()
         if isinstance(exc, UnsafeDirError):
             warn_once(f"{exc.strerror}; staging in {fallback} instead")
         else:  # not warned: the cache write that follows fails and says so, once

@@ -10,6 +10,8 @@ import os
 import re
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -374,3 +376,45 @@ def test_writable_staging_falls_back_to_the_system_temp_dir(tmp_path, monkeypatc
     moved = disk.writable_staging(settings)
     assert moved.staging_dir != settings.staging_dir and moved.staging_dir.is_dir()
     assert moved.cache_dir == settings.cache_dir
+
+
+_REFUSED_STAGING_CHILD = """
+import errno
+from tileauto.cache import disk
+
+def refuse(path):
+    raise OSError(errno.EEXIST, "someone else's", str(path))
+
+disk.make_private_dir = refuse
+first, again = disk.fallback_staging_dir(), disk.fallback_staging_dir()
+assert first == again and first.is_dir(), (first, again)
+print(first)
+"""
+
+
+def test_the_fallback_staging_is_the_users_shared_folder_or_one_removed_at_exit(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    shared = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from tileauto.cache import disk; print(disk.fallback_staging_dir())",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert Path(shared.stdout.strip()) == tmp_path / f"tileauto-{os.getuid()}" / "staging"
+    # that name is not usable: one folder for the process, gone once the process ended
+    child = subprocess.run(
+        [sys.executable, "-c", _REFUSED_STAGING_CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    assert Path(child.stdout.strip()).parent == tmp_path
+    assert not Path(child.stdout.strip()).exists()
