@@ -178,7 +178,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, TypeError):
         artifact = None
     if info.kind == KIND_TUNED:
-        facts.extend(_tuned_facts(info.path))
+        facts.extend(_tuned_facts(info))
     elif artifact is not None:
         facts.append(("config", json.dumps(artifact.config, sort_keys=True)))
     width = max(len(k) for k, _ in facts)
@@ -194,17 +194,22 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK if problem is None else EXIT_FAIL
 
 
-def _tuned_facts(path: Path) -> list[tuple[str, str]]:
+def _tuned_facts(info: Any) -> list[tuple[str, str]]:
+    from tileauto.cache import catalog
+    from tileauto.errors import CacheError
+
     out = []
     try:
-        config = json.loads((path / "best_config.json").read_text())["config"]
+        config = catalog.read_record(info, "best_config.json")["config"]
         out.append(("best config", json.dumps(config, sort_keys=True)))
-        lat = json.loads((path / "latency.json").read_text())
+        lat = catalog.read_record(info, "latency.json")
         out.append(("best latency", f"{lat['latency_ms']:.4g} ms"))
         if lat.get("default_latency_ms"):
             out.append(("default latency", f"{lat['default_latency_ms']:.4g} ms"))
         if lat.get("ref_latency_ms"):
             out.append(("reference latency", f"{lat['ref_latency_ms']:.4g} ms"))
+    except CacheError as exc:  # edited records are not shown as facts
+        out.append(("records", str(exc)))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         out.append(("records", f"unreadable ({exc})"))
     return out

@@ -274,6 +274,24 @@ def test_export_trials_writes_self_describing_json(cache, capsys, tmp_path):
     assert code == 2 and "--trials" in err
 
 
+def test_export_trials_and_show_refuse_an_entry_whose_trials_were_edited(cache, capsys, tmp_path):
+    root, tuned, _ = cache
+    path = root / "autotuner" / tuned / "trials.json"
+    records = json.loads(path.read_text())
+    for t in records["trials"]:
+        if t["latency"]:
+            t["latency"]["median"] = 1e-6  # edited latencies, still valid JSON
+    path.write_text(json.dumps(records))
+    out_file = tmp_path / "trials.json"
+    code, out, err = run(capsys, "cache", "export", tuned, "--trials", str(out_file))
+    assert code == 1 and out == "" and not out_file.exists()
+    assert f"autotuner/{tuned} does not verify" in err
+    assert "trials.json does not match its sha256" in err and "not read" in err
+    code, out, _ = run(capsys, "cache", "show", tuned)
+    assert code == 1 and "trials.json does not match its sha256" in out
+    assert "1e-06" not in out and "median ms" not in out  # no table of edited records
+
+
 def test_show_plot_draws_the_trials(cache, capsys, tmp_path):
     pytest.importorskip("matplotlib")
     root, tuned, kernel = cache

@@ -6,6 +6,7 @@ staging dir and the logs are :mod:`tileauto.cache.hygiene`'s.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -57,8 +58,8 @@ class EntryInfo:
         if self.kind != KIND_TUNED:
             return None
         try:
-            return float(json.loads((self.path / "latency.json").read_text())["latency_ms"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return float(read_record(self, "latency.json")["latency_ms"])
+        except (CacheError, ValueError, KeyError, TypeError):  # modified or unreadable: none
             return None
 
     @property
@@ -192,19 +193,53 @@ class TrialRecords:
     tuning_s: float
 
 
-def read_trials(info: EntryInfo) -> TrialRecords:
-    """Every trial of a tuned entry (read as JSON; the entry is not verified).
+def read_record(info: EntryInfo, name: str) -> Any:
+    """The JSON file ``name`` of an entry, read once and checked against its manifest's sha256.
 
     Raises:
-        CacheError: the entry is a plain ``@jit`` kernel, or its records are unreadable.
+        CacheError: the manifest does not list the file, it is unreadable, or it was modified.
+        ValueError: it matches its sha256 but is not JSON.
+    """
+    files = (info.manifest or {}).get("files")
+    want = files.get(name) if isinstance(files, dict) else None
+    where = f"{info.kind}/{info.key}"
+    if not isinstance(want, str):
+        raise CacheError(
+            f"{where}: {name} is not in its manifest; `tileauto cache verify` checks the entry"
+        )
+    try:
+        data = (info.path / name).read_bytes()
+    except OSError as exc:
+        raise CacheError(f"{where}: {name} is unreadable ({exc})") from None
+    if hashlib.sha256(data).hexdigest() != want:
+        raise CacheError(
+            f"{where}: {name} does not match its sha256 (truncated, corrupt or modified); "
+            "`tileauto cache verify` checks the entry"
+        )
+    return json.loads(data)
+
+
+def read_trials(info: EntryInfo) -> TrialRecords:
+    """Every trial of a tuned entry, from an entry that verifies (an older version's too).
+
+    Raises:
+        CacheError: the entry is a plain ``@jit`` kernel, does not verify (a record edited
+            after it was written, say), or its records are unreadable.
     """
     if info.kind != KIND_TUNED:
         raise CacheError(
             f"{info.kind}/{info.key} is a @jit kernel, not a tuned result: it has no trials"
         )
+    problem = verify_entry(info)
+    if problem is not None and not problem.startswith("stale"):
+        raise CacheError(
+            f"{info.kind}/{info.key} does not verify ({problem}); its trials are not read "
+            "(`tileauto cache verify --delete` removes bad entries)"
+        )
     try:
-        data = json.loads((info.path / "trials.json").read_text())
-        config = json.loads((info.path / "best_config.json").read_text())["config"]
+        # checked again as they are read: a file changed since the check is refused too
+        data = read_record(info, "trials.json")
+        config = read_record(info, "best_config.json")["config"]
         trials = tuple(Trial.from_json(t) for t in data["trials"])
         default = Trial.from_json(data["default"]) if data.get("default") else None
         tuning_s = float(data.get("tuning_s") or 0.0)
@@ -375,6 +410,7 @@ __all__ = [
     "find_entry",
     "import_entries",
     "list_entries",
+    "read_record",
     "read_trials",
     "trials_document",
     "verify_entry",

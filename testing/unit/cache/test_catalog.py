@@ -90,11 +90,28 @@ def test_read_trials_refuses_kernel_entries_and_unreadable_records(stored):
     root, store = stored
     (info,) = catalog.list_entries(root)
     (info.path / "trials.json").write_text("{not json")
-    with pytest.raises(CacheError, match="trial records are unreadable"):
+    with pytest.raises(CacheError, match="does not verify .trials.json does not match its sha256"):
         catalog.read_trials(info)
     kernel = catalog.EntryInfo("kernels", "0" * 32, info.path, None, 0, 0.0)
     with pytest.raises(CacheError, match="no trials"):
         catalog.read_trials(kernel)
+
+
+def test_every_reader_refuses_records_edited_after_they_were_written(stored):
+    root, store = stored
+    (info,) = catalog.list_entries(root)
+    records = json.loads((info.path / "trials.json").read_text())
+    records["trials"][1]["latency"]["median"] = 0.001  # valid JSON, a better latency
+    (info.path / "trials.json").write_text(json.dumps(records))
+    latency = json.loads((info.path / "latency.json").read_text())
+    (info.path / "latency.json").write_text(json.dumps({**latency, "latency_ms": 0.001}))
+    for read in (catalog.read_trials, catalog.trials_document):
+        with pytest.raises(CacheError, match=r"does not verify \(.* does not match its sha256"):
+            read(info)
+    (info,) = catalog.list_entries(root)
+    assert info.latency_ms is None  # `cache list` shows no latency it cannot vouch for
+    with pytest.raises(CacheError, match="latency.json does not match its sha256"):
+        catalog.read_record(info, "latency.json")
 
 
 def test_clear_leaves_the_staging_dir_to_hygiene(stored):
