@@ -147,3 +147,29 @@ def test_auto_is_the_default_and_guides_a_space_above_its_exhaustive_size():
     assert result.config == min((t for t in measured if t.ok), key=lambda t: t.latency_ms).config
     # 40 of 360 configs: the guided search finds the valley floor's neighbourhood
     assert result.latency <= 1.5  # ms, scripted: the floor is 1.0, a random config ~3.6
+
+
+def wide_scale(
+    n: int, vec: int = 8, repeat: int = 1, a0=0, a1=0, a2=0, a3=0, a4=0, a5=0, a6=0, a7=0,
+    a8=0, a9=0, a10=0,
+):  # fmt: skip
+    """``scale`` with eleven parameters it ignores: a product of 4 x 10^12 configs."""
+    return scale(n, vec, "slow", repeat)
+
+
+def test_exhaustive_under_max_trials_measures_the_first_configs_of_a_huge_product():
+    space = product(
+        vec=[4, 8, 16, 32], **{f"a{k}": list(range(10)) for k in range(11)}, repeat=list(range(10))
+    )
+    assert len(space) == 4 * 10**12
+    impl = tileauto.jit(out_idx=[-1])(wide_scale)
+    tuned = tileauto.autotune(
+        configs=space, search="exhaustive", max_trials=5, timer=valley, **FAST
+    )(impl)
+    tuned(256)
+    result = tuned.get_tuner_result(256)
+    default = space.find({"vec": 8, "repeat": 1, **{f"a{k}": 0 for k in range(11)}})
+    # the default config is measured first (the reference) and is one of the five
+    assert sorted(t.index for t in result.trials) == [0, 1, 2, 3, default]
+    assert all(t.ok for t in result.trials) and result.extra["search"]["measured"] == 5
+    assert result.extra["search"]["never_tried"] == len(space) - 5

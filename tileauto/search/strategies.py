@@ -8,19 +8,23 @@ from tileauto.records import Trial
 from tileauto.search.base import SearchStrategy, SpaceLike
 from tileauto.search.sampling import Untried
 
+EXHAUSTIVE_BATCH = 1 << 16  # the most indices Exhaustive proposes at once (never the whole space)
+
 
 class Exhaustive(SearchStrategy):
-    """Every config, in the order of the space, in one batch (TileLang's behaviour)."""
+    """Every config, in the order of the space: in one batch up to :data:`EXHAUSTIVE_BATCH`
+    configs (TileLang's behaviour), in batches of that size above it, so that a budget on a
+    huge space measures its first configs without listing the rest."""
 
     def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
         super().start(space, parallelism=parallelism, seed=seed)
-        self._done = False
+        self._next = 0
 
     def ask(self) -> list[int]:
-        if self._done:
-            return []
-        self._done = True
-        return list(range(len(self.space)))
+        stop = min(self._next + EXHAUSTIVE_BATCH, len(self.space))
+        batch = list(range(self._next, stop))
+        self._next = stop
+        return batch
 
     def describe(self) -> str:
         return "Exhaustive"

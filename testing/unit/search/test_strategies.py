@@ -16,6 +16,7 @@ from tileauto.search import (
     RandomSearch,
     SearchStrategy,
 )
+from tileauto.search.strategies import EXHAUSTIVE_BATCH
 from tileauto.space import product
 
 # the Optuna baseline needs optuna (in the dev extra, not in the search extra)
@@ -76,6 +77,23 @@ def test_batches_keep_the_workers_busy(name):
 def test_exhaustive_proposes_everything_in_one_batch_in_order():
     space = product(a=[1, 2, 3], b=[1, 2], constraints="a != b")
     assert drive(Exhaustive(), space, lambda c: 1.0) == [[0, 1, 2, 3]]
+
+
+def test_exhaustive_proposes_a_large_space_in_order_a_batch_at_a_time():
+    space = product(a=list(range(1000)), b=list(range(200)))  # 200,000 configs
+    batches = drive(Exhaustive(), space, lambda c: 1.0, limit=len(space))
+    assert [i for b in batches for i in b] == list(range(len(space)))
+    assert len(batches) > 1 and all(len(b) <= EXHAUSTIVE_BATCH for b in batches)
+
+
+def test_exhaustive_under_max_trials_never_lists_a_huge_space():
+    from tileauto.search import run_search
+
+    space = product(**{f"p{k}": list(range(10)) for k in range(12)}, q=[1, 2, 3, 4])  # 4 x 10^12
+    out = run_search(
+        Exhaustive(), space, lambda idx: [(i, ok_trial(i, 1.0)) for i in idx], max_trials=5
+    )
+    assert sorted(out.trials) == [0, 1, 2, 3, 4] and out.never_tried == 4 * 10**12 - 5
 
 
 def test_budgets_bound_the_proposals():
