@@ -18,6 +18,8 @@ import functools
 import gzip
 import json
 import math
+import numbers
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.space import ListSpace, Param, Space, config_id
 
 TRIALS_FORMAT = "tileauto-trials/1"
+MAX_RECORD_BYTES = 256 << 20  # load() reads no more (decompressed); recorded GPU spaces are < 20 MB
 _KT_FAILURES = {
     "CompilationFailedConfig": TrialStatus.COMPILE_ERROR,
     "RuntimeFailedConfig": TrialStatus.RUN_ERROR,
@@ -59,6 +62,9 @@ class RecordedSpace:
                 f"a recorded space needs one trial per config: {len(self.space)} "
                 f"configs, {len(self.trials)} trials"
             )
+        for k, t in enumerate(self.trials):
+            if t.ok and t.latency_ms is not None:
+                _check_latency(t.latency_ms, f"trial {k}")
         if not any(t.ok and t.latency_ms is not None for t in self.trials):
             raise ValueError("a recorded space needs at least one config that passed")
 
@@ -96,8 +102,15 @@ class RecordedSpace:
         latencies_ms: Sequence[float | None],
         **info: Any,
     ) -> RecordedSpace:
-        """A recorded space from configs and their latencies (None: the config failed)."""
+        """A recorded space from configs and their latencies (None: the config failed).
+
+        Raises:
+            ValueError: a latency that is not a finite number of milliseconds > 0 (named).
+        """
         space = configs if isinstance(configs, Space) else ListSpace(configs)
+        for i, t in enumerate(latencies_ms):
+            if t is not None:
+                _check_latency(t, f"latencies_ms[{i}]")
         trials = tuple(
             _trial(i, space.config(i), None if t is None else float(t))
             for i, t in enumerate(latencies_ms)
@@ -105,26 +118,93 @@ class RecordedSpace:
         return cls(space, trials, **info)
 
     @classmethod
-    def load(cls, path: str | Path) -> RecordedSpace:
+    def load(cls, path: str | Path, *, max_bytes: int | None = None) -> RecordedSpace:
         """Read a Kernel Tuner cache file or a tileauto trial export (JSON, maybe gzipped).
 
+        Args:
+            path: the file.
+            max_bytes: the most bytes to read, after decompression (default
+                :data:`MAX_RECORD_BYTES`, 256 MiB); a larger file is refused unread.
+
         Raises:
-            ValueError: the file is neither format (the message says what was found).
+            ValueError: the file is neither format (the message says what was found), is
+                damaged (a truncated gzip, bytes that are not UTF-8), is larger than
+                ``max_bytes``, or has a record that does not fit its format or a time that is
+                not a finite number > 0 (the message names the file and the record).
         """
         path = Path(path)
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = _json(raw.decode("utf-8"), path)
-        if isinstance(data, dict) and data.get("format") == TRIALS_FORMAT:
-            return _from_tileauto(data, str(path))
-        if isinstance(data, dict) and "cache" in data and "tune_params" in data:
-            return _from_kernel_tuner(data, str(path))
+        limit = MAX_RECORD_BYTES if max_bytes is None else max_bytes
+        raw = _read(path, limit)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{path} is not UTF-8 text (byte {exc.start} is {raw[exc.start : exc.start + 1]!r}); "
+                "a recorded space is JSON, plain or gzipped"
+            ) from None
+        data = _json(text, path)
+        try:
+            if isinstance(data, dict) and data.get("format") == TRIALS_FORMAT:
+                return _from_tileauto(data, str(path))
+            if isinstance(data, dict) and "cache" in data and "tune_params" in data:
+                return _from_kernel_tuner(data, str(path))
+        except (_Bad, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
         what = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
         raise ValueError(
             f"{path} is neither a Kernel Tuner cache file (keys tune_params, tune_params_keys, "
             f"cache) nor a tileauto trial export (format {TRIALS_FORMAT!r}); found {what}"
         )
+
+
+class _Bad(ValueError):
+    """A record of a recorded-space file that does not fit its format (the file is added)."""
+
+
+def _read(path: Path, limit: int) -> bytes:
+    """The file's bytes, gunzipped, never more than ``limit`` of them (a bomb stops there)."""
+    with open(path, "rb") as file:
+        zipped = file.read(2) == b"\x1f\x8b"
+        file.seek(0)
+        if zipped:
+            try:
+                with gzip.GzipFile(fileobj=file) as unzipped:
+                    raw = unzipped.read(limit + 1)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise ValueError(
+                    f"{path} is a damaged gzip file ({type(exc).__name__}: {exc}); "
+                    "copy or download it again"
+                ) from None
+        else:
+            raw = file.read(limit + 1)
+    if len(raw) > limit:
+        raise ValueError(
+            f"{path} holds more than {limit:,} bytes{' decompressed' if zipped else ''}, the "
+            "most RecordedSpace.load reads; pass max_bytes= to read a larger recorded space"
+        )
+    return raw
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_latency(value: Any, where: str) -> float:
+    """A latency in ms as a float; ValueError unless it is a finite number > 0."""
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise _Bad(
+            f"{where} has latency {value!r}: a recorded latency must be a finite number of "
+            "milliseconds > 0"
+        )
+    return float(value)
+
+
+def _check_seconds(record: dict[str, Any], keys: Sequence[str], where: str) -> None:
+    """Recorded durations must be finite numbers >= 0 (or absent)."""
+    for key in keys:
+        value = record.get(key)
+        if value is not None and (not _is_number(value) or not math.isfinite(value) or value < 0):
+            raise _Bad(f"{where} has {key} {value!r}: expected a finite number >= 0, or none")
 
 
 def _json(text: str, path: Path) -> Any:
@@ -184,13 +264,47 @@ def _seconds(record: dict[str, Any], *keys: str) -> float | None:
 
 
 def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
-    keys = list(data.get("tune_params_keys") or data["tune_params"])
-    params = [Param.of(k, data["tune_params"][k]) for k in keys]
+    tune, cache = data["tune_params"], data["cache"]
+    if not isinstance(tune, dict):
+        raise _Bad(f"tune_params must map each parameter to its values, got {_kind(tune)}")
+    if not isinstance(cache, dict):
+        raise _Bad(f"cache must map each config's key to its record, got {_kind(cache)}")
+    keys = data.get("tune_params_keys") or list(tune)
+    if not isinstance(keys, list) or not all(isinstance(k, str) and k in tune for k in keys):
+        raise _Bad(f"tune_params_keys must list names of tune_params {sorted(tune)}, got {keys!r}")
+    params = [Param.of(k, tune[k]) for k in keys]
+    allowed = [_values(p.values) for p in params]
+    objective = data.get("objective", "time")
+    if not isinstance(objective, str):
+        raise _Bad(f"objective must be the name of a record's time, got {_kind(objective)}")
     configs: list[dict[str, Any]] = []
     trials: list[Trial] = []
     left_out: dict[str, int] = {}
-    for record in data["cache"].values():
-        time = record.get(data.get("objective", "time"), record.get("time"))
+    for name, record in cache.items():
+        where = f"cache[{name!r}]"
+        if not isinstance(record, dict):
+            raise _Bad(
+                f"{where} must be an object of parameter values and times, got {_kind(record)}"
+            )
+        missing = [k for k in keys if k not in record]
+        if missing:
+            raise _Bad(f"{where} has no value for the parameters {missing}")
+        for key, values in zip(keys, allowed):
+            if not _among(record[key], values):
+                raise _Bad(
+                    f"{where} sets {key} to {record[key]!r}, which is not one of its "
+                    f"tune_params values {tune[key]!r}"
+                )
+        time = record.get(objective, record.get("time"))
+        if time is not None and not isinstance(time, str):
+            time = _check_latency(time, f"{where} (its time)")
+        _check_seconds(record, ("compile_time", "verification_time", "benchmark_time"), where)
+        samples = record.get("times") or ()
+        if not isinstance(time, str) and time is not None:
+            if not isinstance(samples, (list, tuple)):
+                raise _Bad(f"{where} has times {samples!r}: expected a list of milliseconds")
+            for k, sample in enumerate(samples):
+                _check_latency(sample, f"{where} (times[{k}])")
         if time == "InvalidConfig":
             left_out["InvalidConfig (broke the kernel's constraints)"] = (
                 left_out.get("InvalidConfig (broke the kernel's constraints)", 0) + 1
@@ -204,7 +318,7 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
                 config,
                 None if failed else float(time),
                 status=_KT_FAILURES.get(time, TrialStatus.RUN_ERROR) if failed else None,
-                samples_ms=record.get("times") or (),
+                samples_ms=samples,
                 compile_s=_seconds(record, "compile_time"),
                 run_s=_seconds(record, "verification_time", "benchmark_time"),
                 error=str(time) if failed else None,
@@ -212,7 +326,7 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
         )
         configs.append(config)
     return RecordedSpace(
-        ListSpace(configs, params),
+        _space(configs, params),
         tuple(trials),
         kernel=str(data.get("kernel_name", "")),
         device=str(data.get("device_name", "")),
@@ -226,8 +340,12 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
     trials: list[Trial] = []
     seen: set[str] = set()
     left_out: dict[str, int] = {}
-    for record in data.get("trials", []):
-        status = TrialStatus(record["status"])
+    records = data.get("trials", [])
+    if not isinstance(records, list):
+        raise _Bad(f"trials must be a list of trial records, got {_kind(records)}")
+    for k, record in enumerate(records):
+        where = f"trials[{k}]"
+        status = _status(record, where)
         if status is TrialStatus.NOT_RUN:
             left_out["not run"] = left_out.get("not run", 0) + 1
             continue
@@ -235,14 +353,22 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
         if cid in seen:
             continue
         seen.add(cid)
+        _check_seconds(record, ("compile_s", "run_s"), where)
         if record.get("latency"):
-            trial = Trial.from_json({**record, "index": len(configs)})
+            try:
+                trial = Trial.from_json({**record, "index": len(configs)})
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise _Bad(f"{where} is not a trial record ({type(exc).__name__}: {exc})") from None
+            if trial.ok and trial.latency_ms is not None:
+                _check_latency(trial.latency_ms, f"{where} (its latency)")
         else:
             latency = record.get("latency_ms")
+            if status.ok and latency is not None:
+                latency = _check_latency(latency, f"{where} (its latency_ms)")
             trial = _trial(
                 len(configs),
                 dict(record["config"]),
-                float(latency) if status.ok and latency is not None else None,
+                latency if status.ok else None,
                 status=status,
                 compile_s=record.get("compile_s"),
                 run_s=record.get("run_s"),
@@ -251,10 +377,53 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
         configs.append(dict(record["config"]))
         trials.append(trial)
     return RecordedSpace(
-        ListSpace(configs),
+        _space(configs, None),
         tuple(trials),
         kernel=str(data.get("kernel", "")),
         device=str(data.get("device") or ""),
         source=source,
         left_out=left_out,
     )
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def _status(record: Any, where: str) -> TrialStatus:
+    """A trial record's status, checked with its config."""
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise _Bad(f"{where} must be an object with a 'config' object and a 'status'")
+    try:
+        return TrialStatus(record.get("status"))
+    except ValueError:
+        names = ", ".join(s.value for s in TrialStatus)
+        raise _Bad(
+            f"{where} has status {record.get('status')!r}: expected one of {names}"
+        ) from None
+
+
+def _space(configs: list[dict[str, Any]], params: Sequence[Param] | None) -> ListSpace:
+    """The configs as a space; a config whose values its parameters lack is named."""
+    try:
+        return ListSpace(configs, params)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+
+
+def _values(values: Sequence[Any]) -> tuple[set[Any], set[str]]:
+    """A parameter's values for quick membership: the hashable ones, and the ids of the rest."""
+    plain, other = set(), set()
+    for v in values:
+        try:
+            plain.add(v)
+        except TypeError:
+            other.add(config_id({"v": v}))
+    return plain, other
+
+
+def _among(value: Any, values: tuple[set[Any], set[str]]) -> bool:
+    try:
+        return value in values[0]
+    except TypeError:  # a list or a dict: compared by its id
+        return config_id({"v": value}) in values[1]

@@ -127,3 +127,108 @@ def test_from_latencies_and_its_checks():
         RecordedSpace(rec.space, rec.trials[:1])
     with pytest.raises(ValueError, match="at least one config that passed"):
         RecordedSpace.from_latencies([{"a": 1}], [None])
+
+
+def _kernel_tuner_doc(times, extra=None):
+    extra = extra or {}
+    cache = {
+        f"{x},0": {"x": x, "y": 0, "time": t, **extra.get(x, {})} for x, t in enumerate(times, 1)
+    }
+    return {
+        "tune_params_keys": ["x", "y"],
+        "tune_params": {"x": [1, 2, 3], "y": [0]},
+        "cache": cache,
+    }
+
+
+def test_a_damaged_file_is_refused_with_its_name(tmp_path):
+    whole = gzip.compress(json.dumps(_kernel_tuner_doc([3.0, 2.0, 1.0])).encode())
+    truncated = tmp_path / "truncated.json.gz"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=r"truncated\.json\.gz.*(gzip|truncated|ends)"):
+        RecordedSpace.load(truncated)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(json.dumps(_kernel_tuner_doc([3.0, 2.0, 1.0])).encode() + b"\xff\xfe")
+    with pytest.raises(ValueError, match=r"latin\.json.*UTF-8"):
+        RecordedSpace.load(latin)
+
+
+@pytest.mark.parametrize(
+    "doc, where",
+    [
+        ({"tune_params": {"x": [1]}, "cache": [1, 2]}, "cache"),  # a list, not a dict
+        ({"tune_params": [1], "cache": {}}, "tune_params"),
+        ({"tune_params": {"x": [1]}, "cache": {"1": {"time": 1.0}}}, r"cache\['1'\]"),  # no x
+        ({"tune_params": {"x": [1]}, "cache": {"1": [1, 1.0]}}, r"cache\['1'\]"),
+        ({"tune_params": {"x": [1]}, "cache": {"1": {"x": 1, "time": [1]}}}, r"cache\['1'\]"),
+        ({"format": "tileauto-trials/1", "trials": {"a": 1}}, "trials"),
+        ({"format": "tileauto-trials/1", "trials": [{"config": {"a": 1}}]}, r"trials\[0\]"),
+        (
+            {"format": "tileauto-trials/1", "trials": [{"config": {"a": 1}, "status": "great"}]},
+            r"trials\[0\]",
+        ),
+        (
+            {"format": "tileauto-trials/1", "trials": [{"status": "ok", "config": 3}]},
+            r"trials\[0\]",
+        ),
+    ],
+)
+def test_a_wrong_schema_is_refused_naming_the_file_and_the_record(tmp_path, doc, where):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=rf"odd\.json.*{where}"):
+        RecordedSpace.load(path)
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, float("nan"), float("inf"), True])
+def test_a_time_that_is_not_a_positive_number_is_refused(tmp_path, bad):
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps(_kernel_tuner_doc([3.0, bad, 1.0])))
+    with pytest.raises(ValueError, match=r"times\.json.*cache\['2,0'\].*time"):
+        RecordedSpace.load(path)
+    doc = {
+        "format": "tileauto-trials/1",
+        "trials": [
+            {"config": {"a": 1}, "status": "ok", "latency_ms": 1.0},
+            {"config": {"a": 2}, "status": "ok", "latency_ms": bad},
+        ],
+    }
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"times\.json.*trials\[1\].*latency"):
+        RecordedSpace.load(path)
+    with pytest.raises(ValueError, match="latency"):
+        RecordedSpace.from_latencies([{"a": 1}, {"a": 2}], [1.0, bad])
+
+
+def test_negative_recorded_seconds_and_bad_samples_are_refused(tmp_path):
+    path = tmp_path / "seconds.json"
+    path.write_text(json.dumps(_kernel_tuner_doc([3.0, 2.0, 1.0], {1: {"compile_time": -1}})))
+    with pytest.raises(ValueError, match=r"seconds\.json.*cache\['1,0'\].*compile_time"):
+        RecordedSpace.load(path)
+    path.write_text(json.dumps(_kernel_tuner_doc([3.0, 2.0, 1.0], {3: {"times": [1, "x"]}})))
+    with pytest.raises(ValueError, match=r"seconds\.json.*cache\['3,0'\].*times"):
+        RecordedSpace.load(path)
+
+
+def test_a_gzip_bomb_is_refused_without_decompressing_it_whole(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from tileauto.search import recorded
+
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (64 << 20)))  # 64 MiB of spaces, 64 KiB on disk
+    monkeypatch.setattr(recorded, "MAX_RECORD_BYTES", 1 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"bomb\.json\.gz.*more than 1,048,576 bytes"):
+            RecordedSpace.load(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+    plain = tmp_path / "big.json"
+    plain.write_bytes(b" " * (2 << 20))
+    with pytest.raises(ValueError, match=r"big\.json.*more than 1,048,576 bytes"):
+        RecordedSpace.load(plain)
+    with pytest.raises(ValueError, match=r"more than 100 bytes"):
+        RecordedSpace.load(kernel_tuner_file(tmp_path), max_bytes=100)
