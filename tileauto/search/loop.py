@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tileauto.records import Trial
@@ -43,12 +43,15 @@ class SearchOutcome:
         trials: every measured config's trial by index (the ``known`` ones included).
         never_tried: configs of the space that have no trial (not failures: never measured).
         best_index: the fastest passing config's index, or None when none passed.
+        strategy_s: wall seconds spent in the strategy's ``start``, ``ask`` and ``tell`` (not
+            compared: it differs from run to run).
     """
 
     stop_reason: StopReason
     trials: dict[int, Trial]
     never_tried: int
     best_index: int | None = None
+    strategy_s: float = field(default=0.0, compare=False)
 
     def describe(self) -> str:
         """One line for a report: what stopped the search and what was left."""
@@ -89,7 +92,7 @@ class _Plateau:
 
 
 def _next_batch(
-    strategy: SearchStrategy,
+    ask: Callable[[], Iterable[int]],
     ahead: list[int],
     trials: Mapping[int, Trial],
     n: int,
@@ -103,7 +106,7 @@ def _next_batch(
     ``min(n, STUCK_ASKS)`` times in a row.
     """
     for _ in range(max(1, min(n, STUCK_ASKS))):
-        proposed = [int(i) for i in strategy.ask()]
+        proposed = [int(i) for i in ask()]
         batch = list(
             dict.fromkeys(i for i in [*ahead, *proposed] if 0 <= i < n and i not in trials)
         )
@@ -167,13 +170,22 @@ def run_search(
     bound = getattr(strategy, "within", None)  # a strategy that sizes itself to the budget
     if max_trials is not None and callable(bound):
         strategy = bound(max_trials)
-    strategy.start(space, parallelism=parallelism, seed=seed)
+    in_strategy = [0.0]  # wall seconds inside the strategy (a replay reports them)
+
+    def timed(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            in_strategy[0] += time.perf_counter() - began
+
+    timed(strategy.start, space, parallelism=parallelism, seed=seed)
     trials: dict[int, Trial] = {}
     stall = _Plateau()
     for index, trial in (known or {}).items():
         if 0 <= index < n:
             trials[index] = trial
-            strategy.tell(index, trial)
+            timed(strategy.tell, index, trial)
             stall.add(trial)
     stall.since = 0
     measured = 0
@@ -190,7 +202,7 @@ def run_search(
     reason = stop_now()
     ahead = [int(i) for i in first]
     while reason is None:
-        batch, reason = _next_batch(strategy, ahead, trials, n, stop_now)
+        batch, reason = _next_batch(lambda: timed(strategy.ask), ahead, trials, n, stop_now)
         ahead = []
         if not batch:
             reason = reason or StopReason.DONE
@@ -204,7 +216,7 @@ def run_search(
                     continue
                 trials[index] = trial
                 measured += 1
-                strategy.tell(index, trial)
+                timed(strategy.tell, index, trial)
                 stall.add(trial)
                 reason = stop_now()
                 if reason is not None:
@@ -221,4 +233,5 @@ def run_search(
         trials=trials,
         never_tried=n - len(trials),
         best_index=min(ranked)[1] if ranked else None,
+        strategy_s=in_strategy[0],
     )

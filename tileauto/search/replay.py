@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,17 @@ class ReplayResult:
         best_index: the index of the best config it found (None when nothing passed).
         stop_reason: why the search stopped.
         strategy: the strategy's ``describe()``.
+        compile_s: the recorded compile seconds of the configs it measured (Kernel Tuner's
+            ``compile_time``), failures included.
+        run_s: their recorded run seconds (Kernel Tuner's ``verification_time`` and
+            ``benchmark_time``).
+        strategy_s: the wall seconds the strategy itself took (``start``, ``ask``, ``tell``),
+            measured in this replay.
+        simulated_s: what a tuning that compiled and ran these configs one after another would
+            have taken: ``compile_s + run_s + strategy_s``.
+
+    ``strategy_s`` and ``simulated_s`` change from run to run, so they are not compared: two
+    replays with the same seed are equal.
     """
 
     best_ms: float
@@ -36,6 +47,10 @@ class ReplayResult:
     best_index: int | None
     stop_reason: StopReason
     strategy: str
+    compile_s: float = 0.0
+    run_s: float = 0.0
+    strategy_s: float = field(default=0.0, compare=False)
+    simulated_s: float = field(default=0.0, compare=False)
 
     def trials_to_reach(self, share: float = 0.05) -> int | None:
         """Trials it took to come within ``share`` of the optimum (None: it never did)."""
@@ -100,6 +115,8 @@ def replay(
             best = min(best, trial.latency_ms)
         trace.append(best)
     optimum = record.optimum_ms
+    compile_s = math.fsum(t.compile_s or 0.0 for t in outcome.trials.values())
+    run_s = math.fsum(t.run_s or 0.0 for t in outcome.trials.values())
     return ReplayResult(
         best_ms=best,
         optimum_ms=optimum,
@@ -109,4 +126,8 @@ def replay(
         best_index=outcome.best_index,
         stop_reason=outcome.stop_reason,
         strategy=chosen.describe(),
+        compile_s=compile_s,
+        run_s=run_s,
+        strategy_s=outcome.strategy_s,
+        simulated_s=compile_s + run_s + outcome.strategy_s,
     )

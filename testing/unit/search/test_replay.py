@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from search_fakes import bowl
@@ -95,3 +96,59 @@ def test_replay_loads_a_path(tmp_path):
     path.write_text(json.dumps(doc))
     result = replay(path, "exhaustive")
     assert result.score == 1.0 and result.best_ms == 1.0
+
+
+class SelfTimed(RandomSearch):
+    """Random search that times its own start, ask and tell (a lower bound of its time)."""
+
+    def start(self, space, *, parallelism=1, seed=0):
+        began = time.perf_counter()
+        super().start(space, parallelism=parallelism, seed=seed)
+        self.own_s = time.perf_counter() - began
+
+    def ask(self):
+        began = time.perf_counter()
+        batch = super().ask()
+        self.own_s += time.perf_counter() - began
+        return batch
+
+    def tell(self, index, trial):
+        began = time.perf_counter()
+        super().tell(index, trial)
+        self.own_s += time.perf_counter() - began
+
+
+def test_the_result_accounts_time_as_kernel_tuners_simulation_mode():
+    space, latency = bowl()
+    trials = tuple(
+        Trial(
+            i, c, TrialStatus.OK, latency=LatencyStats(v, v, v, v, v, 1), compile_s=0.5, run_s=0.25
+        )
+        if (v := latency(c)) is not None
+        else Trial(i, c, TrialStatus.RUN_ERROR, compile_s=0.5, run_s=0.25)  # failures cost too
+        for i, c in enumerate(space)
+    )
+    rec = RecordedSpace(space, trials)
+    strategy = SelfTimed()
+    result = replay(rec, strategy, budget=40, seed=3)
+    assert result.trials == 40 and result.compile_s == 20.0 and result.run_s == 10.0
+    assert result.strategy_s >= strategy.own_s > 0
+    assert result.simulated_s == pytest.approx(result.compile_s + result.run_s + result.strategy_s)
+    assert replay(rec, SelfTimed(), budget=40, seed=3) == result  # wall time is not compared
+
+
+def test_a_kernel_tuner_file_replays_with_its_recorded_seconds(tmp_path):
+    doc = {
+        "tune_params_keys": ["x"],
+        "tune_params": {"x": [1, 2, 3]},
+        "cache": {
+            str(x): {"x": x, "time": 4.0 - x, "compile_time": 500.0, "verification_time": 125.0,
+                     "benchmark_time": 125.0}
+            for x in (1, 2, 3)
+        },
+    }  # fmt: skip
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(doc))
+    result = replay(path, "exhaustive")
+    assert result.compile_s == 1.5 and result.run_s == 0.75
+    assert result.simulated_s >= 2.25 and result.strategy_s >= 0
