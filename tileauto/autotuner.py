@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,22 +60,23 @@ def tune(
     verbose: bool = True,
     jit_impl: JITImpl | None = None,
     bucket: Any = None,
+    pruned: bool = False,
 ) -> AutotuneResult:
     """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
 
     This layer only normalizes the arguments and builds the :class:`TuningProblem`; a
     :class:`~tileauto.session.TuningSession` does the rest (cache lookup and lock, search,
     pick, save). With the tuning cache on, a valid entry is returned at once; otherwise the
-    key's lock is held while tuning so concurrent processes tune one key once.
+    key's lock is held while tuning so concurrent processes tune one key once. ``pruned``:
+    ``configs`` is already the resolved space after ``prune_configs_by`` (see
+    :func:`resolved_space`), so the prune functions are not called again.
     """
     from tileauto.jit.target_memo import resolve as resolve_target  # no compiler on a memo hit
 
     # the thread-count rule (docs/tuning.md): the option, then the variables, then every core
     settings = Settings.from_env().with_num_threads(profile_args.num_threads)
     args, kwargs = plain_arguments(args, kwargs)  # np.int64 sizes reach TVM as Python ints
-    space = _pruned(
-        resolve_configs(configs, factory, args, kwargs), profile_args, factory, args, kwargs
-    )
+    space = configs if pruned else resolved_space(configs, factory, args, kwargs, profile_args)
     name = getattr(factory, "__name__", "kernel")
     if settings.disable_autotune:
         _say_once(
@@ -146,6 +148,18 @@ def _disk_store(problem: TuningProblem, target: Any, bucket: Any) -> Any:
             note(f"tileauto: another process is tuning {entry.key}; waiting for it")
 
     return DiskStore(entry, on_wait=waiting)
+
+
+def resolved_space(
+    configs: Any,
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    profile_args: ProfileArgs,
+) -> list[dict[str, Any]] | ProductSpace:
+    """The space of this call: ``configs`` resolved, then ``prune_configs_by`` applied."""
+    space = resolve_configs(configs, factory, args, kwargs)
+    return _pruned(space, profile_args, factory, args, kwargs)
 
 
 def _pruned(
@@ -265,6 +279,7 @@ class AutoTuneImpl:
         self.verbose = verbose
         self.check_new_shapes = check_new_shapes
         self.results: dict[Any, AutotuneResult] = {}
+        self._served: dict[Any, AutotuneResult] = {}  # a bucket's calls checked on their own
         self._with_passes: dict[str, JITImpl] = {}  # @jit variants for configs' pass_configs
         self._kernels = CallCache(jit_impl.factory)
         functools.update_wrapper(self, jit_impl.factory)
@@ -287,26 +302,28 @@ class AutoTuneImpl:
             space = resolve_configs(self.configs, factory, args, kwargs)
             return self._compile_config(args, kwargs, default_of_space(factory, space))
         bind_arguments(self.jit_impl.factory, args, kwargs, partial=True)  # fails before tuning
-        if self.profile_args.prune_configs_by and not self.profile_args.has_check:
-            factory = self.jit_impl.factory
-            space = resolve_configs(self.configs, factory, args, kwargs)
-            kept = _pruned(space, self.profile_args, factory, args, kwargs)
-            if len(kept) == 1:  # as Triton: one config left is used without benchmarking it
-                return self._compile_config(args, kwargs, kept[0])
         tkey = self._tuning_key(args, kwargs)
         result = self.results.get(tkey)
         if result is None:
+            configs, pruned = self.configs, False
+            if self.profile_args.prune_configs_by:  # pruned here once, as Triton on a key miss
+                factory = self.jit_impl.factory
+                configs = resolved_space(self.configs, factory, args, kwargs, self.profile_args)
+                pruned = True
+                if len(configs) == 1 and not self.profile_args.has_check:
+                    return self._use_unbenchmarked(args, kwargs, tkey, configs[0])
             result = tune(
                 self.jit_impl.factory,
                 args,
                 kwargs,
-                self.configs,
+                configs,
                 self.jit_impl.compile_args,
                 self.profile_args,
                 timer=self.timer,
                 verbose=self.verbose,
                 jit_impl=self.jit_impl,
                 bucket=None if self.key is None else tkey,
+                pruned=pruned,
             )
             self.results[tkey] = result
             if self.key is None or not result.cache_hit:
@@ -316,6 +333,17 @@ class AutoTuneImpl:
         if self.check_new_shapes:
             return self._checked_reuse(args, kwargs, result)
         return self._compile_config(args, kwargs, result.config)
+
+    def _use_unbenchmarked(
+        self, args: tuple, kwargs: dict[str, Any], tkey: Any, config: dict[str, Any]
+    ) -> Any:
+        """The one config ``prune_configs_by`` left, compiled and used without benchmarking it
+        (as Triton does), kept as this tuning key's result with no trials and a NaN latency."""
+        kernel = self._compile_config(args, kwargs, config)
+        self.results[tkey] = AutotuneResult(
+            config=dict(config), latency=math.nan, ref_latency=None, kernel=kernel
+        )
+        return kernel
 
     def _compile_config(self, args: tuple, kwargs: dict[str, Any], config: dict[str, Any]) -> Any:
         """``@jit``-compile one config for this call (its own ``pass_configs`` merged in)."""
@@ -341,12 +369,17 @@ class AutoTuneImpl:
         the default config's results), so it is cached on disk like any tuning.
         """
         compile_args, factory = self.jit_impl.compile_args, self.jit_impl.factory
-        quick = dataclasses.replace(self.profile_args, retime_top_k=0, search="exhaustive")
+        # the bucket's config is checked as it is: the prune functions chose it already
+        quick = dataclasses.replace(
+            self.profile_args, retime_top_k=0, search="exhaustive", prune_configs_by=None
+        )
+        served = call_key(factory, args, kwargs)
         try:
             checked = tune(
                 factory, args, kwargs, [bucket_result.config], compile_args, quick,
                 timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl,
             )  # fmt: skip
+            self._served[served] = checked
             return checked.kernel
         except NoValidConfigError as exc:
             log.warning(
@@ -355,14 +388,21 @@ class AutoTuneImpl:
                 bucket_result.config,
                 str(exc).splitlines()[-1].strip(),
             )
-        return tune(
+        own = tune(
             factory, args, kwargs, self.configs, compile_args, self.profile_args,
             timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl,
-        ).kernel  # fmt: skip
+        )  # fmt: skip
+        self._served[served] = own
+        return own.kernel
 
     def get_tuner_result(self, *args: Any, **kwargs: Any) -> AutotuneResult | None:
-        """The AutotuneResult that served these arguments, if they were tuned."""
-        return self.results.get(self._tuning_key(args, kwargs))
+        """The AutotuneResult that served these arguments, if they were tuned.
+
+        Calls of one tuning bucket share the bucket's result, except with ``check_new_shapes``:
+        a call whose check ran has its own (the check's, or its own tuning's when it failed).
+        """
+        served = self._served.get(call_key(self.jit_impl.factory, args, kwargs))
+        return served if served is not None else self.results.get(self._tuning_key(args, kwargs))
 
     def __repr__(self) -> str:
         return f"AutoTuneImpl({self.jit_impl!r})"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from tune_kernels import inplace_scale, scale, scale_jit
@@ -295,3 +297,101 @@ def test_random_search_measures_only_its_budget_and_reports_the_rest():
     assert result.default_trial.ok
     with pytest.raises(TypeError, match="SearchStrategy"):
         tileauto.autotune(configs=space, search="bayesian")
+
+
+# -- Triton's prune_configs_by through the decorator ----------------------------------------------
+def test_pruning_to_one_config_still_gives_a_tuner_result():
+    tuned = tileauto.autotune(
+        configs=[{"vec": 4}, {"vec": 8}, {"vec": 16}],
+        prune_configs_by={"perf_model": lambda n, vec, **rest: -vec, "top_k": 1},
+        timer=by_vec,
+        **FAST,
+    )(scale_jit)
+    kernel = tuned(256)
+    result = tuned.get_tuner_result(256)  # Triton's best_config
+    assert result is not None and result.config == {"vec": 16} and result.kernel is kernel
+    assert result.trials == () and math.isnan(result.latency)  # compiled, never benchmarked
+
+
+def test_prune_functions_run_once_per_tuning_key():
+    calls = {"early": 0, "model": 0}
+
+    def early(configs, named_args, **kwargs):
+        calls["early"] += 1
+        return configs
+
+    def model(n, vec, **rest):
+        calls["model"] += 1
+        return vec
+
+    tuned = tileauto.autotune(
+        configs=[{"vec": 4}, {"vec": 8}, {"vec": 16}],
+        prune_configs_by={"early_config_prune": early, "perf_model": model, "top_k": 2},
+        key=lambda n, **_: next_power_of_2(n),
+        timer=by_vec,
+        **FAST,
+    )(scale_jit)
+    assert tuned(1000).config["vec"] == 8  # the model kept 4 and 8; the timer prefers 8
+    assert calls == {"early": 1, "model": 3}
+    assert tuned(1020).config["vec"] == 8  # the bucket's tuning is reused: nothing pruned again
+    assert calls == {"early": 1, "model": 3}
+    assert sorted(t.config["vec"] for t in tuned.get_tuner_result(1000).trials) == [4, 8]
+
+
+# -- key= buckets with check_new_shapes ----------------------------------------------------------
+def whole_blocks_double(n, block=8):
+    """B = 2 * A over whole blocks only: a block that does not divide n leaves a tail unwritten."""
+    from tvm.script import tirx as T
+
+    whole = n // block * block
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        for i in range(whole):
+            B[i] = A[i] * T.float32(2)
+
+    return main
+
+
+def big_blocks_win(func, args, *, warmup, rep, config, device):
+    func(*args)
+    return [(1.0 if config["block"] == 128 else 2.0) * 1e6] * rep
+
+
+def test_tuner_result_is_the_one_that_served_the_call_after_check_new_shapes():
+    tuned = tileauto.autotune(
+        configs=[{"block": 8}, {"block": 128}],
+        key=lambda n: "one bucket",
+        check_new_shapes=True,
+        timer=big_blocks_win,
+        **FAST,
+    )(tileauto.jit(out_idx=[-1], target="llvm")(whole_blocks_double))
+    assert tuned(1024).config == {"block": 128}
+    fallback = tuned(1000)  # 128 leaves a tail unwritten at 1000: 1000 is tuned on its own
+    result = tuned.get_tuner_result(1000)
+    assert result.config == {"block": 8} and result.kernel is fallback
+    assert tuned.get_tuner_result(1024).config == {"block": 128}  # the bucket's own result
+    checked = tuned(2048)  # 128 passes its check at 2048
+    result = tuned.get_tuner_result(2048)
+    assert result.config == {"block": 128} and result.kernel is checked
+
+
+def test_check_new_shapes_checks_the_bucket_config_without_pruning_again():
+    calls = []
+
+    def whole_blocks_only(configs, named_args, **kwargs):
+        calls.append(named_args["n"])
+        return [c for c in configs if named_args["n"] % c["block"] == 0]
+
+    tuned = tileauto.autotune(
+        configs=[{"block": 8}, {"block": 128}],
+        key=lambda n: "one bucket",
+        check_new_shapes=True,
+        prune_configs_by={"early_config_prune": whole_blocks_only},
+        timer=big_blocks_win,
+        **FAST,
+    )(tileauto.jit(out_idx=[-1], target="llvm")(whole_blocks_double))
+    assert tuned(1024).config == {"block": 128}
+    # the check of 128 at 1000 fails; 1000 is then tuned, and pruned, on its own
+    assert tuned(1000).config == {"block": 8}
+    assert calls == [1024, 1000]
