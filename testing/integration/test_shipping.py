@@ -5,6 +5,9 @@ Real LLVM kernels (``tune_kernels.scale_jit``) tuned, saved and damaged on disk.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,9 @@ from tune_kernels import scale_jit
 import tileauto
 from tileauto.artifact import KernelArtifact
 from tileauto.cache import disk
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 
 pytestmark = [pytest.mark.slow]
 
@@ -66,3 +72,79 @@ def test_save_raises_and_publishes_nothing_when_a_source_cannot_be_had(tmp_path)
     assert "cannot compile it again" in message
     assert not (tmp_path / "second").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".second")]
+
+
+# -- a truncated library never kills the process that loads it -----------------------------------
+# Each child loads a kernel, checks it, and prints its compile count and the warnings it saw.
+CHILD_LOAD = """
+import sys
+import torch
+import tileauto
+kernel = tileauto.AutotuneResult.load_from_disk(sys.argv[1]).kernel
+"""
+CHILD_JIT = """
+from tune_kernels import scale_jit
+kernel = scale_jit(256)
+"""
+CHILD_CHECK = """
+a = torch.randn(256)
+torch.testing.assert_close(kernel(a), a * 2)
+from tileauto.jit import compiler
+print("COMPILES", compiler.COMPILE_COUNT)
+"""
+
+
+def _run_child(code: str, cache_dir: Path, *args: str) -> tuple[int, list[str]]:
+    """Run ``code`` in a fresh Python; its compile count and its warnings, one a line."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), str(HERE), env.get("PYTHONPATH", "")) if p
+    )
+    env["TILEAUTO_CACHE_DIR"] = str(cache_dir)
+    script = f"import torch, warnings\nwarnings.simplefilter('always')\n{code}{CHILD_CHECK}"
+    proc = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"the child died (rc {proc.returncode}):\n{proc.stderr[-3000:]}"
+    (count,) = [
+        int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("COMPILES")
+    ]
+    warned = [line for line in proc.stderr.splitlines() if "Warning" in line]
+    return count, warned
+
+
+def _truncate(lib: Path) -> int:
+    """Cut a library to half its size (past the end of a segment the loader maps)."""
+    data = lib.read_bytes()
+    lib.write_bytes(data[: len(data) // 2])
+    return len(data) // 2
+
+
+def test_load_from_disk_recompiles_a_truncated_library_instead_of_dying(tmp_path):
+    saved = _tune_small().save_to_disk(tmp_path / "saved")
+    lib = saved / "kernel" / KernelArtifact.LIB_NAME
+    cut = _truncate(lib)
+    _reseal(saved)  # as if it had been shipped that way: the manifest matches
+    count, warned = _run_child(CHILD_LOAD, tmp_path / "cache", str(saved))
+    assert count == 1  # compiled again from the stored TVMScript
+    (warning,) = [w for w in warned if "cannot run here" in w]
+    assert f"{lib} is truncated or damaged" in warning and f"the file has {cut} bytes" in warning
+
+
+def test_a_truncated_library_in_the_kernel_cache_is_compiled_again(tmp_path):
+    cache = tmp_path / "cache"
+    assert _run_child(CHILD_JIT, cache) == (1, [])
+    (entry,) = (cache / "kernels").iterdir()
+    lib = entry / "kernel" / KernelArtifact.LIB_NAME
+    _truncate(lib)
+    meta = {k: v for k, v in disk.read_manifest(entry).items() if k != "files"}
+    disk.seal(entry, meta)
+    count, warned = _run_child(CHILD_JIT, cache)
+    assert count == 1
+    (warning,) = [w for w in warned if "does not load" in w]
+    assert f"{lib} is truncated or damaged" in warning
+    assert _run_child(CHILD_JIT, cache) == (0, [])  # the entry was replaced by a good one

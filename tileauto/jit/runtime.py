@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
+from tileauto.jit.elf import check_library
 
 log = get_logger("jit")
 _LOCK = threading.Lock()
@@ -79,11 +80,13 @@ def load_module(path: str | Path, device_type: str = "cpu") -> Any:
 
     Raises:
         ValueError: ``path`` is not a file.
+        CacheError: the file is shorter than its ELF headers declare (see :mod:`.elf`).
         RuntimeError: the library does not load.
     """
     path = os.path.realpath(path)
     if not os.path.isfile(path):
         raise ValueError(f"cannot find file {path}")
+    check_library(path)  # a truncated library would SIGBUS this process once mapped
     if not compiler_loaded():
         try:
             ensure_runtime()
