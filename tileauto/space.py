@@ -7,12 +7,12 @@ import inspect
 import json
 import math
 import numbers
-import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tileauto.errors import ConfigSpaceError
+from tileauto.expression import BINARY, COMPARE, PythonError, keep, probe
 
 
 def tunable_parameters(factory: Callable[..., Any]) -> dict[str, Any]:
@@ -439,10 +439,15 @@ def _numpy() -> Any:
 
 
 def _array(values: list[Any]) -> NDArray[Any]:
-    """Values as an array: numbers and bools keep their dtype, anything else is an object."""
+    """Values as an array: ints (within int64), floats, bools and strings keep their dtype;
+    anything else, mixed ints and floats included, is an object (exact, as Python holds it)."""
     np = _numpy()
     kinds = {type(v) for v in values}
-    if kinds <= {int} or kinds <= {int, float} or kinds <= {bool} or kinds <= {str}:
+    if kinds <= {int} and all(-(1 << 63) < v < 1 << 63 for v in values):
+        return np.array(values, dtype=np.int64)
+    if kinds <= {float} or kinds <= {bool}:
+        return np.array(values)
+    if kinds <= {str} and not any(v.endswith("\0") for v in values):  # numpy drops trailing NULs
         return np.array(values)
     out = np.empty(len(values), dtype=object)
     out[:] = values
@@ -572,6 +577,8 @@ class ProductSpace(Space):
                     k += 1
                 rule = Constraint(f"{rule.name} #{k}", rule.source, rule.expression)
             rules.append(rule)
+        for rule in rules:
+            rule.probe(self.params)  # a type error shows here, not at the first len()
         self.rules = tuple(rules)
         self._sizes = [len(p.values) for p in self.params]
         self._radix = _radix(self._sizes)
@@ -827,24 +834,6 @@ def as_space(configs: Space | Iterable[dict[str, Any]]) -> Space:
 
 # -- constraints ----------------------------------------------------------------------------------
 
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-}
-
 
 @dataclass(frozen=True)
 class Constraint:
@@ -859,6 +848,7 @@ class Constraint:
     name: str
     source: Any
     expression: ast.expr | None
+    _results: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, rule: Any, names: Sequence[str]) -> Constraint:
@@ -900,19 +890,43 @@ class Constraint:
     def check_columns(self, columns: dict[str, NDArray[Any]], n: int) -> NDArray[Any]:
         """Whether each of ``n`` configs, given as one array per name, satisfies the expression.
 
-        A division or modulo by zero makes the comparison that uses it false, so
-        ``"b != 0 and a % b == 0"`` reads as it would in Python.
+        The result is Python's ``bool(expression)`` for each config (exact integers, strings
+        compared as Python compares them), except that a config on which Python would raise
+        ``ZeroDivisionError`` is pruned, so ``"b != 0 and a % b == 0"`` reads as in Python.
+
+        Raises:
+            ConfigSpaceError: Python raises anything else for one of the configs.
         """
-        np = _numpy()
         assert self.expression is not None
         try:
-            with np.errstate(all="ignore"):
-                got = _evaluate(self.expression, columns)
-            return np.broadcast_to(np.asarray(got, dtype=bool), (n,)).copy()
-        except Exception as exc:
-            raise ConfigSpaceError(
-                f"constraint {self.name!r} cannot be evaluated: {type(exc).__name__}: {exc}"
-            ) from None
+            return keep(self.expression, columns, n, self._results)
+        except PythonError as exc:
+            raise self._refused(exc) from None
+
+    def probe(self, params: Sequence[Param]) -> None:
+        """Evaluate the expression on a config of each combination of value types of
+        ``params``, so that a type error (``"layout > 1"`` with string layouts) is raised at
+        ``product()``, naming the constraint and the config.
+
+        Raises:
+            ConfigSpaceError: Python raises, for such a config, anything but ZeroDivisionError.
+        """
+        if self.expression is None:
+            return
+        # a value a config does not set reads as None, as in the scan's columns
+        groups = [[p.assign(c) or {p.names[0]: None} for c in range(len(p.values))] for p in params]
+        try:
+            probe(self.expression, groups)
+        except PythonError as exc:
+            raise self._refused(exc) from None
+
+    def _refused(self, exc: PythonError) -> ConfigSpaceError:
+        return ConfigSpaceError(
+            f"constraint {self.name!r} cannot be evaluated for {exc.env!r}: Python raises "
+            f"{type(exc.error).__name__}: {exc.error}; a constraint must evaluate, as Python "
+            'would, for every config of the product (guard it: "b != 0 and a % b == 0"), '
+            "or be a callable of the config"
+        )
 
 
 def _check_expression(node: ast.AST, text: str, names: set[str]) -> None:
@@ -935,8 +949,8 @@ def _check_expression(node: ast.AST, text: str, names: set[str]) -> None:
         ast.UAdd,
         ast.In,
         ast.NotIn,
-        *_BINARY,
-        *_COMPARE,
+        *BINARY,
+        *COMPARE,
     )
     for sub in ast.walk(node):
         if not isinstance(sub, allowed):
@@ -963,54 +977,3 @@ def _check_expression(node: ast.AST, text: str, names: set[str]) -> None:
                         f"constraint {text!r}: 'in' takes a list of "
                         "constants on its right, and only 'in' does"
                     )
-
-
-def _evaluate(node: ast.expr, columns: dict[str, NDArray[Any]]) -> Any:
-    np = _numpy()
-    if isinstance(node, ast.Name):
-        return columns[node.id]
-    if isinstance(node, ast.Constant):
-        return np.asarray(node.value) if _is_number(node.value) else node.value
-    if isinstance(node, ast.UnaryOp):
-        value = _evaluate(node.operand, columns)
-        if isinstance(node.op, ast.Not):
-            return np.logical_not(value)
-        return -value if isinstance(node.op, ast.USub) else +value
-    if isinstance(node, ast.BoolOp):
-        parts = [np.asarray(_evaluate(v, columns), dtype=bool) for v in node.values]
-        join = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-        out = parts[0]
-        for part in parts[1:]:
-            out = join(out, part)
-        return out
-    if isinstance(node, ast.BinOp):
-        left, right = _evaluate(node.left, columns), _evaluate(node.right, columns)
-        op = type(node.op)
-        if op in (ast.Div, ast.FloorDiv, ast.Mod, ast.Pow):
-            # float results, NaN where a divisor is zero: every comparison with NaN is false
-            left = np.asarray(left, dtype=np.float64)
-            right = np.asarray(right, dtype=np.float64)
-            if op is ast.Pow:
-                return np.power(left, right)
-            zero = right == 0
-            return np.where(zero, np.nan, _BINARY[op](left, np.where(zero, 1.0, right)))
-        return _BINARY[op](left, right)
-    if isinstance(node, ast.Compare):
-        chain: Any = True
-        left = _evaluate(node.left, columns)
-        for cmp, comparator in zip(node.ops, node.comparators):
-            if isinstance(cmp, (ast.In, ast.NotIn)):
-                assert isinstance(comparator, (ast.Tuple, ast.List, ast.Set))
-                allowed = [e.value for e in comparator.elts if isinstance(e, ast.Constant)]
-                hit = np.zeros(np.shape(left), dtype=bool)
-                for value in allowed:
-                    hit = hit | (np.asarray(left == value, dtype=bool))
-                result = hit if isinstance(cmp, ast.In) else ~hit
-                right = left
-            else:
-                right = _evaluate(comparator, columns)
-                result = _COMPARE[type(cmp)](left, right)
-            chain = np.logical_and(chain, result)
-            left = right
-        return chain
-    raise ConfigSpaceError(f"unexpected {type(node).__name__} in a constraint")  # checked above

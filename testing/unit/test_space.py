@@ -272,6 +272,7 @@ def test_bad_prune_configs_by_is_named(prune, match):
 # -- the space builder ----------------------------------------------------------------------------
 
 import itertools  # noqa: E402
+import re  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -515,3 +516,140 @@ def test_find_is_the_inverse_of_config():
     assert space.find({"micro_M": 4, "micro_N": 16, "block_M": 64}) == -1  # a key missing
     listed = Space.from_configs([{"a": 1}, {"a": 2, "b": "x"}])
     assert [listed.find(c) for c in listed] == [0, 1]
+
+
+# -- constraint expressions evaluate as Python does -----------------------------------------------
+
+VALUES = {
+    "a": [0, 1, -3, 7, 2**31],  # int64, but a * a * a is not
+    "b": [2, -5, 0, 2**53 + 1, 2**70],  # beyond float64's integers and beyond int64
+    "c": [0, 1, -2, 6, 12],  # small ints: numpy computes these
+    "x": [0.5, -2.25, 0.0, 1e300],
+    "s": ["", "row", "col"],
+    "f": [False, True],
+}
+LITERALS = ["0", "1", "2", "3", "1099511627776", "9223372036854775807", "0.5", "'row'", "''"]
+CONSTANTS = [*LITERALS, "-1", "2 ** 40", "True"]
+
+
+def random_expression(rng, depth: int) -> str:
+    """A constraint expression of the language: names, constants, arithmetic, comparisons,
+    ``in`` lists, and/or/not."""
+    if depth == 0 or rng.random() < 0.2:
+        return rng.choice([*VALUES, *VALUES, *CONSTANTS])
+    kind = rng.choice(["arith", "arith", "compare", "compare", "chain", "in", "bool", "not"])
+    sub = lambda: random_expression(rng, depth - 1)  # noqa: E731
+    if kind == "arith":
+        op = rng.choice(["+", "-", "*", "/", "//", "%", "**", "-"])
+        right = rng.choice(["0", "1", "2", "3", "-1", "c"]) if op == "**" else sub()
+        return f"({sub()} {op} {right})"
+    if kind == "compare":
+        return f"({sub()} {rng.choice(['==', '!=', '<', '<=', '>', '>='])} {sub()})"
+    if kind == "chain":
+        return f"({sub()} < {sub()} <= {sub()})"
+    if kind == "in":
+        items = ", ".join(rng.sample([*LITERALS, "True"], 3))
+        return f"({sub()} {rng.choice(['in', 'not in'])} [{items}])"
+    if kind == "bool":
+        return f"({sub()} {rng.choice(['and', 'or'])} {sub()})"
+    return f"(not {sub()})"
+
+
+def python_keeps(text: str, names: list[str]) -> list[dict] | None:
+    """The configs Python keeps (a division by zero prunes); None when Python raises else."""
+    code = compile(text, "<constraint>", "eval")
+    kept = []
+    for combo in itertools.product(*(VALUES[n] for n in names)):
+        config = dict(zip(names, combo))
+        try:
+            if eval(code, {"__builtins__": {}}, dict(config)):
+                kept.append(config)
+        except ZeroDivisionError:
+            pass
+        except Exception:
+            return None
+    return kept
+
+
+def checked_by_tileauto(text: str, names: list[str]) -> list[dict] | None:
+    try:
+        return list(product(**{n: VALUES[n] for n in names}, constraints=text))
+    except ConfigSpaceError as exc:
+        assert "cannot be evaluated for" in str(exc) and text.strip() in str(exc)
+        return None
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("numpy_path", [True, False], ids=["as_chosen", "python_only"])
+def test_constraint_expressions_equal_python_on_every_config(seed, numpy_path, monkeypatch):
+    import random
+
+    from tileauto import expression
+
+    def unsafe(*args, **kwargs):
+        raise expression._Unsafe("every expression by Python")
+
+    if not numpy_path:
+        monkeypatch.setattr(expression, "_kind", unsafe)
+    rng = random.Random(seed)
+    for _ in range(60):
+        text = random_expression(rng, 3)
+        names = [n for n in VALUES if re.search(rf"\b{n}\b", text.replace("'row'", ""))]
+        if not names:
+            continue
+        assert checked_by_tileauto(text, names) == python_keeps(text, names), text
+
+
+def test_the_issues_examples_are_read_as_python():
+    assert len(product(a=[2**31, -(2**31)], constraints="a * a * a > 0")) == 1
+    assert list(product(a=[2**53 + 1, 2**53], constraints="a % 3 == 0")) == [{"a": 2**53 + 1}]
+    assert list(product(a=[2**53 + 1], b=[3], constraints="a // b * b == a")) == [
+        {"a": 2**53 + 1, "b": 3}
+    ]
+    assert list(product(layout=["", "row"], constraints="not layout")) == [{"layout": ""}]
+    assert list(product(layout=["row", "col"], constraints="layout > 'd'")) == [{"layout": "row"}]
+    with pytest.raises(
+        ConfigSpaceError, match="constraint 'layout > 1' cannot be evaluated"
+    ) as info:
+        product(layout=["row", "col"], constraints="layout > 1")  # at product(), not at len()
+    assert "TypeError" in str(info.value) and "'layout': 'row'" in str(info.value)
+
+
+def test_a_zero_division_python_would_raise_prunes_the_config():
+    # Python raises for b == 0 whatever 'not' makes of it: the config is pruned
+    space = product(a=[1, 2], b=[0, 1], constraints="not (a % b == 1)")
+    assert list(space) == [{"a": 1, "b": 1}, {"a": 2, "b": 1}]
+
+
+def test_numbers_and_strings_that_numpy_computes_exactly_are_not_evaluated_one_by_one(
+    monkeypatch,
+):
+    from tileauto import expression
+
+    def one_by_one(tree, env):
+        raise AssertionError(f"evaluated by Python for {env}")
+
+    space = product(
+        block_M=[16, 32, 64, 128],
+        micro_M=[0, 4, 8],
+        scale=[0.5, 1.5],
+        layout=["row", "col", ""],
+        swizzle=[False, True],
+        constraints=[
+            "micro_M != 0 and block_M % micro_M == 0",
+            "block_M * scale / 2 <= 48 or swizzle",
+            "layout in ['row', 'col'] and not (layout == 'col' and block_M > 64)",
+        ],
+    )
+    monkeypatch.setattr(expression, "python_truth", one_by_one)
+    assert len(space) == sum(
+        1
+        for m, u, sc, lay, sw in itertools.product(
+            [16, 32, 64, 128], [0, 4, 8], [0.5, 1.5], ["row", "col", ""], [False, True]
+        )
+        if u != 0
+        and m % u == 0
+        and (m * sc / 2 <= 48 or sw)
+        and lay in ["row", "col"]
+        and not (lay == "col" and m > 64)
+    )
