@@ -480,10 +480,12 @@ def autotune(
             name to tensor; when the call raises, ``post_hook`` gets the exception and the
             error goes on. Timed repetitions include the hooks, as in Triton.
         prune_configs_by: Triton's ``{"early_config_prune": fn(configs, named_args, **kwargs),
-            "perf_model": fn(**named_args, **config), "top_k": int or fraction}``: the early
-            prune keeps a sublist, then the ``top_k`` configs the perf model rates fastest are
-            kept (a fraction of the space keeps at least one). When one config is left and no
-            check is given, ``@autotune`` compiles it without benchmarking.
+            "perf_model": fn(**args, **kwargs, **config), "top_k": int or fraction}``, run
+            once per tuning key: the early prune keeps a sublist (``named_args``: the
+            positional arguments by name), then the ``top_k`` configs the perf model rates
+            fastest are kept (a fraction of what the early prune kept keeps at least one).
+            When one config is left and no check is given, ``@autotune`` compiles it without
+            benchmarking; ``get_tuner_result`` has it, with no trials and a NaN latency.
         max_trials / max_seconds / plateau: budgets of the search: the most configs measured,
             the most seconds of the whole tuning (wall clock; the batch in flight finishes),
             and a stop after this many trials in a row without an improvement beyond the
@@ -506,7 +508,8 @@ def autotune(
             config unchecked (compiled for its arguments).
         check_new_shapes: with ``key=``, check the bucket's config once per new set of
             arguments (against ``ref_prog``, or the default config's results) and tune those
-            arguments on their own when it fails. The check is cached like a tuning.
+            arguments on their own when it fails. The check is cached like a tuning, and
+            ``get_tuner_result`` returns the check's result (or the own tuning's) for them.
         timer: a custom timer (see :mod:`tileauto.timing`), e.g. a scripted one in tests.
         verbose: print the report table and a progress bar.
     """
