@@ -35,6 +35,7 @@ from tileauto._logging import get_logger
 from tileauto.console import note
 from tileauto.cpu_pool import decide_spin
 from tileauto.errors import NoValidConfigError
+from tileauto.observer import TrialObserver
 from tileauto.problem import TuningProblem
 from tileauto.records import (
     BUSY_NOTE,
@@ -125,7 +126,7 @@ class TuningSession:
         self._measured: dict[str, Trial] = {}
         self._artifacts: dict[str, Any] = {}
         self._prepared = False
-        self._on_trial_failed = False
+        self.observer = TrialObserver(p.profile_args.on_trial, p.name)  # the user's on_trial
         self._started = 0.0
         self._cluster: Any = None  # the Ray cluster, when the executor is Ray
         self.stop: Any = None  # the search's SearchOutcome (why it stopped), after run()
@@ -433,15 +434,7 @@ class TuningSession:
         trial = trial.at_index(self.view.position(cid))
         self._measured[cid] = trial
         self.reporter.trial(trial)
-        on_trial = self.problem.profile_args.on_trial
-        if on_trial is None:
-            return
-        try:
-            on_trial(trial)
-        except Exception as exc:  # noqa: BLE001 - a progress callback must not stop tuning
-            if not self._on_trial_failed:
-                self._on_trial_failed = True
-                log.warning("on_trial raised %s: %s (tuning goes on)", type(exc).__name__, exc)
+        self.observer.trial(trial)  # a detached copy; a failing callback is switched off
 
     def _trial(self, build: BuildResult, run: RunOutcome | None) -> Trial:
         index = self.view.position(config_id(build.config))

@@ -1,0 +1,82 @@
+"""The ``on_trial`` observer: each trial handed to the user's callback, detached and bounded.
+
+The callback gets its own copy of every trial, so changing it changes nothing in the tuning,
+with ``error`` cut to :data:`ERROR_CHARS` characters. A callback that raises, or a trial that
+cannot be copied for it, is reported once and the callback is not called again (TileLang's
+contract).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.records import Trial
+
+log = get_logger("observer")
+
+ERROR_CHARS = 2048  # the most characters of error text an observer is given (as TileLang)
+
+
+class TrialObserver:
+    """Calls ``callback(trial)`` with detached trials until the callback fails once.
+
+    Args:
+        callback: the user's ``on_trial`` (None: nothing is observed).
+        name: the kernel's name, for the one warning about a broken callback.
+
+    Attributes:
+        switched_off: True once the callback raised or a trial could not be copied for it.
+    """
+
+    def __init__(self, callback: Callable[[Trial], Any] | None, name: str = "kernel") -> None:
+        self.callback = callback
+        self.name = name
+        self.switched_off = False
+
+    @property
+    def active(self) -> bool:
+        return self.callback is not None and not self.switched_off
+
+    def trial(self, trial: Trial) -> None:
+        """Hand a copy of ``trial`` to the callback (nothing once it is switched off)."""
+        if not self.active:
+            return
+        assert self.callback is not None
+        try:
+            mine = detached(trial)
+        except Exception as exc:  # noqa: BLE001 - a config that will not copy must not stop tuning
+            self._switch_off(f"trial {trial.index} could not be copied for it ({_describe(exc)})")
+            return
+        try:
+            self.callback(mine)
+        except Exception as exc:  # noqa: BLE001 - a progress callback must not stop tuning
+            self._switch_off(f"raised {_describe(exc)}")
+
+    def _switch_off(self, why: str) -> None:
+        self.switched_off = True
+        log.warning(
+            "autotune %s: on_trial %s; it is switched off and not called again (tuning goes on)",
+            self.name,
+            why,
+        )
+
+
+def detached(trial: Trial) -> Trial:
+    """A copy of ``trial`` that shares nothing mutable with it, its error cut to ERROR_CHARS."""
+    return replace(trial, config=copy.deepcopy(trial.config), error=bounded(trial.error))
+
+
+def bounded(text: str | None, limit: int = ERROR_CHARS) -> str | None:
+    """``text`` cut to at most ``limit`` characters, saying how long it was."""
+    if text is None or len(text) <= limit:
+        return text
+    marker = f"\n... [cut: {len(text)} characters in all]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+def _describe(exc: BaseException) -> str:
+    return bounded(f"{type(exc).__name__}: {exc}") or ""
