@@ -46,6 +46,7 @@ _EXPORTS = {
     "LatencyStats": "tileauto.records",
     "Trial": "tileauto.records",
     "TrialStatus": "tileauto.records",
+    "Validation": "tileauto.records",
     "AutotuneResult": "tileauto.result",
     "Settings": "tileauto.settings",
     "TuningProblem": "tileauto.problem",
@@ -72,7 +73,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from tileauto.jit import CompileFailure, JITImpl, JITKernel
     from tileauto.options import CompileArgs, ProfileArgs
     from tileauto.problem import TuningProblem
-    from tileauto.records import LatencyStats, Trial, TrialStatus
+    from tileauto.records import LatencyStats, Trial, TrialStatus, Validation
     from tileauto.result import AutotuneResult
     from tileauto.session import TuningSession
     from tileauto.settings import Settings
@@ -109,6 +110,7 @@ __all__ = [
     "TensorSupplyType",
     "Trial",
     "TrialStatus",
+    "Validation",
     "autotune",
     "set_autotune_inputs",
     "CacheError",

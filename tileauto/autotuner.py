@@ -23,6 +23,7 @@ from tileauto.keys import (
     freeze,
     plain_arguments,
 )
+from tileauto.observer import TrialObserver
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.problem import TuningProblem
 from tileauto.result import AutotuneResult
@@ -282,6 +283,10 @@ class AutoTuneImpl:
         self._served: dict[Any, AutotuneResult] = {}  # a bucket's calls checked on their own
         self._with_passes: dict[str, JITImpl] = {}  # @jit variants for configs' pass_configs
         self._kernels = CallCache(jit_impl.factory)
+        # tells on_trial of the hits of this decorator's memory (a session tells its own)
+        self._observer = TrialObserver(
+            profile_args.on_trial, getattr(jit_impl.factory, "__name__", "kernel")
+        )
         functools.update_wrapper(self, jit_impl.factory)
 
     def _tuning_key(self, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -290,7 +295,20 @@ class AutoTuneImpl:
         return freeze(describe_value(self.key(*args, **kwargs)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
-        return self._kernels.get(args, kwargs, self._kernel_for)
+        if not self._observer.active:  # the common call: nothing to tell, nothing to add
+            return self._kernels.get(args, kwargs, self._kernel_for)
+        made: list[bool] = []
+
+        def make(args: tuple, kwargs: dict[str, Any]) -> JITKernel:
+            made.append(True)
+            return self._kernel_for(args, kwargs)
+
+        kernel = self._kernels.get(args, kwargs, make)
+        if not made:  # this call's kernel was in memory: the observer gets its marker trial
+            result = self.results.get(self._tuning_key(args, kwargs))
+            if result is not None:
+                self._observer.cache_hit(result)
+        return kernel
 
     def _kernel_for(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
         if Settings.from_env().disable_autotune and not self.profile_args.has_check:
@@ -304,6 +322,8 @@ class AutoTuneImpl:
         bind_arguments(self.jit_impl.factory, args, kwargs, partial=True)  # fails before tuning
         tkey = self._tuning_key(args, kwargs)
         result = self.results.get(tkey)
+        if result is not None:  # the bucket's tuning is in memory: no tuning, a marker trial
+            self._observer.cache_hit(result)
         if result is None:
             configs, pruned = self.configs, False
             if self.profile_args.prune_configs_by:  # pruned here once, as Triton on a key miss
@@ -474,6 +494,10 @@ def autotune(
             native loop, and on CUDA they time with events too (with a warning).
         on_trial: called in this process with each :class:`~tileauto.Trial` (complete, with
             its index) as soon as it is measured, failures included: progress in your code.
+            It gets a copy (its ``error`` cut to 2,048 characters) that says how the config
+            was validated (``trial.validation``); a disk or memory cache hit gives it one
+            marker trial (``trial.cache_hit``, the stored winner, not a measurement). A
+            callback that raises is reported once and not called again.
         pre_hook / post_hook: Triton's hooks, run in the run worker around every call of a
             config's kernel (the check and each timed repetition): ``pre_hook(args)`` before
             and ``post_hook(args, exception=None)`` after, ``args`` being a dict of parameter

@@ -3,7 +3,8 @@
 The callback gets its own copy of every trial, so changing it changes nothing in the tuning,
 with ``error`` cut to :data:`ERROR_CHARS` characters. A callback that raises, or a trial that
 cannot be copied for it, is reported once and the callback is not called again (TileLang's
-contract).
+contract). A cache hit is told as one marker trial (``cache_hit=True``): the stored winner,
+never a measurement of this run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.records import Trial
+from tileauto.records import Trial, TrialStatus
 
 log = get_logger("observer")
 
@@ -56,6 +57,11 @@ class TrialObserver:
         except Exception as exc:  # noqa: BLE001 - a progress callback must not stop tuning
             self._switch_off(f"raised {_describe(exc)}")
 
+    def cache_hit(self, result: Any) -> None:
+        """Tell the callback that a cache answered, with the marker trial of ``result``."""
+        if self.active:
+            self.trial(cache_hit_marker(result))
+
     def _switch_off(self, why: str) -> None:
         self.switched_off = True
         log.warning(
@@ -76,6 +82,14 @@ def bounded(text: str | None, limit: int = ERROR_CHARS) -> str | None:
         return text
     marker = f"\n... [cut: {len(text)} characters in all]"
     return text[: max(0, limit - len(marker))] + marker
+
+
+def cache_hit_marker(result: Any) -> Trial:
+    """The trial an observer gets when ``result`` came from a cache: its winner, marked."""
+    best = result.best_trial
+    if best is not None:
+        return replace(best, cache_hit=True)
+    return Trial(-1, dict(result.config), TrialStatus.OK, cache_hit=True)
 
 
 def _describe(exc: BaseException) -> str:

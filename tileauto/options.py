@@ -161,7 +161,8 @@ class ProfileArgs:
     backend: str = option("event", key="value")  # TileLang's timer name
     warmup_iters: int | None = option(None, key="value", worker=True)  # counts instead of ms
     rep_iters: int | None = option(None, key="value", worker=True)
-    on_trial: Callable[..., Any] | None = option(None)  # on_trial(trial), in the caller
+    # on_trial(trial), in the caller: a detached copy of each trial, and a cache hit's marker
+    on_trial: Callable[..., Any] | None = option(None)
     pre_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
     post_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
     prune_configs_by: dict[str, Any] | None = option(None)  # changes the space, which is keyed

@@ -37,9 +37,33 @@ class TrialStatus(enum.Enum):
         return self is TrialStatus.OK
 
 
+class Validation(enum.Enum):
+    """What a config's outputs were checked against (TileLang's trial observer tells the same)."""
+
+    REFERENCE = "reference"  # the user's ref_prog (its outputs, or its verdict)
+    DEFAULT = "default"  # the default config's outputs (tolerances, or manual_check_prog)
+    SKIPPED = "skipped"  # nothing: skip_check, the reference itself, or no reference outputs
+
+    @classmethod
+    def from_json(cls, value: Any) -> Validation | None:
+        """The member named by a stored value (None: not validated, or an older record)."""
+        if value is None:
+            return None
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(v.value for v in cls)
+            raise ValueError(
+                f"a trial's 'validation' must be one of {choices} or null, got {value!r}"
+            ) from None
+
+
 # the start of the note on a trial whose threads waited for a CPU during much of its timing
 # (see ``run_worker.runqueue_wait_s``): its latency measured the machine's load too
 BUSY_NOTE = "timed on a busy machine"
+# the start of the note on a trial whose outputs had no reference of their shape (the default
+# config ran with other buffers): it was only checked for unwritten outputs
+NOT_COMPARED_NOTE = "not compared with the default config"
 
 
 @dataclass(frozen=True)
@@ -111,6 +135,10 @@ class Trial:
         run_s: seconds in the run worker (load, validate, time).
         error: why it failed, a few lines; None when OK.
         notes: remarks that are not failures (e.g. "writes into input 'x'").
+        validation: what its outputs were checked against; None when it never ran (or in a
+            record older than the field).
+        cache_hit: True only on the marker an ``on_trial`` observer gets when a tuning is
+            answered by a cache: the stored winner, not a measurement of this run.
     """
 
     index: int
@@ -121,6 +149,8 @@ class Trial:
     run_s: float | None = None
     error: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    validation: Validation | None = None
+    cache_hit: bool = False
 
     @property
     def ok(self) -> bool:
@@ -151,6 +181,8 @@ class Trial:
             "run_s": self.run_s,
             "error": self.error,
             "notes": list(self.notes),
+            "validation": self.validation.value if self.validation is not None else None,
+            "cache_hit": self.cache_hit,
         }
 
     @classmethod
@@ -164,6 +196,8 @@ class Trial:
             run_s=data.get("run_s"),
             error=data.get("error"),
             notes=tuple(data.get("notes", ())),
+            validation=Validation.from_json(data.get("validation")),
+            cache_hit=bool(data.get("cache_hit", False)),
         )
 
 

@@ -40,6 +40,7 @@ from tileauto.problem import TuningProblem
 from tileauto.records import (
     BUSY_NOTE,
     NEVER_TRIED,
+    NOT_COMPARED_NOTE,
     BuildRequest,
     BuildResult,
     BuildStatus,
@@ -47,6 +48,7 @@ from tileauto.records import (
     RunOutcome,
     Trial,
     TrialStatus,
+    Validation,
     is_never_tried,
 )
 from tileauto.report import failure_summary
@@ -70,6 +72,11 @@ _BUILD_STATUS = {
     BuildStatus.OUT_OF_MEMORY: TrialStatus.COMPILE_OUT_OF_MEMORY,  # measured again next time
     BuildStatus.CANCELLED: TrialStatus.CANCELLED,  # measured again next time
 }
+
+
+# the default config's run statuses after which the run worker holds its outputs (a mismatch
+# of a manual check on the default is found after they are kept)
+_REFERENCE_KEPT = frozenset({TrialStatus.OK, TrialStatus.MISMATCH})
 
 
 class TuningSession:
@@ -148,6 +155,7 @@ class TuningSession:
         assert self.store is not None
         hit = self.store.load()
         if hit is not None:
+            self.observer.cache_hit(hit)  # a marker trial, never stored as a measurement
             message = (
                 f"tileauto: using cached tuning {hit.key} ({hit.config}, {hit.latency:.4f} ms)"
             )
@@ -463,8 +471,31 @@ class TuningSession:
         if status.ok and latency is None:
             status, error = TrialStatus.RUN_ERROR, "the timer returned no samples"
         return Trial(
-            index, build.config, status, latency, build.compile_s, run.run_s, error, run.notes
+            index,
+            build.config,
+            status,
+            latency,
+            build.compile_s,
+            run.run_s,
+            error,
+            run.notes,
+            validation=self._validation(config_id(build.config), run),
         )
+
+    def _validation(self, cid: str, run: RunOutcome) -> Validation:
+        """What the run worker checked this config's outputs against (its rules, restated)."""
+        pa = self.problem.profile_args
+        if pa.skip_check:
+            return Validation.SKIPPED
+        if pa.ref_prog is not None:
+            return Validation.REFERENCE
+        default = self._measured.get(self.default_id)
+        # the default config is the reference; when its run failed there is nothing to compare
+        if cid == self.default_id or default is None or default.status not in _REFERENCE_KEPT:
+            return Validation.SKIPPED
+        if any(n.startswith(NOT_COMPARED_NOTE) for n in run.notes):
+            return Validation.SKIPPED
+        return Validation.DEFAULT
 
     # -- the end --------------------------------------------------------------------------------
     def _finish(self, ref_latency: float | None, stop_reason: str | None) -> AutotuneResult:

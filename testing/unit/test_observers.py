@@ -1,6 +1,7 @@
-"""What ``on_trial`` observers are given: detached trials and bounded errors.
+"""What ``on_trial`` observers are given: detached trials, bounded errors, validation, cache hits.
 
-The session runs with scripted stages (no compile, no run worker).
+The session runs with scripted stages (no compile, no run worker); the same observer contract
+on real LLVM kernels is in ``testing/integration/test_observer_cache_hits.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.problem import TuningProblem
+from tileauto.records import Validation
 from tileauto.session import TuningSession
 from tileauto.settings import Settings
 from tileauto.stores import MemoryStore
@@ -127,3 +129,64 @@ def test_an_observer_whose_trial_cannot_be_copied_is_switched_off(problem, caplo
     assert calls == []  # never handed the session's own trial instead
     warned = [r.getMessage() for r in caplog.records if "on_trial" in r.getMessage()]
     assert len(warned) == 1 and "switched off" in warned[0] and "copied" in warned[0]
+
+
+# -- how each config was validated ---------------------------------------------------------------
+def double(x):
+    return x * 2
+
+
+@pytest.mark.parametrize(
+    ("profile", "others", "default"),
+    [
+        ({}, Validation.DEFAULT, Validation.SKIPPED),  # the default config is the reference
+        ({"ref_prog": double}, Validation.REFERENCE, Validation.REFERENCE),
+        ({"skip_check": True}, Validation.SKIPPED, Validation.SKIPPED),
+        ({"skip_check": True, "ref_prog": double}, Validation.SKIPPED, Validation.SKIPPED),
+        ({"manual_check_prog": lambda r, e: True}, Validation.DEFAULT, Validation.SKIPPED),
+    ],
+    ids=["default", "ref_prog", "skip_check", "skip_check+ref_prog", "manual_check"],
+)
+def test_each_trial_says_how_it_was_validated(problem, profile, others, default):
+    seen = []
+    result, _ = run(problem(on_trial=seen.append, **profile))
+    by_block = {t.config["block"]: t for t in seen}
+    assert by_block[32].validation is default  # 32 is the factory's default
+    assert {by_block[b].validation for b in (16, 64, 128)} == {others}
+    assert [t.validation for t in result.trials] == [by_block[b].validation for b in LATENCY]
+
+
+def test_a_config_that_never_ran_was_not_validated_and_without_the_default_none_is(problem):
+    fails = lambda c: "compile_error" if c["block"] in (32, 128) else None  # noqa: E731
+    seen = []
+    run(problem(on_trial=seen.append), fails=fails)
+    by_block = {t.config["block"]: t for t in seen}
+    assert by_block[128].validation is None and by_block[32].validation is None  # never ran
+    # the default config (32) did not build: the others had no reference outputs
+    assert by_block[16].validation is by_block[64].validation is Validation.SKIPPED
+
+
+# -- a cache hit is a marked trial, not silence ---------------------------------------------------
+def test_a_cache_hit_gives_the_observer_one_marked_trial_that_is_no_measurement(problem):
+    store = MemoryStore("k")
+    first, _ = run(problem(), store=store)
+    seen = []
+    second, reporter = run(problem(on_trial=seen.append), store=store)
+    assert second.cache_hit
+    assert len(seen) == 1
+    marker = seen[0]
+    assert marker.cache_hit and marker.ok
+    assert marker.config == second.config == {"block": 64}
+    assert marker.latency_ms == pytest.approx(second.latency)
+    assert marker.index == second.best_trial.index
+    # not a measurement: in no result, no report, no stored trial
+    assert not any(t.cache_hit for t in second.trials)
+    assert reporter.of("trial") == []
+    assert not any(t.cache_hit for t in store.known_trials().values())
+    assert second.trials == first.trials
+
+
+def test_measured_trials_are_not_cache_hits(problem):
+    seen = []
+    run(problem(on_trial=seen.append))
+    assert seen and not any(t.cache_hit for t in seen)

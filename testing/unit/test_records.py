@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from tileauto.records import LatencyStats, Trial, TrialStatus
+from tileauto.records import LatencyStats, Trial, TrialStatus, Validation
 
 
 def test_from_samples_ns_median_and_quantiles():
@@ -121,3 +121,32 @@ def test_status_ok_property():
 def test_unknown_status_is_rejected():
     with pytest.raises(ValueError):
         Trial.from_json({"index": 0, "config": {}, "status": "exploded"})
+
+
+def test_trial_validation_and_cache_hit_round_trip_through_json():
+    trial = Trial(
+        index=2,
+        config={"block": 8},
+        status=TrialStatus.OK,
+        latency=LatencyStats.from_samples_ns([1e6]),
+        validation=Validation.REFERENCE,
+    )
+    data = json.loads(json.dumps(trial.to_json()))
+    assert data["validation"] == "reference" and data["cache_hit"] is False
+    assert Trial.from_json(data) == trial
+    marker = Trial.from_json({**data, "cache_hit": True})
+    assert marker.cache_hit and marker.validation is Validation.REFERENCE
+    assert {v.value for v in Validation} == {"reference", "default", "skipped"}
+
+
+def test_an_old_trial_without_validation_or_cache_hit_loads_with_defaults():
+    old = {"index": 0, "config": {"b": 1}, "status": "ok", "latency": None, "notes": []}
+    back = Trial.from_json(old)
+    assert back.validation is None and back.cache_hit is False
+
+
+def test_an_unknown_validation_names_the_field_and_the_choices():
+    with pytest.raises(
+        ValueError, match=r"'validation' must be one of reference, default, skipped.*got 'guessed'"
+    ):
+        Trial.from_json({"index": 0, "config": {}, "status": "ok", "validation": "guessed"})
