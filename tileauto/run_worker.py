@@ -25,7 +25,7 @@ from tileauto.buffers import canaries_intact, interleave, padded_clones, padded_
 from tileauto.inputs import make_inputs
 from tileauto.jit import launcher
 from tileauto.options import MAX_ITERATIONS, ProfileArgs
-from tileauto.records import BUSY_NOTE, RunOutcome, TrialStatus
+from tileauto.records import BUSY_NOTE, NOT_COMPARED_NOTE, RunOutcome, TrialStatus
 from tileauto.timing import Timer, default_timer
 from tileauto.validate import Verdict, as_list, check_bool, compare, unwritten
 
@@ -509,7 +509,7 @@ def _reference_signature_differs(session: _Session) -> str | None:
     ]
     what = "; ".join(diffs) if diffs else "other parameters"
     return (
-        f"not compared with the default config, whose buffers differ ({what}): only checked "
+        f"{NOT_COMPARED_NOTE}, whose buffers differ ({what}): only checked "
         "for unwritten outputs; give a ref_prog to check it"
     )
 
