@@ -148,3 +148,15 @@ def test_a_truncated_library_in_the_kernel_cache_is_compiled_again(tmp_path):
     (warning,) = [w for w in warned if "does not load" in w]
     assert f"{lib} is truncated or damaged" in warning
     assert _run_child(CHILD_JIT, cache) == (0, [])  # the entry was replaced by a good one
+
+
+def test_a_loaded_folder_without_its_sources_says_which_file_is_missing(tmp_path):
+    saved = _tune_small().save_to_disk(tmp_path / "saved")
+    (saved / "kernel" / KernelArtifact.KERNEL_SOURCE).unlink()  # as an older save wrote it
+    _reseal(saved)
+    back = tileauto.AutotuneResult.load_from_disk(saved)
+    _check(back)  # the library itself still serves
+    with pytest.raises(tileauto.TileautoError, match=KernelArtifact.KERNEL_SOURCE) as info:
+        back.kernel.get_kernel_source()
+    assert "factory=" in str(info.value)
+    assert back.kernel.get_host_source()

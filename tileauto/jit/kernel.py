@@ -293,15 +293,27 @@ class JITKernel(_KernelCallBase):
 
     def get_kernel_source(self) -> str:
         """Device code: CUDA C for GPU targets, LLVM IR for CPU targets."""
-        return (self.artifact.directory / KernelArtifact.KERNEL_SOURCE).read_text()
+        return self._read_source(KernelArtifact.KERNEL_SOURCE)
 
     def get_host_source(self) -> str:
         """Host-side LLVM IR (argument checks and launch code)."""
-        return (self.artifact.directory / KernelArtifact.HOST_SOURCE).read_text()
+        return self._read_source(KernelArtifact.HOST_SOURCE)
 
     def get_script(self) -> str:
         """The TVMScript of the PrimFunc that was compiled."""
-        return (self.artifact.directory / KernelArtifact.SCRIPT).read_text()
+        return self._read_source(KernelArtifact.SCRIPT)
+
+    def _read_source(self, name: str) -> str:
+        """A source file of the kernel's folder; a missing one says which and what to do."""
+        path = self.artifact.directory / name
+        try:
+            return path.read_text()
+        except FileNotFoundError as exc:
+            raise TileautoError(
+                f"{name} is not in the kernel's folder {self.artifact.directory} (saved without "
+                "its sources, or removed since): compile the kernel again, or load the result "
+                "with load_from_disk(..., factory=...)"
+            ) from exc
 
     def get_function(self) -> Callable[..., Any]:
         """The raw compiled TVM function (destination-passing: give it every buffer)."""
