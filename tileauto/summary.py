@@ -6,6 +6,7 @@ an :class:`~tileauto.AutotuneResult` (``result.as_tuning_result()``), built from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +42,8 @@ class TuningResult:
     """The best config, every success sorted by latency, and every failure.
 
     Attributes:
-        best: the config the tuning picked (the fastest by its median; see the tuning guide).
+        best: the config the tuning picked (the fastest by its median; see the tuning guide);
+            NaN times and 0 samples when it was used unmeasured (pruned to one config).
         successes: every config that passed, fastest (by median) first.
         failures: every config that failed, as ``(config, kind, message)`` records, in the
             order of the space. Configs never measured (``not_run``) are not failures and are
@@ -77,6 +79,9 @@ class TuningResult:
             if not t.ok and t.status.value != "not_run"
         )
         best = next((m for m in successes if m.config == best_config), None)
+        if best is None and not trials:
+            # the only config left by pruning, used unmeasured as Triton does
+            best = Measured(dict(best_config), math.nan, math.nan, 0, math.nan)
         if best is None:
             raise ValueError(f"the best config {best_config} has no successful trial")
         return cls(best, successes, failures)

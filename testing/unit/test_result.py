@@ -61,3 +61,11 @@ def test_the_cutile_view_splits_successes_and_failures():
     view = result().as_tuning_result()
     assert [m.config["block"] for m in view.successes] == [32, 16]  # fastest first
     assert [(c["block"], kind) for c, kind, _ in view.failures] == [(64, "mismatch")]
+
+
+def test_the_cutile_view_of_an_unmeasured_lone_config_has_no_latency():
+    r = result(trials=(), config={"block": 8})  # pruning left one config, run unmeasured
+    view = r.as_tuning_result()
+    assert view.best.config == {"block": 8} and view.best.samples == 0
+    assert view.best.mean_ms != view.best.mean_ms  # NaN: nothing was measured
+    assert view.successes == () and view.failures == ()
