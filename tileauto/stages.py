@@ -108,8 +108,17 @@ class Store(Protocol):
     def locked(self) -> AbstractContextManager[None]:
         """Hold this problem's lock: concurrent sessions of one problem tune it once."""
 
+    def save_trial(self, trial: Trial) -> None:
+        """Store one trial as soon as it is measured, so that an interrupted run keeps it.
+
+        Optional (a store without it keeps trials at :meth:`save` only). A trial whose status
+        is in ``records.TRANSIENT`` (not run, cancelled, a timeout) must never replace one
+        measured before. Must not raise for a failed write (``save`` reports it).
+        """
+
     def save(self, result: AutotuneResult) -> str | None:
-        """Store the result and its trials; the key it was stored under, or None (not stored)."""
+        """Store the result and its measured trials; the key it was stored under, or None
+        (not stored). Trials whose status is in ``records.TRANSIENT`` are not stored."""
 
 
 @runtime_checkable

@@ -1,7 +1,8 @@
 """The stores a session reads and writes: the disk cache, and one in memory (tests, notebooks).
 
 Both follow :class:`tileauto.stages.Store`: ``load`` (a stored result, ready to call),
-``known_trials`` (configs measured before), ``locked`` (one tuner per problem), ``save``.
+``known_trials`` (configs measured before), ``locked`` (one tuner per problem), ``save_trial``
+(one trial, as soon as it is measured), ``save``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class DiskStore:
     def locked(self) -> contextlib.AbstractContextManager[None]:
         return self.entry.locked(self.on_wait)
 
+    def save_trial(self, trial: Trial) -> None:
+        self.entry.save_trial(trial)
+
     def save(self, result: AutotuneResult) -> str | None:
         return self.entry.save(result)
 
@@ -77,7 +81,7 @@ class MemoryStore:
 
     Stores made with the same ``shelf`` share results, measurements and locks (one shelf is
     one cache). Measured failures that depend on the moment (timeouts, out of memory, not
-    run) are measured again, as with the disk cache.
+    run) are measured again and never replace a measurement, as with the disk cache.
 
     Example::
 
@@ -114,11 +118,14 @@ class MemoryStore:
         with lock:
             yield
 
+    def save_trial(self, trial: Trial) -> None:
+        if trial.status not in TRANSIENT:  # not measured, or measured again anyway
+            self.shelf.trials.setdefault(self.key, {})[config_id(trial.config)] = trial
+
     def save(self, result: AutotuneResult) -> str | None:
         kept = dataclasses.replace(result, key=self.key, extra=dict(result.extra), rebuild=None)
         self.shelf.results[self.key] = kept
-        trials = self.shelf.trials.setdefault(self.key, {})
         for trial in (*result.trials, *([result.default_trial] if result.default_trial else [])):
-            trials[config_id(trial.config)] = trial
+            self.save_trial(trial)
         self.saves += 1
         return self.key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +22,9 @@ from cache_kernels import (
 
 import tileauto
 from tileauto.cache import disk
+from tileauto.cache.tuning import TuningStore
 from tileauto.jit import compiler
+from tileauto.records import TrialStatus
 from tileauto.session import TuningSession
 
 pytestmark = pytest.mark.timeout(300)
@@ -240,3 +243,34 @@ def test_a_read_only_cache_leaves_no_staging_folder_per_process(tmp_path):
     assert sorted(p.name for p in temp.iterdir()) == [f"tileauto-{os.getuid()}"]
     # the user's locks stay (shared by their processes); no run's scratch folder does
     assert not [p for p in temp.rglob("*") if p.name.startswith(("tune-", "proc-"))]
+
+
+def measurement_records(cache: Path) -> dict[int, dict]:
+    """The stored trial of each measured config of scale_add, by its block."""
+    (folder,) = (cache / "measurements").iterdir()
+    records = [json.loads(p.read_text())["trial"] for p in folder.glob("*.json")]
+    return {r["config"]["block"]: r for r in records}
+
+
+def test_a_budgeted_tuning_that_saves_last_keeps_a_concurrent_tunings_measurements(
+    tileauto_env, monkeypatch
+):
+    exhaustive = tune_scale_add()
+    before = measurement_records(tileauto_env)
+    assert sorted(before) == [8, 16, 32] and all(r["status"] == "ok" for r in before.values())
+    # max_trials (another key, the same problem) started before the exhaustive run had saved:
+    # it found no measurement, measured the default config only, and saves last
+    monkeypatch.setattr(TuningStore, "known_trials", lambda self: {})
+    budgeted = tune_scale_add(max_trials=1)
+    monkeypatch.undo()
+    assert budgeted.key != exhaustive.key and not budgeted.cache_hit
+    never = [t for t in budgeted.trials if t.status is TrialStatus.NOT_RUN]
+    assert [t.config["block"] for t in never] == [8, 32]
+    after = measurement_records(tileauto_env)
+    assert {b: r["status"] for b, r in after.items()} == {8: "ok", 16: "ok", 32: "ok"}
+    assert after[8] == before[8] and after[32] == before[32]
+    # a third tuning (another key again) measures nothing: every config is stored
+    before_compiles = compiles()
+    third = tune_scale_add(max_seconds=3600.0)
+    assert not third.cache_hit and all(t.ok for t in third.trials)
+    assert compiles() - before_compiles <= 1  # the winner, compiled in this process

@@ -130,6 +130,10 @@ class TuningStore:
         self.entry_dir = self.root / KIND_TUNED / key
         self.measure_dir = self.root / MEASUREMENTS / problem_key
         self.report = disk.OnceWarner()
+        # what the measurement files hold now, as this store read or wrote them (by identity)
+        self._stored: dict[str, dict[str, Any]] = {}
+        self._trial_writes = True  # off after a failed write: save() then reports it, once
+        self._writable = False
 
     @classmethod
     def open(
@@ -258,6 +262,7 @@ class TuningStore:
                 bad += 1
             elif trial.status not in TRANSIENT:
                 out[cid] = replace(trial, config=dict(config))  # named as this space names it
+                self._stored[identity] = _measured_part(trial)
         if bad:
             self.report(
                 f"{bad} measurement file(s) in measurements/{self.problem_key} are corrupt, "
@@ -312,18 +317,31 @@ class TuningStore:
         with disk.best_effort_lock(self.root / ".locks", f"{KIND_TUNED}-{self.key}", waiting):
             yield
 
+    def save_trial(self, trial: Trial) -> bool:
+        """Store one config's trial as soon as it is measured: a run killed later keeps it.
+
+        Written as :meth:`save` writes it (fsynced, then renamed into place), under the rules
+        of :meth:`_store_trial`. Returns whether a file was written. A failed write is not an
+        error: later trials are then left to :meth:`save`, which warns if it fails too.
+        """
+        if not self._trial_writes:
+            return False
+        try:
+            return self._store_trial(trial)
+        except OSError as exc:
+            self._trial_writes = False
+            log.info("measurements/%s: not written as measured (%s)", self.problem_key, exc)
+            return False
+
     def save(self, result: Any) -> str | None:
-        """Store the result and each config's trial; its key, or None if it was not written.
+        """Store the result and each config's measured trial; its key, or None if not written.
 
         A failed write is a warning, not an error. ``result`` is not modified.
         """
         try:
-            disk.make_private_dir(self.measure_dir)
-            disk.check_private(self.measure_dir.parent)  # measurements/
-            disk.check_private(self.root)
             trials = [*result.trials, *([result.default_trial] if result.default_trial else [])]
             for trial in trials:
-                self._write_trial(trial)
+                self._store_trial(trial)
             disk.write_entry(
                 self.entry_dir,
                 lambda out: fill_result(result, out),
@@ -343,6 +361,34 @@ class TuningStore:
         """The identity of a config's measurement: the value of every tunable argument."""
         return config_id({**self.base_config, **config})
 
+    def _store_trial(self, trial: Trial) -> bool:
+        """Write a measured trial's file, unless there is nothing to write.
+
+        A trial with a status of ``records.TRANSIENT`` is not written: not run and cancelled
+        configs were not measured, and a timeout or an out-of-memory kill is measured again
+        anyway; so a tuning never replaces another's measurement (a concurrent one's, of this
+        problem under another key) with a record of a config it did not measure. A trial that
+        the file already holds (read by :meth:`known_trials` or written here) is not written
+        again.
+
+        Raises:
+            OSError: the folder is unsafe or the file cannot be written.
+        """
+        if trial.status in TRANSIENT:
+            return False
+        identity = self.measurement_id(trial.config)
+        measured = _measured_part(trial)
+        if self._stored.get(identity) == measured:
+            return False
+        if not self._writable:
+            disk.make_private_dir(self.measure_dir)
+            disk.check_private(self.measure_dir.parent)  # measurements/
+            disk.check_private(self.root)
+            self._writable = True
+        self._write_trial(trial)
+        self._stored[identity] = measured
+        return True
+
     def _write_trial(self, trial: Trial) -> None:
         identity = self.measurement_id(trial.config)
         name = digest(identity)
@@ -361,6 +407,14 @@ class TuningStore:
 
 
 MEASUREMENT_FORMAT = 2  # 2: with the sha256 of its config and trial
+
+
+def _measured_part(trial: Trial) -> dict[str, Any]:
+    """What a trial measured: its record without where a space lists it or how it was found."""
+    data = trial.to_json()
+    for name in ("index", "config", "cache_hit"):
+        data.pop(name, None)
+    return data
 
 
 def _measurement_hash(body: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from tileauto.artifact import KernelArtifact
 from tileauto.cache import disk
 from tileauto.cache.entry import KIND_TUNED, read_result
 from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.records import TrialStatus
+from tileauto.records import NEVER_TRIED, Trial, TrialStatus
 from tileauto.settings import Settings
 
 
@@ -169,3 +169,22 @@ def test_unsafe_measurements_are_ignored(tmp_path):
     store.measure_dir.chmod(0o777)
     with pytest.warns(RuntimeWarning, match="ignoring measurements"):
         assert open_store().known_trials() == {}
+
+
+def test_save_writes_measured_trials_only_and_never_a_transient_over_a_measurement(tmp_path):
+    space = [{"block": 8}, {"block": 16}, {"block": 4}]
+    exhaustive = open_store(space=space)
+    exhaustive.save(fake_result(tmp_path, [trial(i, c, 1.0 + i) for i, c in enumerate(space)]))
+    # a budgeted tuning of the same problem (another key) that started before that one saved
+    budgeted = open_store(space=space, profile=ProfileArgs(warmup=1, rep=3, max_trials=1))
+    assert budgeted.key != exhaustive.key and budgeted.problem_key == exhaustive.problem_key
+    never = Trial(0, {"block": 8}, TrialStatus.NOT_RUN, error=f"{NEVER_TRIED}: max_trials")
+    timeout = trial(2, {"block": 4}, status=TrialStatus.TIMEOUT)
+    budgeted.save(fake_result(tmp_path, [never, trial(1, {"block": 16}, 0.5), timeout], best=1))
+    known = open_store(space=space).known_trials()
+    latency = {json.loads(cid)["block"]: t.latency_ms for cid, t in known.items()}
+    assert latency == {8: 1.0, 16: 0.5, 4: 3.0}  # the newer measurement of 16 replaced the old
+    alone = open_store(space=space, args=(128,))  # a problem only the budgeted run measured
+    alone.save(fake_result(tmp_path, [never, trial(1, {"block": 16}, 0.5), timeout], best=1))
+    (only,) = alone.measure_dir.glob("*.json")  # no file for a config that was not measured
+    assert json.loads(only.read_text())["trial"]["config"] == {"block": 16}
