@@ -167,6 +167,13 @@ class TuningSession:
         return hit
 
     def _tune(self) -> AutotuneResult:
+        from tileauto.utils.procs import kill_workers_on_sigterm
+
+        # a SIGTERM kills the workers and removes this run's scratch folder, as Ctrl-C does
+        with kill_workers_on_sigterm():
+            return self._tune_here()
+
+    def _tune_here(self) -> AutotuneResult:
         from tileauto.cache.disk import writable_staging
         from tileauto.cache.hygiene import prune_logs
 
@@ -441,8 +448,16 @@ class TuningSession:
         """Keep a config's trial, complete (its index in the space), and report it."""
         trial = trial.at_index(self.view.position(cid))
         self._measured[cid] = trial
+        self._save_trial(trial)
         self.reporter.trial(trial)
         self.observer.trial(trial)  # a detached copy; a failing callback is switched off
+
+    def _save_trial(self, trial: Trial) -> None:
+        """Store a trial as soon as it is measured: an interrupted or killed run keeps it."""
+        # a store written before save_trial existed keeps its trials at save() only
+        save_trial = getattr(self.store, "save_trial", None)
+        if save_trial is not None:
+            save_trial(trial)
 
     def _trial(self, build: BuildResult, run: RunOutcome | None) -> Trial:
         index = self.view.position(config_id(build.config))
@@ -680,11 +695,14 @@ def _claim_staging(staging_dir: Path) -> Any:
     import tempfile
 
     from tileauto.cache.hygiene import ScratchDir, claim_scratch_dir
+    from tileauto.utils.procs import remove_on_sigterm
 
     try:
-        return claim_scratch_dir(staging_dir, "tune")
+        scratch = claim_scratch_dir(staging_dir, "tune")
     except OSError:
-        return ScratchDir(Path(tempfile.mkdtemp(prefix="tileauto-tune-")), None)
+        scratch = ScratchDir(Path(tempfile.mkdtemp(prefix="tileauto-tune-")), None)
+    remove_on_sigterm(scratch)
+    return scratch
 
 
 def _default_reporter(problem: TuningProblem) -> Reporter:

@@ -13,8 +13,10 @@ timing    the timer starts on a config (inside the run worker)
 cache     an entry's files are staged, before they are sealed and published (main process)
 
 At the phase named by ``TILEAUTO_TEST_STOP_AT`` the process blocks for an hour: work in flight
-that never ends, so an exit that waits for it fails the test's time bound. The space is
-``full`` (with a segfaulting and a hanging config) or ``quick`` (``TILEAUTO_TEST_SPACE``).
+that never ends, so an exit that waits for it fails the test's time bound; with
+``TILEAUTO_TEST_STOP_COUNT=N``, at its N-th occurrence in that process. The space is ``full``
+(with a segfaulting and a hanging config), ``quick`` or ``resume`` (four valid configs besides
+the default; ``TILEAUTO_TEST_SPACE``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import tileauto
 SPACES = {
     "full": [{"vec": 4}, {"mode": "segfault"}, {"mode": "hang"}, {"vec": 16}],
     "quick": [{"vec": 4}, {"vec": 16}],
+    "resume": [{"vec": 4}, {"vec": 16}, {"vec": 2}, {"vec": 32}],
 }
 
 
@@ -41,7 +44,12 @@ def report(phase: str, pid: int | None = None) -> None:
         os.write(fd, f"{phase} {pid or os.getpid()}\n".encode())
     finally:
         os.close(fd)
-    if phase == os.environ.get("TILEAUTO_TEST_STOP_AT"):
+    if phase != os.environ.get("TILEAUTO_TEST_STOP_AT"):
+        return
+    # counted in this process's environment (no global state: the hooks are part of the key)
+    seen = int(os.environ.get("INTERRUPT_CHILD_SEEN", "0")) + 1
+    os.environ["INTERRUPT_CHILD_SEEN"] = str(seen)
+    if seen >= int(os.environ.get("TILEAUTO_TEST_STOP_COUNT") or 1):
         time.sleep(3600)  # in flight for good: only a kill ends it
 
 

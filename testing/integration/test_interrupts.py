@@ -17,6 +17,7 @@ phases (blocking reads, no sleeps), signals the child right after the phase, and
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -269,3 +270,74 @@ def test_an_interrupt_ends_the_tuning_at_once_and_leaves_nothing(tmp_path, scena
     )
     _assert_clean_exit(run, sig)
     _assert_cache_usable(tmp_path, tune_again=(scenario, sig) in TUNE_AGAIN)
+
+
+def _measurements(cache: Path) -> dict[int, str]:
+    """The stored trials of the tuned factory: their status by ``vec``."""
+    records = [json.loads(p.read_text()) for p in cache.glob("measurements/*/*.json")]
+    return {json.loads(r["config"])["vec"]: r["trial"]["status"] for r in records}
+
+
+def _compiles_of_a_second_tuning(tmp_path: Path) -> list[int]:
+    """Run the ``resume`` tuning to its end on the same cache; the configs its workers built."""
+    fifo = tmp_path / "phases-again"
+    phases = _Phases(fifo)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD],
+            env=_env(tmp_path / "cache", fifo, uuid.uuid4().hex, TILEAUTO_TEST_SPACE="resume"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and "done" in out, err[-3000:]
+        written = b""  # all of it is in the fifo: the run has ended
+        while select.select([phases.fd], [], [], 0)[0]:
+            written += os.read(phases.fd, 65536)
+    finally:
+        phases.close()
+    reports = [line.split() for line in written.decode().splitlines()]
+    # the compile workers' reports; the main process may compile a winner measured before
+    return [int(pid) for name, pid in reports if name == "compile" and int(pid) != proc.pid]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_an_interrupted_tuning_keeps_what_it_measured_and_the_next_measures_the_rest(tmp_path, sig):
+    # runs go default (vec=8), 4, 16, 2, 32: the signal comes while the 4th config is timed
+    run = interrupt(
+        tmp_path,
+        phase="timing",
+        occurrence=4,
+        stop_at="timing",
+        space="resume",
+        sig=sig,
+        extra_env={"TILEAUTO_TEST_STOP_COUNT": "4"},
+    )
+    if sig == signal.SIGINT:
+        _assert_clean_exit(run, sig)
+    else:
+        assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr[-3000:])
+    assert _measurements(tmp_path / "cache") == {8: "ok", 4: "ok", 16: "ok"}
+    built = _compiles_of_a_second_tuning(tmp_path)
+    assert len(built) == 3, built  # the default again (the reference), 2 and 32
+    assert _measurements(tmp_path / "cache") == dict.fromkeys([8, 4, 16, 2, 32], "ok")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("sig", [SIGINT, SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize("scenario", ["compile", "cache-write"])
+def test_an_interrupt_removes_the_runs_scratch_folders(tmp_path, scenario, sig):
+    phase, occurrence, stop_at, space = SCENARIOS[scenario]
+    run = interrupt(
+        tmp_path, phase=phase, occurrence=occurrence, stop_at=stop_at, space=space, sig=sig
+    )
+    _assert_clean_exit(run, sig)
+    staging = tmp_path / "cache" / "tmp"
+    left = [p.name for p in staging.iterdir()] if staging.is_dir() else []
+    # tune-*: the run's builds; proc-*: the process's kernels (the winner, at cache-write)
+    assert not [n for n in left if n.startswith(("tune-", "proc-", ".trash-"))], left

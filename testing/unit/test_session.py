@@ -355,3 +355,37 @@ def test_on_a_gpu_the_configs_built_while_others_ran_are_timed_together(problem)
     assert result.config == {"block": 64}
     assert batches == [[16, 64, 128]]  # in the space's order, all three at once
     assert [t.index for t in result.trials] == [0, 1, 2, 3]
+
+
+def test_an_interrupted_run_keeps_each_trial_it_measured_and_the_rerun_measures_the_rest(problem):
+    store = MemoryStore("k")
+
+    def script(config):
+        if config["block"] == 64:  # runs go 32 (the default), 16, then 64: Ctrl-C there
+            raise KeyboardInterrupt
+        return LATENCY[config["block"]]
+
+    s, _ = session(problem(), script=script, store=store)
+    with pytest.raises(KeyboardInterrupt):
+        s.run()
+    assert store.saves == 0  # the result never was; each trial was stored as it was measured
+    assert sorted(t.config["block"] for t in store.known_trials().values()) == [16, 32]
+    again, _ = session(problem(), store=store)
+    result = again.run()
+    assert sorted(c["block"] for c in again.builder.built) == [32, 64, 128]  # 32: the reference
+    assert [c["block"] for c, timed in again.runner.runs if timed is False] == [64, 128]
+    assert result.config == {"block": 64}
+
+
+def test_a_store_keeps_a_measurement_over_a_transient_failure_and_an_untried_config(problem):
+    shelf = MemoryStore.new_shelf()
+    session(problem(), store=MemoryStore("k", shelf))[0].run()
+    store = MemoryStore("k", shelf)
+    store.load, store.known_trials = lambda: None, dict  # as if it started before that saved
+    budgeted, _ = session(problem(max_trials=1), store=store)
+    result = budgeted.run()
+    assert sum(t.status is TrialStatus.NOT_RUN for t in result.trials) == 3
+    kept = MemoryStore("k", shelf).known_trials()
+    assert {t.config["block"]: t.status for t in kept.values()} == dict.fromkeys(
+        LATENCY, TrialStatus.OK
+    )

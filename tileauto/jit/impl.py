@@ -61,6 +61,7 @@ def process_scratch_dir(settings: Settings) -> Path:
     with _PROCESS_DIR_LOCK:
         if _PROCESS_DIR is None or not _PROCESS_DIR.exists():
             from tileauto.cache.hygiene import claim_scratch_dir
+            from tileauto.utils.procs import remove_on_sigterm
 
             base = settings.staging_dir
             try:
@@ -70,6 +71,7 @@ def process_scratch_dir(settings: Settings) -> Path:
                 owner, claim = os.getpid(), _PROCESS_CLAIM
                 # a forked child shares the claim, but only this process removes the folder
                 atexit.register(lambda: os.getpid() == owner and claim.remove())
+                remove_on_sigterm(claim)  # a SIGTERM while tuning skips atexit
             except OSError:  # read-only cache dir: fall back to the system temp dir
                 _PROCESS_DIR = Path(tempfile.mkdtemp(prefix="tileauto-"))
                 atexit.register(shutil.rmtree, _PROCESS_DIR, ignore_errors=True)

@@ -24,7 +24,8 @@ A kill never waits for the job: :meth:`Worker.kill` may come from any thread (a 
 the thread running the job then gets :class:`WorkerCancelled`; it kills the whole tree
 (:mod:`tileauto.utils.process_tree`). A thread waiting in :meth:`Worker.call` leaves Ctrl-C to
 the main thread (:mod:`tileauto.utils.threads`). The only state this module keeps for the
-whole process is its safety net: the live workers, killed at exit and on SIGTERM.
+whole process is its safety net: the live workers, killed at exit and on SIGTERM, and the
+scratch folders a SIGTERM removes as an interrupted run's own clean-up would.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ __all__ = [
     "WorkerTimeout",
     "fork_unsafe_reason",
     "kill_workers_on_sigterm",
+    "remove_on_sigterm",
     "shutdown_all",
 ]
 
@@ -89,6 +91,7 @@ class _SafetyNet:
     def __init__(self) -> None:
         self.live: weakref.WeakSet[Worker] = weakref.WeakSet()
         self.fork_broken: str | None = None
+        self.scratch: weakref.WeakSet[Any] = weakref.WeakSet()  # removed on SIGTERM
 
     def kill_everything(self) -> None:
         """Kill every live worker and the forkserver, now; takes no lock (a signal handler)."""
@@ -97,6 +100,14 @@ class _SafetyNet:
             if handle is not None and handle.exitcode is None:
                 kill_tree(handle.pid)
         ForkServer.stop_shared()
+
+    def remove_scratch(self) -> None:
+        """Remove every registered scratch folder (after the workers that wrote in it died)."""
+        for folder in list(self.scratch):
+            try:
+                folder.remove()
+            except Exception:  # noqa: BLE001 - best effort: the process is about to die
+                pass
 
 
 _NET = _SafetyNet()
@@ -536,16 +547,29 @@ def shutdown_all() -> None:
         pass
 
 
+def remove_on_sigterm(folder: Any) -> None:
+    """Have a SIGTERM remove ``folder`` (an object with ``remove()``, a claimed scratch folder)
+    while :func:`kill_workers_on_sigterm` is in effect, once the workers are killed: the
+    clean-up an interrupted run does on Ctrl-C, which a SIGTERM's default action skips.
+
+    Held weakly (a folder object that is gone is forgotten); ``remove`` must be harmless on a
+    folder that was removed already.
+    """
+    _NET.scratch.add(folder)
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     shutdown_all()
+    _NET.remove_scratch()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
 
 
 @contextmanager
 def kill_workers_on_sigterm() -> Iterator[None]:
-    """While inside, a SIGTERM first kills every worker and what its jobs started, then ends
-    the process as the default action would (exit status: killed by SIGTERM, no traceback).
+    """While inside, a SIGTERM first kills every worker and what its jobs started, removes the
+    scratch folders of :func:`remove_on_sigterm`, then ends the process as the default action
+    would (exit status: killed by SIGTERM, no traceback).
 
     Without it the workers die with the process anyway (``PR_SET_PDEATHSIG``), but what their
     jobs started (a ``g++``) would outlive it. Installed only from the main thread and when
