@@ -263,6 +263,7 @@ def test_export_trials_writes_self_describing_json(cache, capsys, tmp_path):
     assert [t["index"] for t in trials] == list(range(len(trials))) and len(trials) >= 2
     for t in trials:
         assert {"index", "config", "status", "latency_ms", "compile_s", "run_s", "error"} <= set(t)
+        assert t["validation"] in {"default", "skipped"}  # no ref_prog: the default config's
     best = trials[doc["best_index"]]
     assert best["status"] == "ok" and best["config"] == doc["best_config"]
     assert best["latency_ms"] == min(t["latency_ms"] for t in trials if t["status"] == "ok")

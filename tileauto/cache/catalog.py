@@ -295,6 +295,7 @@ def _trial_record(trial: Trial) -> dict[str, Any]:
         "error": trial.error,
         "latency": data["latency"],
         "notes": data["notes"],
+        "validation": data["validation"],
     }
 
 
