@@ -34,7 +34,7 @@ from tileauto._logging import get_logger
 log = get_logger("cache")
 
 MANIFEST = "manifest.json"
-KNOWN_FORMATS = ("1",)
+KNOWN_FORMATS = ("1", "2")  # formats this code can read: an older one is stale, not unknown
 STALE_S = 3600.0  # staging leftovers older than this belong to dead writers
 MIN_FREE_BYTES = 1 << 20  # a staging folder with less room than this would fail half-way
 _STAGE_PREFIXES = (".stage-", ".trash-", "stage-")
@@ -553,8 +553,12 @@ def fallback_staging_dir() -> Path:
 def _private_staging_dir() -> Path:
     path = Path(tempfile.mkdtemp(prefix="tileauto-staging-"))
     owner = os.getpid()
-    # a forked worker inherits the handler; only the process that made the folder removes it
-    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
+
+    def remove() -> None:
+        if os.getpid() == owner:  # a forked worker inherits the handler: not its folder
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(remove)
     return path
 
 
