@@ -8,27 +8,65 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 Dim = int | str  # a static extent, or a symbolic expression over the kernel's size variables
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 
 @dataclass(frozen=True)
 class ParamSpec:
     """One parameter of a kernel: a buffer (name, shape of ints or symbols, dtype), or a
-    scalar (``scalar=True``, shape ``()``: an int or float argument such as an alpha)."""
+    scalar (``scalar=True``, shape ``()``: an int or float argument such as an alpha).
+
+    A size variable is written in ``shape`` by its key, which is unique to the variable: two
+    distinct variables both named ``n`` have the keys ``n`` and ``n_1`` (as TVMScript prints
+    them). ``renamed`` holds the ``(key, name)`` pairs of this parameter's variables whose key
+    is not their name; messages show the names (:attr:`display_shape`). For a scalar, the pair
+    is the key of the size variable the scalar itself is.
+    """
 
     name: str
     shape: tuple[Dim, ...]
     dtype: str
     scalar: bool = False
+    renamed: tuple[tuple[str, str], ...] = ()
 
     @property
     def symbols(self) -> tuple[str, ...]:
         """Names of the size variables that appear alone as a dimension."""
         return tuple(d for d in self.shape if isinstance(d, str) and d.isidentifier())
+
+    @property
+    def size_var(self) -> str:
+        """The key of the size variable a scalar parameter binds (its name unless renamed)."""
+        return self.renamed[0][0] if self.scalar and self.renamed else self.name
+
+    @property
+    def display_shape(self) -> tuple[Dim, ...]:
+        """The shape with each size variable written by its name, for messages."""
+        if not self.renamed:
+            return self.shape
+        names = dict(self.renamed)
+        return tuple(
+            d if isinstance(d, int) else _IDENTIFIER.sub(lambda m: names.get(m[0], m[0]), d)
+            for d in self.shape
+        )
+
+    def size_names(self) -> dict[str, str]:
+        """The name of each size variable in :attr:`shape`, by its key."""
+        names = dict(self.renamed)
+        return {
+            key: names.get(key, key)
+            for d in self.shape
+            if isinstance(d, str)
+            for key in _IDENTIFIER.findall(d)
+            if key not in _FUNCTIONS
+        }
 
     @property
     def static_shape(self) -> tuple[int, ...] | None:
@@ -44,15 +82,32 @@ class ParamSpec:
         data: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.scalar:
             data["scalar"] = True
+        if self.renamed:  # absent when nothing is renamed: the format of older entries
+            data["renamed"] = [list(pair) for pair in self.renamed]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ParamSpec:
+        """The record :meth:`to_json` wrote (``renamed`` may be absent: nothing renamed).
+
+        Raises:
+            ValueError: ``renamed`` is not a list of ``[key, name]`` pairs of strings.
+        """
+        renamed = data.get("renamed", [])
+        pairs = tuple(tuple(p) for p in renamed) if isinstance(renamed, list) else None
+        if pairs is None or not all(
+            len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+        ):
+            raise ValueError(
+                f"ParamSpec {data.get('name')!r}: renamed must be a list of [key, name] pairs "
+                f"of strings, got {renamed!r}"
+            )
         return cls(
             name=data["name"],
             shape=tuple(data["shape"]),
             dtype=data["dtype"],
             scalar=bool(data.get("scalar", False)),
+            renamed=pairs,
         )
 
 
@@ -123,6 +178,8 @@ class KernelArtifact:
         data = self.to_json()
         return KernelArtifact.from_json(data, directory=directory)
 
+
+_FUNCTIONS = frozenset({"floordiv", "floormod"})  # names in a shape that are not variables
 
 _BINOPS = {
     ast.Add: operator.add,

@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -61,7 +61,8 @@ def generate(
     shape = spec.static_shape
     if shape is None:
         raise InputSupplyError(
-            f"parameter {spec.name!r} has symbolic shape {list(spec.shape)}: generated inputs need "
+            f"parameter {spec.name!r} has symbolic shape {list(spec.display_shape)}: generated "
+            "inputs need "
             f"static shapes; supply concrete tensors with `with tileauto.set_autotune_inputs(...)` "
             f"or set_profile_args(supply_prog=...)"
         )
@@ -92,9 +93,13 @@ class KernelParam:
     Attributes:
         name: the parameter's name in the PrimFunc.
         dtype: its ``torch.dtype``.
-        shape: a tuple of ints (a symbolic dimension stays its name, a string).
+        shape: a tuple of ints; a symbolic dimension is a string over the size variables'
+            keys: a variable's name, except that distinct variables sharing a name are told
+            apart as TVMScript prints them (``n``, ``n_1``; TileLang's records hold the
+            variables themselves).
         is_output: whether the kernel allocates and returns it (``out_idx``).
         is_scalar: an int or float passed by value (``shape`` is then ``()``).
+        size_names: the name of each size variable in ``shape``, by its key (for display).
     """
 
     name: str
@@ -102,6 +107,7 @@ class KernelParam:
     shape: tuple[int | str, ...]
     is_output: bool = False
     is_scalar: bool = False
+    size_names: dict[str, str] = field(default_factory=dict)
 
 
 def kernel_params(params: Sequence[ParamSpec], in_pos: Sequence[int]) -> list[KernelParam]:
@@ -109,7 +115,12 @@ def kernel_params(params: Sequence[ParamSpec], in_pos: Sequence[int]) -> list[Ke
     inputs = set(in_pos)
     return [
         KernelParam(
-            p.name, _dtype(p.dtype), tuple(p.shape), is_output=i not in inputs, is_scalar=p.scalar
+            p.name,
+            _dtype(p.dtype),
+            tuple(p.shape),
+            is_output=i not in inputs,
+            is_scalar=p.scalar,
+            size_names=p.size_names(),
         )
         for i, p in enumerate(params)
     ]

@@ -38,6 +38,37 @@ def test_param_spec_round_trips_through_json_text(spec):
     assert ("scalar" in data) == spec.scalar  # buffers keep the old format (no key)
 
 
+def test_param_spec_keeps_its_renamed_size_variables_through_json():
+    spec = ParamSpec("B", ("n_1 * 2", 4), "float32", renamed=(("n_1", "n"),))
+    data = json.loads(json.dumps(spec.to_json()))
+    assert data["renamed"] == [["n_1", "n"]]
+    assert ParamSpec.from_json(data) == spec
+    assert spec.display_shape == ("n * 2", 4)
+    assert "renamed" not in A.to_json()  # nothing renamed: the old format
+
+
+def test_param_spec_from_old_json_has_nothing_renamed():
+    spec = ParamSpec.from_json({"name": "n", "shape": [], "dtype": "int32", "scalar": True})
+    assert spec.renamed == () and spec.size_var == "n" and spec.display_shape == ()
+
+
+def test_a_scalar_renamed_apart_binds_its_key():
+    assert ParamSpec("n", (), "int32", scalar=True, renamed=(("n_1", "n"),)).size_var == "n_1"
+
+
+@pytest.mark.parametrize(
+    "renamed, why",
+    [
+        ((("n_1",),), "pairs"),
+        ((("n_1", 3),), "pairs"),
+    ],
+)
+def test_a_bad_renamed_entry_in_json_is_an_error_naming_it(renamed, why):
+    data = {"name": "B", "shape": ["n_1"], "dtype": "float32", "renamed": renamed}
+    with pytest.raises(ValueError, match=f"ParamSpec 'B': renamed.*{why}"):
+        ParamSpec.from_json(data)
+
+
 def test_param_spec_from_old_json_without_scalar_is_a_buffer():
     assert ParamSpec.from_json({"name": "A", "shape": [4], "dtype": "int8"}) == ParamSpec(
         "A", (4,), "int8"

@@ -81,6 +81,25 @@ def test_padded_outputs_bind_sizes_from_inputs_and_scalars():
     assert all(canaries_intact(b) for b in bufs)
 
 
+def test_padded_outputs_bind_a_scalar_by_its_key_not_a_dimension_named_alike():
+    # A's length and the scalar are distinct variables both called n: keys n_1 and n
+    params = (
+        ParamSpec("A", ("n_1",), "float32", renamed=(("n_1", "n"),)),
+        ParamSpec("n", (), "int32", scalar=True),
+        ParamSpec("B", ("n", "n_1 * 2"), "float32", renamed=(("n_1", "n"),)),
+    )
+    views, _ = padded_outputs(params, [2], [torch.zeros(3), 5], "cpu")
+    assert tuple(views[0].shape) == (5, 6)
+    # a scalar renamed apart binds its key
+    params = (
+        ParamSpec("A", ("n",), "float32"),
+        ParamSpec("n", (), "int32", scalar=True, renamed=(("n_1", "n"),)),
+        ParamSpec("B", ("n_1", "n"), "float32", renamed=(("n_1", "n"),)),
+    )
+    views, _ = padded_outputs(params, [2], [torch.zeros(3), 5], "cpu")
+    assert tuple(views[0].shape) == (5, 3)
+
+
 def test_interleave_puts_inputs_and_outputs_in_call_order():
     assert interleave(4, [0, 2], ["a", "c"], [1, 3], ["B", "D"]) == ["a", "B", "c", "D"]
     assert interleave(2, [1], ["x"], [0], ["Y"]) == ["Y", "x"]

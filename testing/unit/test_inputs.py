@@ -268,6 +268,34 @@ def test_supply_prog_for_symbolic_shapes():
     assert got[0].shape == (5, 4)
 
 
+def test_supply_prog_tells_size_variables_named_alike_apart():
+    """Two distinct variables both called n have distinct keys in ``shape`` (as TileLang's
+    records hold the variables themselves); ``size_names`` gives their names for display."""
+    specs = (
+        ParamSpec("A", ("n", 4), "float32"),
+        ParamSpec("B", ("n_1 * 2",), "float32", renamed=(("n_1", "n"),)),
+    )
+    seen = []
+
+    def supply(params):
+        seen.extend(params)
+        sizes = {"n": 5, "n_1 * 2": 6}  # by key: the second n is n_1
+        return [torch.ones([sizes.get(d, d) for d in p.shape]) for p in params]
+
+    got = make_inputs(
+        specs, (0, 1), captured=None, supply_prog=supply, supply_type=None, seed=0, device="cpu"
+    )
+    assert [tuple(t.shape) for t in got] == [(5, 4), (6,)]
+    assert [r.shape for r in seen] == [("n", 4), ("n_1 * 2",)]
+    assert [r.size_names for r in seen] == [{"n": "n"}, {"n_1": "n"}]
+
+
+def test_a_symbolic_shape_error_names_the_variable_by_its_name():
+    spec = ParamSpec("B", ("n_1", 4), "float32", renamed=(("n_1", "n"),))
+    with pytest.raises(InputSupplyError, match=r"'B' has symbolic shape \['n', 4\]"):
+        generate(spec, TensorSupplyType.Auto, torch.Generator(), "cpu")
+
+
 def test_supply_prog_returning_garbage():
     with pytest.raises(InputSupplyError, match="supply_prog must return a list of tensors"):
         make_inputs(

@@ -48,7 +48,7 @@ from tileauto._logging import get_logger
 from tileauto.errors import TileautoError
 from tileauto.keys import describe_value, is_tensor
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # format 1 merged distinct size variables that share a name
 
 _MAX_HASHED_BYTES = 256 << 20  # bigger captured arrays count by layout only
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tileauto.artifact import KernelArtifact, ParamSpec
+from tileauto.artifact import Dim, KernelArtifact, ParamSpec
 from tileauto.errors import CompileError
 from tileauto.options import CompileArgs
 
@@ -72,9 +72,14 @@ def elaborate(
 
 def describe_params(func: tvm.tirx.PrimFunc) -> tuple[ParamSpec, ...]:
     """Parameters of a PrimFunc as plain records: buffers (symbolic extents become text) and
-    scalars (an int or float passed by value, such as an alpha or a length)."""
+    scalars (an int or float passed by value, such as an alpha or a length).
+
+    Size variables are written by a key unique to each variable (see :class:`ParamSpec`), so
+    two distinct variables that are both called ``n`` stay two variables.
+    """
     import tvm
 
+    keys = _size_keys(func)
     specs = []
     for param in func.params:
         try:
@@ -86,11 +91,90 @@ def describe_params(func: tvm.tirx.PrimFunc) -> tuple[ParamSpec, ...]:
                     f"parameter {param} of {func.attrs['global_symbol']} is neither a buffer nor "
                     f"an int or float scalar (type {dtype or 'unknown'})"
                 ) from None
-            specs.append(ParamSpec(str(param.name), (), dtype, scalar=True))
+            key, name = _key_of(param, keys), str(param.name)
+            renamed: tuple[tuple[str, str], ...] = ((key, name),) if key != name else ()
+            specs.append(ParamSpec(name, (), dtype, scalar=True, renamed=renamed))
             continue
-        dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in shape)
-        specs.append(ParamSpec(name=str(param.name), shape=dims, dtype=str(param.dtype)))
+        name = str(param.name)
+        dims = tuple(_dim_text(d, d_i, name, keys) for d_i, d in enumerate(shape))
+        renamed = tuple(
+            dict.fromkeys(
+                (key, str(v.name))
+                for d in shape
+                for v in tvm.tirx.analysis.undefined_vars(d)
+                if (key := _key_of(v, keys)) != str(v.name)
+            )
+        )
+        specs.append(ParamSpec(name, dims, str(param.dtype), renamed=renamed))
     return tuple(specs)
+
+
+def _size_keys(func: tvm.tirx.PrimFunc) -> list[tuple[tvm.tirx.Var, str]]:
+    """Each size variable of the parameters with its key: its name, or for a later variable of
+    a name already used, ``name_1``, ``name_2``, ... (skipping names the kernel uses), as
+    TVMScript numbers them: the scalar parameters first, then the extents in order."""
+    import tvm
+
+    found: list[tvm.tirx.Var] = []  # by identity: a Var's == builds an expression
+
+    def add(var: tvm.tirx.Var) -> None:
+        if not any(var.same_as(v) for v in found):
+            found.append(var)
+
+    buffers = []
+    for param in func.params:
+        try:
+            buffers.append(param.shape)
+        except AttributeError:
+            add(param)
+    for shape in buffers:
+        for dim in shape:
+            for var in tvm.tirx.analysis.undefined_vars(dim):
+                add(var)
+    taken = {str(v.name) for v in found}
+    used: set[str] = set()
+    keys = []
+    for var in found:
+        name = str(var.name)
+        key, suffix = name, 0
+        while key in used or (suffix and key in taken):  # n_1 may be a variable's own name
+            suffix += 1
+            key = f"{name}_{suffix}"
+        used.add(key)
+        keys.append((var, key))
+    return keys
+
+
+def _key_of(var: tvm.tirx.Var, keys: list[tuple[tvm.tirx.Var, str]]) -> str:
+    return next(key for v, key in keys if v.same_as(var))
+
+
+def _dim_text(dim: Any, index: int, param: str, keys: list[tuple[tvm.tirx.Var, str]]) -> Dim:
+    """An extent as an int, or as text over the variables' keys."""
+    import tvm
+
+    if isinstance(dim, tvm.tirx.IntImm):
+        return int(dim)
+    renamed = [v for v in tvm.tirx.analysis.undefined_vars(dim) if _key_of(v, keys) != str(v.name)]
+    if not renamed:
+        return str(dim)  # the printer's text, as for any kernel without names used twice
+    binary = (tvm.tirx.Add, tvm.tirx.Sub, tvm.tirx.Mul, tvm.tirx.FloorDiv, tvm.tirx.FloorMod)
+
+    def rename(expr: Any) -> Any:
+        if isinstance(expr, tvm.tirx.Var):
+            return tvm.tirx.Var(_key_of(expr, keys), expr.ty)
+        if isinstance(expr, tvm.tirx.IntImm):
+            return expr
+        if isinstance(expr, binary):
+            return type(expr)(rename(expr.a), rename(expr.b))
+        raise CompileError(
+            f"parameter {param}: dimension {index} ({dim}) uses a size variable named "
+            f"{str(renamed[0].name)!r} that another size variable is also named, inside a "
+            f"{type(expr).__name__}: tileauto tells variables named alike apart in +, -, *, "
+            "// and % of them only; give the size variables distinct names"
+        )
+
+    return str(rename(dim))
 
 
 def resolve_out_idx(out_idx: tuple[int, ...] | None, n_params: int) -> tuple[int, ...]:

@@ -615,12 +615,12 @@ class JITKernel(_KernelCallBase):
         return shapes
 
     def _symbol_sources(self) -> dict[str, tuple[int, int]]:
-        """For each size variable, the (input index, dim) that binds it (dim -1: the input is
-        a scalar argument of that name, such as a length ``n: T.int32``)."""
+        """For each size variable (by key), the (input index, dim) that binds it (dim -1: the
+        input is a scalar argument that is the variable, such as a length ``n: T.int32``)."""
         sources: dict[str, tuple[int, int]] = {}
         for k, pos in enumerate(self._in_pos):
             if self.params[pos].scalar:
-                sources.setdefault(self.params[pos].name, (k, -1))
+                sources.setdefault(self.params[pos].size_var, (k, -1))
                 continue
             for d, dim in enumerate(self.params[pos].shape):
                 if isinstance(dim, str) and dim.isidentifier() and dim not in sources:
@@ -632,8 +632,9 @@ class JITKernel(_KernelCallBase):
             try:
                 self.params[pos].resolve_shape({s: 1 for s in self._bind_sources})
             except KeyError as exc:
+                name = dict(self.params[pos].renamed).get(exc.args[0], exc.args[0])
                 raise KernelArgumentError(
-                    f"output {self.params[pos].name} has a dimension {exc} that no input binds: "
+                    f"output {self.params[pos].name} has a dimension {name!r} that no input binds: "
                     f"tileauto cannot allocate it; make it an input (drop it from out_idx)"
                 ) from None
 
@@ -706,9 +707,12 @@ def _check_tensor(
     spec: ParamSpec, value: Any, bindings: dict[str, int], device: torch.device
 ) -> str | None:
     if spec.scalar:
-        return _check_scalar(spec, value)
+        message = _check_scalar(spec, value)
+        if message is None and spec.dtype.startswith(("int", "uint")):
+            bindings.setdefault(spec.size_var, int(value))  # a length binds its size variable
+        return message
     name = spec.name
-    expected = f"expected a {list(spec.shape)} {spec.dtype} tensor on {device.type}"
+    expected = f"expected a {list(spec.display_shape)} {spec.dtype} tensor on {device.type}"
     if not isinstance(value, torch.Tensor):
         return f"parameter {name!r}: {expected}, got {type(value).__name__}"
     got = f"got {list(value.shape)} {str(value.dtype).replace('torch.', '')} on {value.device.type}"
@@ -725,9 +729,20 @@ def _check_tensor(
                 return f"parameter {name!r}: wrong shape at dim {d}: {expected}, {got}"
         elif dim.isidentifier():
             if bindings.setdefault(dim, size) != size:
+                var = spec.display_shape[d]
                 return (
-                    f"parameter {name!r}: dim {d} is {dim}={size} but an earlier argument "
-                    f"bound {dim}={bindings[dim]}"
+                    f"parameter {name!r}: dim {d} is {var}={size} but an earlier argument "
+                    f"bound {var}={bindings[dim]}"
+                )
+        else:
+            try:
+                want = evaluate_dim(dim, bindings)
+            except (KeyError, ValueError, ZeroDivisionError):
+                continue  # a variable no earlier argument binds, or an extent not evaluated
+            if size != want:
+                return (
+                    f"parameter {name!r}: wrong shape at dim {d}, {spec.display_shape[d]} = "
+                    f"{want}: {expected}, {got}"
                 )
     if not value.is_contiguous():
         return f"parameter {name!r}: the tensor is not contiguous (strides {list(value.stride())}); pass .contiguous()"

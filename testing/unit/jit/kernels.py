@@ -49,6 +49,29 @@ def dyn_add() -> tvm.tirx.PrimFunc:
     return te.create_prim_func([a, b, c])
 
 
+def two_sizes_named_n(vec: int = 4) -> tvm.tirx.PrimFunc:
+    """``S = 2 * A`` and ``T = [B, B]`` interleaved, A of length n and B of length n': two
+    distinct size variables that are both called ``n`` (TVMScript prints them n and n_1)."""
+    n, m = te.var("n"), te.var("n")
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.placeholder((m,), "float32", name="B")
+    s = te.compute((n,), lambda i: a[i] * tvm.tirx.const(2.0, "float32"), name="S")
+    t = te.compute((m * 2,), lambda i: b[tvm.tirx.floordiv(i, 2)], name="T")
+    sch = s_tir.Schedule(te.create_prim_func([a, b, s, t]))
+    (i,) = sch.get_loops(sch.get_sblock("S"))
+    sch.split(i, [None, vec])
+    return sch.mod["main"]
+
+
+def scalar_named_like_a_dim() -> tvm.tirx.PrimFunc:
+    """``B[i] = A[0] + i`` for i < n, with A of length n' and n a scalar argument: the scalar and
+    A's length are distinct size variables, both called ``n``."""
+    n, m = te.var("n"), te.var("n")
+    a = te.placeholder((m,), "float32", name="A")
+    b = te.compute((n,), lambda i: a[0] + i.astype("float32"), name="B")
+    return te.create_prim_func([a, n, b])
+
+
 def cast_int(n: int) -> tvm.tirx.PrimFunc:
     """``B = int32(A) * 3`` for float32 A: an output dtype different from the input's."""
     a = te.placeholder((n,), "float32", name="A")

@@ -221,6 +221,38 @@ def test_symbolic_shape_two_inputs(dyn_add):
         torch.testing.assert_close(dyn_add(a, b), a + b)
 
 
+def test_size_variables_named_alike_are_bound_apart():
+    k = tileauto.jit(out_idx=[2, 3], target="llvm")(kernels.two_sizes_named_n)()
+    assert [p.shape for p in k.params] == [("n",), ("n_1",), ("n",), ("n_1 * 2",)]
+    for n, m in ((5, 7), (9, 2)):
+        a, b = torch.randn(n), torch.randn(m)
+        s, t = k(a, b)
+        torch.testing.assert_close(s, 2 * a)
+        torch.testing.assert_close(t, b.repeat_interleave(2))
+        s, t = k.prepare(a, b)()
+        torch.testing.assert_close(t, b.repeat_interleave(2))
+
+
+def test_one_of_two_size_variables_named_alike_given_inconsistently():
+    k = tileauto.jit(out_idx=[2, 3], target="llvm")(kernels.two_sizes_named_n)()
+    a, b = torch.randn(5), torch.randn(7)
+    with pytest.raises(KernelArgumentError) as info:
+        k(a, b, torch.empty(5), torch.empty(15))
+    # the message names the parameter, and the variable by its name, with the sizes
+    message = str(info.value)
+    assert "'T'" in message and "['n * 2']" in message and "[15]" in message
+    assert "n_1" not in message
+
+
+def test_a_scalar_binds_its_own_size_variable_not_a_dimension_named_alike():
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.scalar_named_like_a_dim)()
+    a = torch.randn(3)
+    b = k(a, 6)
+    torch.testing.assert_close(b, a[0] + torch.arange(6, dtype=torch.float32))
+    with pytest.raises(KernelArgumentError, match=r"'B': dim 0 is n=5 but .* bound n=6"):
+        k(a, 6, torch.empty(5))
+
+
 def test_tvmscript_kernel_with_symbolic_shape():
     k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.script_add_one)()
     for n in (1, 17):
