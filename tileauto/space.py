@@ -331,14 +331,14 @@ def full_config(
 # A :class:`Space` is a sequence of configs that is never expanded into dicts up front: a
 # product of parameter values is decoded from an index (mixed radix, the first parameter most
 # significant, as ``itertools.product``), and its constraints are applied once, over the whole
-# product, in vectorized chunks that keep only the positions of the valid configs (8 bytes per
-# valid config, no dicts). numpy is imported inside the functions that need it, so importing
-# this module stays cheap for the command line and the cache.
+# product, in vectorized chunks that keep only the offsets of the valid configs in their chunk
+# (2 bytes per valid config, no dicts). numpy is imported inside the functions that need it,
+# so importing this module stays cheap for the command line and the cache.
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-_CHUNK = 1 << 16  # configs decoded and checked at once when a product's constraints are applied
+_CHUNK = 1 << 16  # configs checked at once by a constraint scan (an offset in one fits a uint16)
 MAX_CONSTRAINED_PRODUCT = 1 << 27  # products up to this size may carry constraints (a scan)
 
 
@@ -595,6 +595,7 @@ class ProductSpace(Space):
                 "parameters that move together into one parameter (Param.of('a, b', [...]))"
             )
         self._valid: NDArray[Any] | None = None
+        self._starts: NDArray[Any] | None = None
         self._pruned: dict[str, int] = {}
 
     # -- composition -----------------------------------------------------------------------------
@@ -625,20 +626,20 @@ class ProductSpace(Space):
 
     # -- indexing --------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self.product_size if not self.rules else len(self._positions())
+        return self.product_size if not self.rules else int(self._index()[1][-1])
 
     @property
     def pruned(self) -> dict[str, int]:
         if self.rules:
-            self._positions()
+            self._index()
         return dict(self._pruned)
 
     def config(self, index: int) -> dict[str, Any]:
         if self.rules:
-            valid = self._positions()
-            if not 0 <= index < len(valid):
-                raise IndexError(f"config index {index} out of range for {len(valid)}")
-            position = int(valid[index])
+            n = len(self)
+            if not 0 <= index < n:
+                raise IndexError(f"config index {index} out of range for {n}")
+            position = int(self._positions([index])[0])
         else:
             if not 0 <= index < self.product_size:
                 raise IndexError(f"config index {index} out of range for {self.product_size}")
@@ -651,7 +652,7 @@ class ProductSpace(Space):
     def codes(self, indices: Sequence[int] | NDArray[Any]) -> NDArray[Any]:
         np = _numpy()
         idx = np.asarray(indices, dtype=np.int64)
-        positions = self._positions()[idx] if self.rules else idx
+        positions = self._positions(idx) if self.rules else idx
         return self._decode(positions)
 
     def index_of(self, codes: NDArray[Any]) -> NDArray[Any]:
@@ -661,10 +662,18 @@ class ProductSpace(Space):
         positions = np.where(inside[:, None], codes, 0) @ np.asarray(self._radix, dtype=np.int64)
         if not self.rules:
             return np.where(inside, positions, -1)
-        valid = self._positions()
-        at = np.minimum(np.searchsorted(valid, positions), max(len(valid) - 1, 0))
-        found = inside & (len(valid) > 0) & (valid[at] == positions if len(valid) else False)
-        return np.where(found, at, -1)
+        valid, starts = self._index()
+        if not len(valid):
+            return np.full(len(codes), -1, dtype=np.int64)
+        chunk, offset = positions // _CHUNK, positions % _CHUNK
+        lo, end = starts[chunk], starts[chunk + 1]
+        hi = end.copy()
+        while (active := lo < hi).any():  # a binary search in each row's chunk, all rows at once
+            mid = (lo + hi) // 2
+            right = active & (valid[np.minimum(mid, len(valid) - 1)] < offset)
+            lo, hi = np.where(right, mid + 1, lo), np.where(active & ~right, mid, hi)
+        found = inside & (lo < end) & (valid[np.minimum(lo, len(valid) - 1)] == offset)
+        return np.where(found, lo, -1)
 
     def _decode(self, positions: NDArray[Any]) -> NDArray[Any]:
         np = _numpy()
@@ -672,33 +681,50 @@ class ProductSpace(Space):
         sizes = np.asarray(self._sizes, dtype=np.int64)
         return (np.asarray(positions, dtype=np.int64)[:, None] // radix) % sizes
 
-    def _positions(self) -> NDArray[Any]:
-        """The product positions of the valid configs, sorted (found once)."""
-        if self._valid is None:
-            self._valid, self._pruned = self._scan()
-        return self._valid
+    def _index(self) -> tuple[NDArray[Any], NDArray[Any]]:
+        """The valid configs, found once: each one's offset in its chunk of the product
+        (uint16), and how many valid configs come before each chunk (one more entry: all)."""
+        if self._valid is None or self._starts is None:
+            self._valid, self._starts, self._pruned = self._scan()
+        return self._valid, self._starts
 
-    def _scan(self) -> tuple[NDArray[Any], dict[str, int]]:
+    def _positions(self, indices: Sequence[int] | NDArray[Any]) -> NDArray[Any]:
+        """The product positions of valid configs by index."""
         np = _numpy()
-        tables = [p.columns() for p in self.params]
-        entries = [[p.assign(c) for c in range(len(p.values))] for p in self.params]
+        valid, starts = self._index()
+        idx = np.asarray(indices, dtype=np.int64)
+        chunk = np.searchsorted(starts, idx, side="right") - 1
+        return chunk * _CHUNK + valid[idx].astype(np.int64)
+
+    def _scan(self) -> tuple[NDArray[Any], NDArray[Any], dict[str, int]]:
+        np = _numpy()
         exprs = [r for r in self.rules if r.expression is not None]
         calls = [r for r in self.rules if r.expression is None]
+        used = {
+            node.id
+            for r in exprs
+            for node in ast.walk(r.expression)  # type: ignore[arg-type]
+            if isinstance(node, ast.Name)
+        }
+        # only the parameters the expressions name are decoded (a division per parameter)
+        tables = [(j, p.columns()) for j, p in enumerate(self.params) if used & set(p.names)]
+        entries = [[p.assign(c) for c in range(len(p.values))] for p in self.params]
         pruned = dict.fromkeys((r.name for r in self.rules), 0)
-        kept = []
+        kept, counts = [], [0]
         for start in range(0, self.product_size, _CHUNK):
             positions = np.arange(start, min(start + _CHUNK, self.product_size), dtype=np.int64)
-            codes = self._decode(positions)
-            columns = {
-                name: col[codes[:, j]] for j, t in enumerate(tables) for name, col in t.items()
-            }
+            columns = {}
+            for j, table in tables:
+                code = positions // self._radix[j] % self._sizes[j]
+                columns.update((name, col[code]) for name, col in table.items())
             alive = np.ones(len(positions), dtype=bool)
             for rule in exprs:
                 ok = rule.check_columns(columns, len(positions))
                 pruned[rule.name] += int(np.count_nonzero(alive & ~ok))
                 alive &= ok
             survivors = np.flatnonzero(alive) if calls else ()
-            for k, row in zip(survivors, codes[survivors].tolist() if calls else ()):
+            rows = self._decode(positions[survivors]).tolist() if calls else ()
+            for k, row in zip(survivors, rows):
                 config = {}
                 for j, code in enumerate(row):
                     config.update(entries[j][code])
@@ -707,8 +733,10 @@ class ProductSpace(Space):
                         pruned[rule.name] += 1
                         alive[k] = False
                         break
-            kept.append(positions[alive])
-        return np.concatenate(kept), pruned
+            kept.append(np.flatnonzero(alive).astype(np.uint16))  # an offset in a chunk of 2^16
+            counts.append(len(kept[-1]))
+        valid = np.concatenate(kept) if kept else np.zeros(0, dtype=np.uint16)
+        return valid, np.cumsum(counts, dtype=np.int64), pruned
 
 
 def product(
