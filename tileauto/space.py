@@ -713,7 +713,7 @@ class ProductSpace(Space):
         kept, counts = [], [0]
         for start in range(0, self.product_size, _CHUNK):
             positions = np.arange(start, min(start + _CHUNK, self.product_size), dtype=np.int64)
-            columns = {}
+            columns: dict[str, NDArray[Any]] = {}
             for j, table in tables:
                 code = positions // self._radix[j] % self._sizes[j]
                 columns.update((name, col[code]) for name, col in table.items())

@@ -295,7 +295,7 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
                     f"{where} sets {key} to {record[key]!r}, which is not one of its "
                     f"tune_params values {tune[key]!r}"
                 )
-        time = record.get(objective, record.get("time"))
+        time: Any = record.get(objective, record.get("time"))
         if time is not None and not isinstance(time, str):
             time = _check_latency(time, f"{where} (its time)")
         _check_seconds(record, ("compile_time", "verification_time", "benchmark_time"), where)
