@@ -141,6 +141,10 @@ class NodeLost(WorkerError):
     """The node running a job died: the job is not the config's fault (it is run again)."""
 
 
+class RayNodeLostError(TileautoError):
+    """The Ray node of this process died (its raylet, or an agent it fate-shares with)."""
+
+
 def import_ray() -> Any:
     """The ``ray`` module, or a clear error naming the extra that installs it."""
     try:
@@ -194,12 +198,18 @@ class RayCluster:
         # node -> the ref of a probe of its hardware started early (see RayBuilder.start)
         self._early_probes: dict[str, Any] = {}
         self._token: tuple[str, str] | None = None  # see share_files
+        self._joined = False  # connect() ran once (it looks at a Ray already there then)
         self.probed: dict[str, dict[str, Any]] = {}  # node -> its hardware probe's answer
 
     def connect(self) -> Any:
         """Join (or start) the cluster once; the ``ray`` module."""
         ray = import_ray()
         with self._lock:
+            local = self.address in (None, "local") and not os.environ.get("RAY_ADDRESS")
+            if local and not self._joined and ray.is_initialized():
+                if self.own_node_lost(ask_gcs=True):
+                    ray.shutdown()  # a Ray whose node died runs nothing again: start a new one
+            self._joined = True
             if not ray.is_initialized():
                 kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
                 address, source = self.address, self.source
@@ -236,6 +246,38 @@ class RayCluster:
                         "'Unauthenticated')?"
                     ) from None
         return ray
+
+    def own_node_lost(self, *, ask_gcs: bool = False) -> str | None:
+        """Why this process's own Ray node is gone, or None while it runs (or is not known:
+        only a node this process started is watched, by its raylet process; ``ask_gcs``: also
+        dead for the cluster, which may say so before the raylet process has ended)."""
+        ray = import_ray()
+        raylet, logs = _local_raylet(ray)
+        if raylet is None:
+            return None
+        if raylet.poll() is not None:
+            how = f"exited with code {raylet.returncode}"
+        elif ask_gcs and not any(
+            n["Alive"] and n["NodeID"] == ray.get_runtime_context().get_node_id()
+            for n in ray.nodes()
+        ):
+            how = "left the cluster"
+        else:
+            return None
+        return (
+            f"the Ray node of this process died: its raylet (pid {raylet.pid}) {how}. "
+            "Ray ends a node when its raylet or one of the agents it "
+            "fate-shares with (DashboardAgent, RuntimeEnvAgent) dies, for instance killed or "
+            f"out of memory ({logs}/raylet.err says which). Nothing "
+            "runs on that Ray any more: tune again (tileauto starts a new local Ray) or with "
+            "executor='local'"
+        )
+
+    def check_own_node(self, *, ask_gcs: bool = False) -> None:
+        """Raise :class:`RayNodeLostError` once this process's own Ray node is gone."""
+        why = self.own_node_lost(ask_gcs=ask_gcs)
+        if why is not None:
+            raise RayNodeLostError(why)
 
     def nodes(self) -> dict[str, dict[str, float]]:
         """The alive nodes: node id -> resources."""
@@ -332,6 +374,20 @@ class RayCluster:
         with self._lock:
             probes, self._early_probes = self._early_probes, {}
         return probes
+
+
+def _local_raylet(ray: Any) -> tuple[Any, str]:
+    """The raylet process (a ``Popen``) of a Ray this process started, and its logs folder;
+    (None, "") for a Ray it joined (or one whose internals are not these)."""
+    try:
+        node = ray._private.worker._global_node
+        if node is None:
+            return None, ""
+        procs = node.all_processes.get(ray._private.ray_constants.PROCESS_TYPE_RAYLET) or []
+        logs = node.get_logs_dir_path()
+    except Exception:  # noqa: BLE001 - Ray's private layout: not watched without it
+        return None, ""
+    return (procs[0].process if procs else None), str(logs)
 
 
 def _check_reachable(address: str, source: str) -> None:
@@ -784,7 +840,9 @@ class RayBuilder:
         batch_dir = self.staging_dir / f"build-{uuid.uuid4().hex[:12]}"
         token = self.cluster.share_files(self.staging_dir)
         payload = self._payload()
-        setup = ray.put(pickling.dumps((list(sys.path), _settings_env(), payload)))
+        # sent with each task, not ray.put: Ray ends a driver that holds an object of the
+        # object store of its own node when that node dies (exit code 1, no message)
+        setup = pickling.dumps((list(sys.path), _settings_env(), payload))
         compile_task = ray.remote(_compile_task)
         options = {
             "num_cpus": self.num_cpus,
@@ -836,6 +894,7 @@ class RayBuilder:
             submit(_Job(i), dead)
         try:
             while jobs and not self._cancelled.is_set():
+                self.cluster.check_own_node()
                 now = time.monotonic()
                 deadlines = [j.started + self.timeout_s for j in jobs.values() if j.started]
                 wait = min([_WAKE_S, *(max(0.0, d - now) for d in deadlines)])
@@ -852,6 +911,7 @@ class RayBuilder:
                         with self._lock:
                             self._inflight.discard(job.ref)
                     if outcome == "again":
+                        self.cluster.check_own_node(ask_gcs=True)
                         self.resubmitted += 1
                         submit(job, frozenset(self._dead_nodes()))
                         continue
@@ -1320,6 +1380,7 @@ class RayWorker:
             except ray.exceptions.RayError as exc:
                 ray.kill(actor, no_restart=True)
                 ray.kill(watcher, no_restart=True)
+                self.runner.cluster.check_own_node(ask_gcs=True)
                 if self.runner.cluster.node_alive(node):
                     raise TileautoError(f"the Ray run actor could not start: {exc}") from exc
                 self.runner.lost(node)
@@ -1350,6 +1411,7 @@ class RayWorker:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=_START_POLL_S)
             if self._kills != kills:
                 raise _StartStopped
+            self.runner.cluster.check_own_node()
             if len(ready) == len(refs):
                 return list(ray.get(refs))
             if time.monotonic() > deadline:
@@ -1370,6 +1432,7 @@ class RayWorker:
                 self.runner.cluster.hold_cores(self.node)
             except NodeLost:
                 self.kill()  # the watcher (the actor is gone with its node)
+                self.runner.cluster.check_own_node(ask_gcs=True)
                 self._lost()
                 raise
         folders: dict[str, dict[str, bytes]] = {}
@@ -1390,7 +1453,14 @@ class RayWorker:
             waiting = [ref, watch]
             while True:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                ready, _ = ray.wait(waiting, num_returns=1, timeout=left)
+                # in short waits: a job on a node that died is not a config that timed out
+                wait = _START_POLL_S if left is None else min(left, _START_POLL_S)
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=wait)
+                if not ready and self.runner.cluster.own_node_lost():
+                    self.kill()
+                    self.runner.cluster.check_own_node()
+                if not ready and (deadline is None or time.monotonic() < deadline):
+                    continue
                 if not ready:
                     self.kill()
                     raise WorkerTimeout(
@@ -1406,6 +1476,9 @@ class RayWorker:
                 status, value = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 node = self.node
+                if self.runner.cluster.own_node_lost(ask_gcs=True):
+                    self.kill()
+                    self.runner.cluster.check_own_node(ask_gcs=True)
                 if not self.runner.cluster.node_alive(node):
                     self.kill()  # the watcher (the actor is gone with its node)
                     self._lost()
@@ -1562,6 +1635,7 @@ class RayRunner(Runner):
         """The node for a new run actor: the first matching one still alive."""
         if not self._started:
             self.start()
+        self.cluster.check_own_node(ask_gcs=True)
         alive = self.cluster.nodes()
         for node in self.nodes:
             if node in alive:

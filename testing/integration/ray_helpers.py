@@ -285,3 +285,41 @@ def gated_module(folder: Path, name: str, banned: set[str]) -> Any:
 
     (folder / f"{name}.py").write_text(GATED.format(name=name, banned=sorted(banned)))
     return importlib.import_module(name)
+
+
+KILL_AGENT = "RAY_HELPERS_KILL_AGENT"  # "<compile|time>:<agent>:<marker file>", read by both
+
+
+def _kill_agent_once(phase: str) -> None:
+    """Kill the Ray agent named in ``KILL_AGENT`` of this worker's node, once (the marker
+    file says it was done): the raylet, this worker's parent, started it and dies with it;
+    this worker then waits to go with its node (its job never answers)."""
+    import threading
+
+    import psutil
+
+    wanted, _, rest = os.environ.get(KILL_AGENT, "").partition(":")
+    agent, _, marker = rest.partition(":")
+    if wanted != phase or Path(marker).exists():
+        return
+    Path(marker).write_text(agent)
+    for proc in psutil.Process(os.getppid()).children():
+        if proc.cmdline()[:1] == [f"ray::{agent}"]:
+            proc.kill()
+    threading.Event().wait()
+
+
+def agent_killing_factory(n: int, vec: int = 8, mode: str = "ok", repeat: int = 1):
+    """The test factory; the compile of ``vec=16`` kills a Ray agent first (see KILL_AGENT)."""
+    from tune_kernels import scale
+
+    if vec == 16:
+        _kill_agent_once("compile")
+    return scale(n, vec, mode, repeat)
+
+
+def agent_killing_latency(func, args, *, warmup, rep, config, device):
+    """:func:`scripted_latency`; timing ``vec=16`` kills a Ray agent first (see KILL_AGENT)."""
+    if config["vec"] == 16:
+        _kill_agent_once("time")
+    return scripted_latency(func, args, warmup=warmup, rep=rep, config=config, device=device)
