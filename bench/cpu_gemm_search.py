@@ -14,7 +14,7 @@ process, each tuning with a fresh cache folder of its own (``TILEAUTO_CACHE_DIR`
    once per seed (``--seeds``; the seed is the tuning's ``seed=``, which seeds the search and
    the generated inputs);
 3. the winners re-timed side by side: each built with ``tileauto.jit`` (``gemm_cpu.matmul``)
-   in this process and timed with the tuner's own CPU timer (``tileauto.timing.cpu_timer``,
+   in this process and timed with the tuner's own CPU timer (``tileauto.run.timing.cpu_timer``,
    the native loop), interleaved: ``--rounds`` rounds, each timing every kernel once for
    about ``--round-ms`` milliseconds, in an order that rotates from round to round. The
    ``--top`` next best configs of the exhaustive table are re-timed with them, for context.
@@ -54,7 +54,7 @@ import torch  # noqa: E402
 
 import tileauto  # noqa: E402
 from tileauto.records import TrialStatus  # noqa: E402
-from tileauto.timing import cpu_timer  # noqa: E402
+from tileauto.run.timing import cpu_timer  # noqa: E402
 
 TARGET = 1.03  # auto's winner within 3% of exhaustive's
 # --quick: 17 configs of the 128^3 space

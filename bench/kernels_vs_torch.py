@@ -14,7 +14,7 @@ a parallel region, then sleep); with ``TILEAUTO_THREAD_POOL=tvm`` on TVM's, whos
 for about 150 ms (300,000 ``sched_yield`` calls, ``TVM_THREAD_POOL_SPIN_COUNT``), which on a
 2-core machine takes a core from torch's OpenMP threads and makes a torch op that follows
 10-50x slower (unless tileauto found the machine busy when the pool started and turned the
-spin off, ``tileauto.cpu_pool``: the run says which under its table, and run_all's label says
+spin off, ``tileauto.jit.thread_pool``: the run says which under its table, and run_all's label says
 "spin off"). The pool is in each case's line and in run_all's label. Both sides
 allocate their output on every call. Nothing sets ``TVM_NUM_THREADS``: the tuned kernel runs
 as in a user's process, with the thread count tileauto tuned it with (``docs/tuning.md``); torch
@@ -59,7 +59,7 @@ import softmax_cpu  # noqa: E402
 import torch  # noqa: E402
 
 import tileauto  # noqa: E402
-from tileauto.cpu_pool import SPIN_VAR, current_decision  # noqa: E402
+from tileauto.jit.thread_pool import SPIN_VAR, current_decision  # noqa: E402
 
 TARGETS = {"gemm": 2.0, "softmax": 1.5, "rmsnorm": 1.5}  # kernel / torch, at most
 

@@ -50,9 +50,9 @@ import gemm_cpu  # noqa: E402
 from _cpu_by_process import CpuByProcess  # noqa: E402
 
 from tileauto.options import ProfileArgs  # noqa: E402
-from tileauto.problem import TuningProblem  # noqa: E402
-from tileauto.session import TuningSession  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
+from tileauto.tune.problem import TuningProblem  # noqa: E402
+from tileauto.tune.session import TuningSession  # noqa: E402
 
 TARGET = 1.2  # Ray on one node against local, wall time
 
@@ -128,7 +128,7 @@ def tune_local(size: int, n: int, workers: int, profile: bool = False) -> dict:
 
 
 def tune_ray_session(p: TuningProblem, rc, per_node: int, profile: bool = False) -> dict:
-    from tileauto.ray_stages import RayBuilder, RayRunner
+    from tileauto.scale.ray.stages import RayBuilder, RayRunner
 
     builder = RayBuilder(
         p.factory,
@@ -155,7 +155,7 @@ def tune_ray(size: int, n: int, nodes: int, cores: int, again: int = 0) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from tileauto.ray_stages import LOCAL_SYSTEM_CONFIG, RayCluster
+    from tileauto.scale.ray.stages import LOCAL_SYSTEM_CONFIG, RayCluster
 
     t0 = time.perf_counter()
     cluster = Cluster(
@@ -244,7 +244,7 @@ def median_row(runs: list[dict]) -> dict:
 
 
 def local_overhead(n: int = 200) -> float:
-    from tileauto.utils.procs import Worker
+    from tileauto.workers.procs import Worker
 
     worker = Worker("bench").start()
     worker.call(_noop)

@@ -12,7 +12,7 @@ TVM's thread pool keeps its worker threads spinning for a while after each paral
 (``TVM_THREAD_POOL_SPIN_COUNT``, 300000 by default, read when the pool starts). On a quiet
 machine that saves a wake-up per launch; when other processes want the cores, the spinning
 workers take time slices from the thread that has the work. tileauto therefore turns the spin
-off in a process that finds the machine busy when its first pool starts (``tileauto.cpu_pool``,
+off in a process that finds the machine busy when its first pool starts (``tileauto.jit.thread_pool``,
 unless the variable is set). This benchmark measures the tuned GEMM of ``examples/gemm_cpu.py``
 (tuned with tileauto's thread-count rule: every core) each way:
 
@@ -71,7 +71,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # TVM's default spin count (set to it: unset, tileauto's busy-machine rule would decide), 0,
-# and "auto" (unset: what a user gets, the rule of tileauto.cpu_pool); --spins chooses others
+# and "auto" (unset: what a user gets, the rule of tileauto.jit.thread_pool); --spins chooses others
 TVM_DEFAULT_SPIN = "300000"
 SPINS: tuple[str, ...] = ("tileauto", "default", "0", "auto")
 NEAR = 1.05  # within 5% of the row's best: as good, given the noise
@@ -106,7 +106,7 @@ def child(mode: str, sizes: list[int], rounds: int, sample_ms: float) -> None:
 
     import tileauto
     from tileauto._native import native_available, time_function
-    from tileauto.cpu_pool import current_decision
+    from tileauto.jit.thread_pool import current_decision
 
     tuned = tileauto.autotune(configs=gemm_cpu.configs, verbose=False)(gemm_cpu.matmul)
     report: dict = {

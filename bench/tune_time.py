@@ -56,12 +56,12 @@ os.environ["TILEAUTO_DISABLE_CACHE"] = "1"
 
 import gemm_cpu  # noqa: E402
 
-from tileauto.builder import Builder, BuildRequest, compile_workers  # noqa: E402
+from tileauto.build.builder import Builder, BuildRequest, compile_workers  # noqa: E402
 from tileauto.options import ProfileArgs  # noqa: E402
-from tileauto.problem import TuningProblem  # noqa: E402
-from tileauto.session import RETIME_ROUNDS, TuningSession  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
 from tileauto.space import config_id  # noqa: E402
+from tileauto.tune.problem import TuningProblem  # noqa: E402
+from tileauto.tune.session import RETIME_ROUNDS, TuningSession  # noqa: E402
 
 COMPILE_TARGET = 1.6
 EFFICIENCY_TARGET = COMPILE_TARGET / 2  # of the machine's own 2-process speedup

@@ -82,14 +82,14 @@ def tileauto_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     """A private cache dir and no inherited ``TILEAUTO_*`` settings, for every test.
 
     Two things a test may change in this process without asking are put back after it:
-    the busy-machine rule's ``TVM_THREAD_POOL_SPIN_COUNT`` (``tileauto.cpu_pool`` sets it in
+    the busy-machine rule's ``TVM_THREAD_POOL_SPIN_COUNT`` (``tileauto.jit.thread_pool`` sets it in
     ``os.environ`` when a tuning or a kernel load finds the machine busy; later tests and the
     processes they start would inherit it) and the main thread's CPU affinity (TVM's pool
     pins the thread that starts it to the cores of its size: one core on a 2-core x86
     machine when ``TVM_NUM_THREADS`` is unset, and every process that thread starts later
     inherits the mask).
     """
-    from tileauto import cpu_pool
+    from tileauto.jit import thread_pool as cpu_pool
 
     _clear_tileauto_env(lambda name: monkeypatch.delenv(name, raising=False))
     cache_dir = tmp_path_factory.mktemp("tileauto-cache")

@@ -24,9 +24,9 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it (imported on first use)
 _EXPORTS = {
-    "AutoTuneImpl": "tileauto.autotuner",
-    "AutoTuner": "tileauto.autotuner",
-    "autotune": "tileauto.autotuner",
+    "AutoTuneImpl": "tileauto.api.autotuner",
+    "AutoTuner": "tileauto.api.autotuner",
+    "autotune": "tileauto.api.autotuner",
     "CacheError": "tileauto.errors",
     "CompileError": "tileauto.errors",
     "ConfigSpaceError": "tileauto.errors",
@@ -35,9 +35,9 @@ _EXPORTS = {
     "NoValidConfigError": "tileauto.errors",
     "SettingsError": "tileauto.errors",
     "TileautoError": "tileauto.errors",
-    "KernelParam": "tileauto.inputs",
-    "TensorSupplyType": "tileauto.inputs",
-    "set_autotune_inputs": "tileauto.inputs",
+    "KernelParam": "tileauto.run.inputs",
+    "TensorSupplyType": "tileauto.run.inputs",
+    "set_autotune_inputs": "tileauto.run.inputs",
     "CompileFailure": "tileauto.jit",
     "JITImpl": "tileauto.jit",
     "JITKernel": "tileauto.jit",
@@ -47,18 +47,18 @@ _EXPORTS = {
     "Trial": "tileauto.records",
     "TrialStatus": "tileauto.records",
     "Validation": "tileauto.records",
-    "AutotuneResult": "tileauto.result",
+    "AutotuneResult": "tileauto.result.record",
     "Settings": "tileauto.settings",
-    "TuningProblem": "tileauto.problem",
-    "TuningSession": "tileauto.session",
-    "MemoryStore": "tileauto.stores",
+    "TuningProblem": "tileauto.tune.problem",
+    "TuningSession": "tileauto.tune.session",
+    "MemoryStore": "tileauto.tune.stores",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
     from typing import Any
 
     from tileauto import jit
-    from tileauto.autotuner import AutoTuneImpl, AutoTuner, autotune
+    from tileauto.api.autotuner import AutoTuneImpl, AutoTuner, autotune
     from tileauto.errors import (
         CacheError,
         CompileError,
@@ -69,15 +69,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
         SettingsError,
         TileautoError,
     )
-    from tileauto.inputs import KernelParam, TensorSupplyType, set_autotune_inputs
     from tileauto.jit import CompileFailure, JITImpl, JITKernel
     from tileauto.options import CompileArgs, ProfileArgs
-    from tileauto.problem import TuningProblem
     from tileauto.records import LatencyStats, Trial, TrialStatus, Validation
-    from tileauto.result import AutotuneResult
-    from tileauto.session import TuningSession
+    from tileauto.result.record import AutotuneResult
+    from tileauto.run.inputs import KernelParam, TensorSupplyType, set_autotune_inputs
     from tileauto.settings import Settings
-    from tileauto.stores import MemoryStore
+    from tileauto.tune.problem import TuningProblem
+    from tileauto.tune.session import TuningSession
+    from tileauto.tune.stores import MemoryStore
 
 
 def __getattr__(name: str) -> Any:

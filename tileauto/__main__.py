@@ -1,10 +1,10 @@
-"""``python -m tileauto``: the same command as ``tileauto`` (see :mod:`tileauto.cli`)."""
+"""``python -m tileauto``: the same command as ``tileauto`` (see :mod:`tileauto.cli.commands`)."""
 
 from __future__ import annotations
 
 import sys
 
-from tileauto.cli import main
+from tileauto.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

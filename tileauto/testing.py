@@ -1,13 +1,13 @@
 """Stages that compile and run nothing, for testing a tuning session (yours or ours).
 
-A :class:`~tileauto.session.TuningSession` given a :class:`ScriptedBuilder`, a
-:class:`ScriptedRunner` and a :class:`~tileauto.stores.MemoryStore` runs its whole loop (the
+A :class:`~tileauto.tune.session.TuningSession` given a :class:`ScriptedBuilder`, a
+:class:`ScriptedRunner` and a :class:`~tileauto.tune.stores.MemoryStore` runs its whole loop (the
 default first, the search, re-timing, the pick, the save, the report) in milliseconds, with
 outcomes you choose per config::
 
-    from tileauto.problem import TuningProblem
-    from tileauto.session import TuningSession
-    from tileauto.stores import MemoryStore
+    from tileauto.tune.problem import TuningProblem
+    from tileauto.tune.session import TuningSession
+    from tileauto.tune.stores import MemoryStore
     from tileauto.testing import ScriptedBuilder, ScriptedRunner
 
     def factory(n, block=32): ...

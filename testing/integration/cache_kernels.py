@@ -108,7 +108,7 @@ def child_main(argv=None) -> None:
     import torch
 
     from tileauto.jit import compiler
-    from tileauto.utils.pool import WorkerPool
+    from tileauto.workers.pool import WorkerPool
 
     argv = list(sys.argv[1:] if argv is None else argv)
     mode = argv[0]

@@ -72,7 +72,7 @@ def pre_hook(named):
 
 
 def timer(func, args, *, warmup, rep, config, device):
-    from tileauto.timing import cpu_timer
+    from tileauto.run.timing import cpu_timer
 
     report("timing")
     return cpu_timer()(func, args, warmup=warmup, rep=rep, config=config, device=device)
@@ -81,7 +81,7 @@ def timer(func, args, *, warmup, rep, config, device):
 def _hook_main_process() -> None:
     """Report worker starts and cache writes, which happen in this process."""
     from tileauto.cache import disk
-    from tileauto.utils import procs
+    from tileauto.workers import procs
 
     start = procs.Worker.start
 

@@ -19,13 +19,13 @@ from typing import Any  # noqa: E402
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from tileauto.builder import Builder  # noqa: E402
+from tileauto.build.builder import Builder  # noqa: E402
 from tileauto.options import ProfileArgs  # noqa: E402
-from tileauto.problem import TuningProblem  # noqa: E402
-from tileauto.ray_stages import RayBuilder, RayCluster, RayRunner  # noqa: E402
-from tileauto.runner import Runner  # noqa: E402
-from tileauto.session import TuningSession  # noqa: E402
+from tileauto.run.runner import Runner  # noqa: E402
+from tileauto.scale.ray.stages import RayBuilder, RayCluster, RayRunner  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
+from tileauto.tune.problem import TuningProblem  # noqa: E402
+from tileauto.tune.session import TuningSession  # noqa: E402
 
 ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before
 

@@ -25,7 +25,7 @@ from tileauto.cache import disk
 from tileauto.cache.tuning import TuningStore
 from tileauto.jit import compiler
 from tileauto.records import TrialStatus
-from tileauto.session import TuningSession
+from tileauto.tune.session import TuningSession
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -18,7 +18,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent  # testing/integration: tune_kernels
 REPO = HERE.parents[1]
-JOBS = REPO / "testing" / "unit" / "utils"  # jobs.py, shared with the Worker unit tests
+JOBS = REPO / "testing" / "unit" / "workers"  # jobs.py, shared with the Worker unit tests
 
 PRELUDE = """
 import json, os, sys, threading, time
@@ -47,7 +47,7 @@ def test_a_fresh_process_forks_its_workers():
         """
         import jobs
         import tileauto
-        from tileauto.utils.procs import Worker, fork_unsafe_reason
+        from tileauto.workers.procs import Worker, fork_unsafe_reason
 
         reason = fork_unsafe_reason()
         w = Worker("forked", env={"OMP_NUM_THREADS": "2"}, fork_ok=True).start()
@@ -72,7 +72,7 @@ def test_a_worker_not_marked_fork_ok_uses_the_forkserver():
     seen = _run(
         """
         import tileauto
-        from tileauto.utils.procs import Worker
+        from tileauto.workers.procs import Worker
 
         print(json.dumps({"method": Worker("plain").start().start_method}))
         """
@@ -97,7 +97,7 @@ def test_an_unsafe_process_starts_workers_from_the_forkserver(setup, fragment):
         f"""
         import jobs
         import tileauto
-        from tileauto.utils.procs import Worker, fork_unsafe_reason
+        from tileauto.workers.procs import Worker, fork_unsafe_reason
 
         {setup}
         w = Worker("guarded", fork_ok=True).start()
@@ -117,7 +117,7 @@ def test_not_the_main_thread_is_a_reason():
     seen = _run(
         """
         import tileauto
-        from tileauto.utils.procs import fork_unsafe_reason
+        from tileauto.workers.procs import fork_unsafe_reason
 
         out = {}
         t = threading.Thread(target=lambda: out.update(reason=fork_unsafe_reason()))
@@ -140,7 +140,7 @@ def test_running_thread_pools_in_the_caller_do_not_stop_a_fork(tmp_path):
         import jobs
         import torch
         import tileauto
-        from tileauto.utils.procs import Worker, fork_unsafe_reason
+        from tileauto.workers.procs import Worker, fork_unsafe_reason
 
         torch.set_num_threads(2)
         torch.ones(1 << 20).mul_(2).sum()  # torch's OpenMP pool starts
@@ -168,7 +168,7 @@ def test_a_worker_that_fails_its_probe_falls_back_to_the_forkserver():
         """
         import jobs
         import tileauto
-        from tileauto.utils import procs
+        from tileauto.workers import procs
 
         procs._PROBE_TIMEOUT_S = 2.0
         procs._probe_threads = lambda threads: time.sleep(60)  # as if OpenMP hung
@@ -195,7 +195,7 @@ def test_a_forked_worker_drops_the_pipes_of_the_others():
     seen = _run(
         """
         import tileauto
-        from tileauto.utils.procs import Worker
+        from tileauto.workers.procs import Worker
 
         first = Worker("first", fork_ok=True).start()
         second = Worker("second", fork_ok=True).start()
@@ -220,7 +220,7 @@ def test_the_memory_limit_counts_what_a_forked_worker_adds():
         import jobs
         import tileauto
         from tileauto.errors import WorkerError
-        from tileauto.utils.procs import Worker
+        from tileauto.workers.procs import Worker
 
         ballast = bytearray(600 * 2**20)  # the caller holds 600 MiB, resident
         limit = 400 * 2**20
@@ -248,8 +248,8 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
     result is the same kind as with the forkserver."""
     body = """
         import tileauto
-        from tileauto import builder
-        from tileauto.utils import procs
+        from tileauto.build import builder
+        from tileauto.workers import procs
         import tune_kernels
 
         started = []
@@ -259,7 +259,7 @@ def test_a_cold_cpu_tuning_forks_its_workers(tmp_path):
             original(self, proc, conn, method)
         procs.Worker._started = record
 
-        from tileauto.utils.pool import WorkerPool
+        from tileauto.workers.pool import WorkerPool
         tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}, {"vec": 16}],
                                   warmup=2, rep=5)(tileauto.jit(out_idx=[-1], target="llvm")(
                                   tune_kernels.scale))
@@ -291,9 +291,9 @@ def test_par_compile_forks_its_workers_and_a_gpu_target_does_not(tmp_path):
     seen = _run(
         """
         import tileauto
-        from tileauto.builder import Builder
+        from tileauto.build.builder import Builder
         from tileauto.options import CompileArgs
-        from tileauto.utils import procs
+        from tileauto.workers import procs
         import tune_kernels
 
         started = []
@@ -325,7 +325,7 @@ def test_a_second_tuning_in_the_process_forks_again(tmp_path):
     seen = _run(
         """
         import tileauto
-        from tileauto.utils import procs
+        from tileauto.workers import procs
         import tune_kernels
 
         runs = []

@@ -22,9 +22,9 @@ from cache_kernels import jit_scale_add, ref_scale_add, scale_add, tune_scale_ad
 from second_user import OTHER_UID, needs_root
 
 import tileauto
-from tileauto.builder import compile_workers
+from tileauto.build.builder import compile_workers
 from tileauto.errors import InputSupplyError, TileautoError
-from tileauto.utils import procs
+from tileauto.workers import procs
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from busy import busy_machine
 
-from tileauto.cpu_pool import runnable_threads
+from tileauto.jit.thread_pool import runnable_threads
 from tileauto.options import ProfileArgs
 from tileauto.settings import Settings, available_cpus
 

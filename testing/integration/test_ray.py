@@ -17,9 +17,9 @@ ray = pytest.importorskip("ray")
 import ray_helpers as h  # noqa: E402
 
 from tileauto import TrialStatus  # noqa: E402
-from tileauto.builder import BuildRequest, BuildStatus  # noqa: E402
+from tileauto.build.builder import BuildRequest, BuildStatus  # noqa: E402
 from tileauto.errors import TileautoError  # noqa: E402
-from tileauto.ray_stages import (  # noqa: E402
+from tileauto.scale.ray.stages import (  # noqa: E402
     NoMatchingNodeError,
     RayBuilder,
     RayCluster,
@@ -67,7 +67,7 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     around."""
     from tune_kernels import scale_jit
 
-    from tileauto import ray_stages
+    from tileauto.scale.ray import stages as ray_stages
 
     rc = RayCluster()
     builder = RayBuilder(h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=rc)
@@ -137,7 +137,7 @@ def test_fault_matrix_and_results_match_a_local_run(cluster, tmp_path):
 
 
 def test_no_matching_node_is_an_error_before_anything_compiles(cluster, tmp_path, monkeypatch):
-    from tileauto import ray_stages
+    from tileauto.scale.ray import stages as ray_stages
 
     monkeypatch.setattr(ray_stages, "local_hardware", lambda device: {"device": "elsewhere"})
     session, builder, _ = h.ray_session(h.problem([{"vec": 4}]), tmp_path)
@@ -189,7 +189,7 @@ def test_an_exception_out_of_a_compile_task_is_a_compile_error_with_its_cause(cl
     the terminal colours of Ray's error text; not a crash."""
     from tune_kernels import scale_jit
 
-    from tileauto.ray_stages import _Job
+    from tileauto.scale.ray.stages import _Job
 
     @ray.remote(num_returns="streaming", max_retries=0)
     def raising():
@@ -259,7 +259,7 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
 
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from tileauto.ray_stages import _CoreHold  # an actor that holds its CPUs while it lives
+    from tileauto.scale.ray.stages import _CoreHold  # an actor that holds its CPUs while it lives
 
     first_nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
     blockers = [
@@ -385,7 +385,7 @@ def test_a_runner_closed_while_its_actors_start_leaves_no_thread_nor_actor(clust
     (Ray may be shut down under it: Ray 2.20 then crashed the process) and no actor
     lives on."""
     from tileauto.options import ProfileArgs
-    from tileauto.ray_stages import RayRunner
+    from tileauto.scale.ray.stages import RayRunner
 
     runner = RayRunner(ProfileArgs(), threads=1, cluster=RayCluster())
     runner.start()  # an actor on each of the 2 nodes, started in the background
@@ -411,7 +411,7 @@ def test_a_runner_closed_while_its_actors_start_leaves_no_thread_nor_actor(clust
 
 @no_real_gpu
 def test_a_gpu_target_without_a_gpu_node_is_an_error_before_anything_compiles(cluster, tmp_path):
-    from tileauto.ray_stages import RayRunner
+    from tileauto.scale.ray.stages import RayRunner
 
     p = h.problem([{"vec": 4}])
     session, builder, _ = h.ray_session(p, tmp_path)
@@ -427,7 +427,7 @@ def test_a_gpu_target_has_a_run_actor_on_each_gpu_of_a_node(cluster):
     """Ray schedules GPUs it is told a node has: a node of 2 (declared, not real) GPUs gets
     two run actors, each holding one; none is left, and the GPUs are free, after a kill."""
     from tileauto.options import ProfileArgs
-    from tileauto.ray_stages import RayRunner
+    from tileauto.scale.ray.stages import RayRunner
 
     gpus = cluster.add_node(num_cpus=0, num_gpus=2)
     cluster.wait_for_nodes()

@@ -6,7 +6,7 @@ prints one JSON line: the cache hit, the kernel's thread count, which pool ran i
 loop and the count that pool runs with after a call (tileauto's, ``tileauto.jit.launcher``,
 unless ``TILEAUTO_THREAD_POOL=tvm``: then TVM's pool of this thread), how many parallel
 regions tileauto's pool ran, ``TVM_NUM_THREADS`` before and after, and the same for
-``TVM_THREAD_POOL_SPIN_COUNT`` with the busy-machine rule's decision (``tileauto.cpu_pool``).
+``TVM_THREAD_POOL_SPIN_COUNT`` with the busy-machine rule's decision (``tileauto.jit.thread_pool``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def main() -> int:
     import tvm
 
     import tileauto
-    from tileauto.cpu_pool import current_decision
     from tileauto.jit import launcher
+    from tileauto.jit.thread_pool import current_decision
 
     args = [a for a in sys.argv[1:] if a != "--early-pool"]
     option = int(args[0]) if args else None

@@ -139,7 +139,7 @@ def test_every_profile_option_is_an_argument_of_both_apis():
     import dataclasses
     import inspect
 
-    from tileauto.autotuner import _POSITIONAL, AutoTuner, autotune
+    from tileauto.api.autotuner import _POSITIONAL, AutoTuner, autotune
 
     options = {f.name for f in dataclasses.fields(ProfileArgs)} - {"extra"}
     missing = options - set(inspect.signature(autotune).parameters)

@@ -34,7 +34,7 @@ from tileauto._logging import get_logger
 log = get_logger("cache")
 
 MANIFEST = "manifest.json"
-KNOWN_FORMATS = ("1", "2")  # formats this code can read: an older one is stale, not unknown
+KNOWN_FORMATS = ("1", "2", "3")  # formats this code can read: an older one is stale, not unknown
 STALE_S = 3600.0  # staging leftovers older than this belong to dead writers
 MIN_FREE_BYTES = 1 << 20  # a staging folder with less room than this would fail half-way
 _STAGE_PREFIXES = (".stage-", ".trash-", "stage-")

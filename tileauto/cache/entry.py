@@ -111,7 +111,7 @@ def read_artifact(entry_dir: Path) -> KernelArtifact:
 def fill_result(result: Any, out: Path) -> None:
     """Write a tuned result's records and kernel into ``out``.
 
-    ``result`` is an :class:`~tileauto.result.AutotuneResult` (read by attribute: the cache
+    ``result`` is an :class:`~tileauto.result.record.AutotuneResult` (read by attribute: the cache
     does not import the api layer).
     """
     _dump(out / "best_config.json", {"config": result.config})

@@ -46,9 +46,8 @@ from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
 from tileauto.errors import TileautoError
-from tileauto.keys import describe_value, is_tensor
 
-FORMAT_VERSION = 2  # format 1 merged distinct size variables that share a name
+FORMAT_VERSION = 3  # 2: size variables keyed apart; 3: tileauto's modules moved into packages
 
 _MAX_HASHED_BYTES = 256 << 20  # bigger captured arrays count by layout only
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
@@ -170,6 +169,21 @@ def function_fingerprint(fn: Any, *, owner: str | None = None) -> Any:
         if owner is None:
             raise
         raise UnkeyableError(f"{exc.path} of {owner}", exc.reason) from None
+
+
+def is_tensor(value: Any) -> bool:
+    """Duck-typed torch tensor check that does not import torch."""
+    return type(value).__module__.startswith("torch") and hasattr(value, "data_ptr")
+
+
+def tensor_layout(value: Any) -> dict[str, Any]:
+    """A tensor described by its layout: shape, dtype, strides and device type."""
+    return {
+        "tensor": list(value.shape),
+        "dtype": str(value.dtype).replace("torch.", ""),
+        "stride": list(value.stride()),
+        "device": value.device.type,
+    }
 
 
 def describe_key_value(value: Any, *, content: bool = True) -> Any:
@@ -553,7 +567,7 @@ class _Walker:
     # -- data -----------------------------------------------------------------------------------
     def _array(self, value: Any) -> Any:
         if is_tensor(value):
-            layout = describe_value(value)
+            layout = tensor_layout(value)
         else:
             layout = {"ndarray": list(value.shape), "dtype": str(value.dtype)}
         return _array_fingerprint(value, layout) if self.content else layout

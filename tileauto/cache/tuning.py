@@ -24,6 +24,7 @@ from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.cache import disk
+from tileauto.cache.args import bind_arguments
 from tileauto.cache.entry import (
     KIND_TUNED,
     REQUIRED_TUNED,
@@ -40,7 +41,6 @@ from tileauto.cache.key import (
     report_unkeyable,
     versions,
 )
-from tileauto.keys import bind_arguments
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import TRANSIENT, Trial
 from tileauto.settings import Settings

@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tileauto._logging import get_logger
+from tileauto.cache.args import CallCache, bind_arguments
 from tileauto.cache.disk import make_private_dir
 from tileauto.errors import CompileError
-from tileauto.keys import CallCache, bind_arguments
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings
 
 # Decorating a factory imports neither torch nor TVM: the kernel (torch), the builder and the
 # compiler (TVM) are imported by the calls that need them.
 if TYPE_CHECKING:
-    from tileauto.builder import BuildStatus
+    from tileauto.build.builder import BuildStatus
     from tileauto.jit.kernel import JITKernel
 
 log = get_logger("jit")
@@ -61,7 +61,7 @@ def process_scratch_dir(settings: Settings) -> Path:
     with _PROCESS_DIR_LOCK:
         if _PROCESS_DIR is None or not _PROCESS_DIR.exists():
             from tileauto.cache.hygiene import claim_scratch_dir
-            from tileauto.utils.procs import remove_on_sigterm
+            from tileauto.workers.procs import remove_on_sigterm
 
             base = settings.staging_dir
             try:
@@ -162,7 +162,7 @@ class JITImpl:
         ones). A config that fails to compile comes back as a :class:`CompileFailure`.
         ``num_workers`` defaults to the CPU-fraction settings (``TILEAUTO_AUTO_TUNING_*``).
         """
-        from tileauto.builder import Builder, BuildRequest
+        from tileauto.build.builder import Builder, BuildRequest
         from tileauto.jit.kernel import JITKernel
 
         settings = Settings.from_env()

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tileauto.artifact import KernelArtifact, ParamSpec, evaluate_dim
-from tileauto.cpu_pool import decide_spin
 from tileauto.errors import KernelArgumentError, TileautoError
 from tileauto.jit import launcher
 from tileauto.jit import runtime as tvm_runtime  # loads kernels without TVM's compiler
+from tileauto.jit.thread_pool import decide_spin
 from tileauto.settings import Settings, available_cpus
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def configure_thread_pool(num_threads: int) -> int:
     ``TVM_NUM_THREADS`` is unset, it is set here to every core (the pools the process starts
     from now on, in any thread, can then run up to that) before this thread's pool is asked
     for its size, which starts it. A variable the caller set is left alone. Before that, the
-    busy-machine rule of :mod:`tileauto.cpu_pool` decides, once per process, whether TVM's
+    busy-machine rule of :mod:`tileauto.jit.thread_pool` decides, once per process, whether TVM's
     pool may spin (``TVM_THREAD_POOL_SPIN_COUNT``).
 
     Returns:

@@ -1,0 +1,5 @@
+"""Small helpers with no home of their own.
+
+threads.py   background threads that end with their owner
+imports.py   heavy imports with the cyclic garbage collector paused
+"""

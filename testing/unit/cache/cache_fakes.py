@@ -9,7 +9,7 @@ from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.cache.tuning import TuningStore
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import LatencyStats, Trial, TrialStatus
-from tileauto.result import AutotuneResult
+from tileauto.result.record import AutotuneResult
 from tileauto.settings import Settings
 
 TARGET = '{"kind": "llvm", "mcpu": "test"}'

@@ -21,7 +21,7 @@ from tvm.target import Target, codegen
 
 import tileauto
 from tileauto import CompileError, CompileFailure, JITImpl, JITKernel, KernelArgumentError
-from tileauto.builder import BuildStatus
+from tileauto.build.builder import BuildStatus
 from tileauto.jit import target as target_mod
 from tileauto.jit.compiler import compile_to_dir
 from tileauto.jit.target import device_type_of, resolve_target, target_json

@@ -12,7 +12,7 @@ import torch
 from busy import busy_machine
 
 import tileauto
-import tileauto.cpu_pool
+import tileauto.jit.thread_pool
 from tileauto.jit import launcher
 
 pytestmark = pytest.mark.skipif(
@@ -161,7 +161,7 @@ def test_tvm_pool_on_request(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(
-    tileauto.cpu_pool.runnable_threads() is None,
+    tileauto.jit.thread_pool.runnable_threads() is None,
     reason="no /proc/loadavg: the busy rule cannot see the machine's load",
 )
 def test_the_pool_stops_spinning_on_a_busy_machine():

@@ -1,0 +1,64 @@
+"""The parent's side of running configs: one isolated run worker, replaced after a failure."""
+
+from __future__ import annotations
+
+import pytest
+from scale_builds import build_modes  # noqa: E402
+
+from tileauto.options import ProfileArgs
+from tileauto.records import TrialStatus
+from tileauto.run.runner import Runner
+from tileauto.tune.stages import RunStage
+
+N = 256
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return build_modes(tmp_path_factory.mktemp("built"), N, ("ok", "segfault", "hang", "wrong"))
+
+
+@pytest.fixture
+def runner():
+    r = Runner(ProfileArgs(warmup_iters=1, rep_iters=3, timeout=5.0), threads=1)
+    yield r
+    r.kill()
+
+
+def run(r, artifact, reference=False):
+    return r.run(artifact, dict(artifact.config), is_reference=reference)
+
+
+def test_it_is_a_run_stage(runner):
+    assert isinstance(runner, RunStage)
+
+
+def test_inplace_args_are_checked_against_the_kernel_before_any_run(built):
+    r = Runner(ProfileArgs(inplace_args=[5]), threads=1)
+    with pytest.raises(ValueError, match=r"inplace_args=\[5\]: \[5\] is not .* 0: A"):
+        r.prepare(built["ok"])
+
+
+@pytest.mark.timeout(120)
+def test_a_crash_and_a_hang_replace_the_worker_and_the_next_config_runs(runner, built):
+    runner.start()
+    runner.prepare(built["ok"])
+    assert run(runner, built["ok"], reference=True).status is TrialStatus.OK
+    crash = run(runner, built["segfault"])
+    assert crash.status is TrialStatus.CRASH and "replaced" in crash.error
+    hang = run(runner, built["hang"])
+    assert hang.status is TrialStatus.TIMEOUT and "timed out after 5 s" in hang.error
+    assert runner.replacements == 2
+    # the replacement worker was set up again, with the default config's reference
+    assert run(runner, built["wrong"]).status is TrialStatus.MISMATCH
+    ok = run(runner, built["ok"])
+    assert ok.status is TrialStatus.OK and len(ok.samples_ns) == 3
+    assert ok.reference is None  # the reference stays with the runner, not in outcomes
+
+
+def test_kill_is_immediate_and_idempotent(runner, built):
+    runner.prepare(built["ok"])
+    assert run(runner, built["ok"], reference=True).status is TrialStatus.OK
+    runner.kill()
+    runner.kill()
+    assert not runner.worker.alive

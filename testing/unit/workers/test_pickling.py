@@ -1,0 +1,47 @@
+"""tileauto.workers.pickling: cloudpickle with the source files of functions sent by value."""
+
+from __future__ import annotations
+
+import inspect
+
+import cloudpickle
+
+from tileauto.workers import pickling
+
+
+def _make_factory():
+    scale = 3
+
+    def factory(n):
+        def kernel(x):  # made at call time, as a @T.prim_func inside a factory is
+            return x * scale * n
+
+        return kernel
+
+    return factory
+
+
+def test_functions_sent_by_value_keep_their_source_file():
+    factory = _make_factory()  # a closure: cloudpickle sends it by value
+    loaded = cloudpickle.loads(pickling.dumps(factory))
+    assert loaded is not factory
+    assert loaded.__code__.co_filename == __file__
+    kernel = loaded(2)
+    assert kernel(1) == 6
+    assert kernel.__code__.co_filename == __file__  # nested code objects too
+    assert "return x * scale * n" in inspect.getsource(kernel)  # what TVMScript reads
+
+
+def test_code_compiled_from_a_string_keeps_its_pseudo_file_name():
+    namespace: dict = {}
+    exec(compile("def f(x):\n    return x + 1\n", "<string>", "exec"), namespace)
+    loaded = cloudpickle.loads(pickling.dumps(namespace["f"]))
+    assert loaded(1) == 2
+    assert loaded.__code__.co_filename == "<string>"
+
+
+def test_a_dynamic_code_name_given_by_cloudpickle_is_the_only_one_replaced():
+    factory = _make_factory()
+    payload = pickling.dumps(factory)
+    assert pickling.DYNAMIC_FILENAME.encode() not in payload
+    assert __file__.encode() in payload

@@ -1,0 +1,409 @@
+"""Compile many configs of one factory in parallel, each in a killable worker (or a thread).
+
+``Builder.build`` takes index-aligned :class:`BuildRequest` s and returns index-aligned
+:class:`BuildResult` s; a failure is a result with a status and the compiler's message, never
+an exception, so one bad config cannot stop the batch.
+
+Statuses say whether a failure belongs to the config or to the moment: ``compile_error`` and
+``compile_crash`` (the compiler died of a signal such as SIGSEGV) are the config's and may be
+remembered; ``compile_timeout``, ``compile_out_of_memory`` (a MemoryError, the memory limit,
+or a SIGKILL nobody here sent: the kernel's out-of-memory killer) and ``cancelled`` (killed by
+:meth:`Builder.cancel`, an interrupt) depend on the machine's state and are worth trying again.
+
+A build borrows its workers from a :class:`~tileauto.workers.pool.WorkerPool` (the process's
+shared one by default) and never waits for a compile it gave up on: a cancel kills the
+workers running this build's compiles, and only those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.artifact import KernelArtifact
+from tileauto.options import CompileArgs
+from tileauto.records import BuildRequest, BuildResult, BuildStatus
+from tileauto.space import merged_pass_configs, split_pass_configs
+from tileauto.workers.pool import WorkerPool
+from tileauto.workers.procs import (
+    RemoteJobError,
+    Worker,
+    WorkerCancelled,
+    WorkerCrashed,
+    WorkerTimeout,
+    fork_unsafe_reason,
+    kill_workers_on_sigterm,
+)
+from tileauto.utils.threads import background_thread, signals_to_main_thread
+
+log = get_logger("builder")
+
+_WAKE_S = 0.1  # a waiting build looks at its interrupts and cancel this often, at least
+
+
+def _compile_job(
+    factory: Callable[..., Any], request: BuildRequest, compile_args: CompileArgs, out_dir: str
+) -> KernelArtifact:
+    from tileauto.jit.compiler import compile_to_dir
+
+    arguments, own = split_pass_configs(request.config)
+    if own:  # a config's own TVM pass options, over the call's
+        compile_args = dataclasses.replace(
+            compile_args, pass_configs=merged_pass_configs(compile_args.pass_configs, own)
+        )
+    kwargs = {**request.kwargs, **arguments}
+    return compile_to_dir(
+        factory, request.args, kwargs, compile_args, Path(out_dir), config=request.config
+    )
+
+
+def compile_workers(n: int) -> list[Worker]:
+    """The shared pool's first ``n`` compile workers, made if missing (for tests and benches:
+    a :class:`Builder` leases its own from its pool)."""
+    return WorkerPool.shared().grow(n)
+
+
+def first_lines(text: str, n: int = 6) -> str:
+    """The first non-empty lines of a message (compiler errors are long)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    head = "\n".join(lines[:n])
+    return head + (f"\n... ({len(lines) - n} more lines)" if len(lines) > n else "")
+
+
+class Builder:
+    """Compiles configs of ``factory`` in parallel (the local build stage).
+
+    A build leases its workers from ``pool`` and gives them back as it ends, so that
+    :meth:`cancel` kills only the workers running this builder's jobs; concurrent builders
+    that share a pool do not touch each other's compiles.
+
+    Args:
+        factory: the kernel factory (shipped to workers with cloudpickle).
+        compile_args: target, out_idx and pass options.
+        workers: parallel compile jobs.
+        isolation: ``"process"`` (killable workers) or ``"thread"`` (threads of this process;
+            no kill on timeout or cancel, but no worker start-up either).
+        timeout_s: per-config compile limit (process isolation kills the worker past it).
+        staging_dir: where artifacts are written (one folder per build).
+        pool: the workers to borrow (default: the process's :meth:`WorkerPool.shared`).
+    """
+
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        compile_args: CompileArgs,
+        *,
+        workers: int,
+        isolation: str = "process",
+        timeout_s: float = 300.0,
+        staging_dir: Path,
+        pool: WorkerPool | None = None,
+    ) -> None:
+        if isolation not in ("process", "thread"):
+            raise ValueError(f"isolation must be 'process' or 'thread', got {isolation!r}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.factory = factory
+        self.compile_args = compile_args
+        self.workers = workers
+        self.isolation = isolation
+        self.timeout_s = timeout_s
+        self.staging_dir = Path(staging_dir)
+        self.pool = pool
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._leased: set[Worker] = set()  # lent to this builder's builds now
+        self._waiting: set[threading.Condition] = set()  # builds to wake up on a cancel
+        self._signals = contextlib.ExitStack()  # the SIGTERM handler, from start to close
+        self._armed = False
+
+    # -- the build stage (tileauto.tune.stages.BuildStage) ----------------------------------------
+    def start(self) -> None:
+        """Get ready on the caller's thread, before any other thread starts.
+
+        Forks the compile workers from this process when :meth:`fork_unsafe_reason` allows
+        (otherwise they start from the forkserver with their first job), and until
+        :meth:`close` makes a SIGTERM kill the workers and what they started before the
+        process ends (see :func:`tileauto.workers.procs.kill_workers_on_sigterm`).
+        """
+        self.start_workers()
+
+    def start_workers(self) -> bool:
+        """:meth:`start`; True if the workers were forked from this process."""
+        if not self._armed:
+            self._signals.enter_context(kill_workers_on_sigterm())
+            self._armed = True
+        reason = self.fork_unsafe_reason()
+        if reason is not None:
+            log.debug("compile workers start from the forkserver: %s", reason)
+            return False
+        if self.isolation == "process":
+            self._pool().start_forked(self.workers)
+        return True
+
+    def close(self) -> None:
+        """Release what the builder holds: the workers forked from this process (call it when
+        the build ends; see :meth:`WorkerPool.close_forked`). Forkserver workers stay up."""
+        if self.isolation == "process":
+            self._pool().close_forked()
+        self._signals.close()
+        self._armed = False
+
+    close_forked_workers = close  # the name before the stage protocol
+
+    def cancel(self) -> None:
+        """Stop this builder's builds now: no new compile starts, and the workers running its
+        compiles are killed (their results: ``CANCELLED``). Other builders' compiles go on.
+        Later builds of this builder return every request as ``CANCELLED``. Any thread.
+        """
+        self._cancelled.set()
+        with self._lock:
+            busy = [w for w in self._leased if w.busy]
+            waiting = list(self._waiting)
+        for worker in busy:
+            worker.kill()
+        for cond in waiting:
+            with cond:
+                cond.notify_all()
+
+    def fork_unsafe_reason(self) -> str | None:
+        """Why workers for this build cannot be forked from this process now (None: they can).
+
+        Forking the caller, which has TVM, torch and the user's modules imported, makes a
+        worker ready in milliseconds instead of the seconds a fresh interpreter takes to import
+        them; it is done for CPU targets only (a GPU driver does not survive a fork), and when
+        :func:`tileauto.workers.procs.fork_unsafe_reason` finds nothing against it.
+        """
+        from tileauto.utils.imports import collector_paused
+
+        with collector_paused():  # the tuning process's first import of TVM, usually
+            from tileauto.jit.target import device_type_of, resolve_target
+
+        ca = self.compile_args
+        try:
+            cpu = device_type_of(resolve_target(ca.target, ca.target_host)) == "cpu"
+        except Exception:  # noqa: BLE001 - a bad target fails in the compile, with its message
+            return "the target cannot be resolved"
+        return fork_unsafe_reason() if cpu else "a GPU target"
+
+    def build(
+        self,
+        requests: Sequence[BuildRequest],
+        on_result: Callable[[BuildResult], None] | None = None,
+    ) -> list[BuildResult]:
+        """Compile every request; results are index-aligned with ``requests``.
+
+        ``on_result`` is called (from a driver thread) as each build finishes, so a caller
+        can start running kernels before the batch is complete. After a :meth:`cancel` (or
+        an interrupt of this call), every request not finished is ``CANCELLED``; this call
+        returns at once and never waits for a compile in flight.
+        """
+        if not requests:
+            return []
+        with signals_to_main_thread():  # a build waited for in another thread leaves Ctrl-C
+            return self._build(requests, on_result)  # to the main one
+
+    def _build(
+        self,
+        requests: Sequence[BuildRequest],
+        on_result: Callable[[BuildResult], None] | None,
+    ) -> list[BuildResult]:
+        run = _Run(requests, on_result, self.staging_dir / f"build-{uuid.uuid4().hex[:12]}")
+        drivers = min(self.workers, len(requests))
+        leased: list[Worker | None] = (
+            list(self._lease(drivers)) if self.isolation == "process" else [None] * drivers
+        )
+        run.drivers = len(leased)
+        with self._lock:
+            self._waiting.add(run.changed)
+        started = 0
+        try:
+            for worker in leased:
+                # daemon threads: an exit never waits for a compile (a killed worker's driver
+                # ends within a poll; a thread-isolated compile cannot be stopped); and they
+                # leave Ctrl-C to the main thread
+                background_thread(self._drive, run, worker, name=f"tileauto-build-{started}")
+                started += 1
+            run.wait(self._cancelled)
+        except BaseException:
+            self.cancel()  # an interrupt: stop our compiles, not only waiting for them
+            for worker in leased[started:]:  # their drivers never started
+                if worker is not None:
+                    self._give_back(worker)
+            raise
+        finally:
+            with self._lock:
+                self._waiting.discard(run.changed)
+        if run.errors:
+            self.cancel()
+            raise run.errors[0]
+        for i, request in enumerate(requests):
+            run.finish(i, _cancelled(request, "cancelled before it finished"))
+        return run.results()
+
+    # -- drivers -----------------------------------------------------------------------------
+    def _pool(self) -> WorkerPool:
+        if self.pool is None:
+            self.pool = WorkerPool.shared()
+        return self.pool
+
+    def _lease(self, n: int) -> list[Worker]:
+        workers = self._pool().lease(n)
+        with self._lock:
+            self._leased.update(workers)
+        return workers
+
+    def _give_back(self, worker: Worker) -> None:
+        with self._lock:
+            self._leased.discard(worker)
+        self._pool().give_back(worker)
+
+    def _drive(self, run: _Run, worker: Worker | None) -> None:
+        """One driver: takes requests until none is left (or the build is cancelled)."""
+        try:
+            while not self._cancelled.is_set():
+                i = run.next_index()
+                if i is None:
+                    return
+                request = run.requests[i]
+                out_dir = str(run.batch_dir / f"{i:04d}")
+                if worker is None:
+                    result = self._build_one(request, self._in_thread, out_dir)
+                else:
+                    result = self._build_one(
+                        request, functools.partial(self._in_worker, worker), out_dir
+                    )
+                run.finish(i, result)
+        except BaseException as exc:  # noqa: BLE001 - on_result raised: build() raises it
+            run.errors.append(exc)
+        finally:
+            if worker is not None:
+                self._give_back(worker)
+            run.driver_ended()
+
+    def _in_worker(self, worker: Worker, request: BuildRequest, out_dir: str) -> KernelArtifact:
+        return worker.call(
+            _compile_job,
+            self.factory,
+            request,
+            self.compile_args,
+            out_dir,
+            timeout_s=self.timeout_s,
+            cancel=self._cancelled,
+        )
+
+    def _in_thread(self, request: BuildRequest, out_dir: str) -> KernelArtifact:
+        return _compile_job(self.factory, request, self.compile_args, out_dir)
+
+    def _build_one(
+        self,
+        request: BuildRequest,
+        run_one: Callable[[BuildRequest, str], KernelArtifact],
+        out_dir: str,
+    ) -> BuildResult:
+        start = time.perf_counter()
+        status, artifact, error = BuildStatus.OK, None, None
+        try:
+            artifact = run_one(request, out_dir)
+        except WorkerTimeout as exc:
+            status, error = BuildStatus.TIMEOUT, f"compile {exc}"
+        except WorkerCancelled as exc:
+            status, error = BuildStatus.CANCELLED, f"compile {exc}"
+        except WorkerCrashed as exc:
+            oom = exc.out_of_memory
+            status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.CRASH
+            error = f"compiler {exc}"
+        except RemoteJobError as exc:
+            oom = _memory_error(exc.remote.type_name, exc.remote.message)
+            status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
+            error = first_lines(exc.remote.message)
+        except Exception as exc:  # noqa: BLE001 - thread mode: the compile's own exception
+            oom = _memory_error(type(exc).__name__, str(exc))
+            status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
+            error = first_lines(f"{exc}")
+        wall = time.perf_counter() - start
+        if error is not None:
+            log.info("config %s failed to compile: %s", request.config, error.splitlines()[0])
+        return BuildResult(
+            index=request.index,
+            config=request.config,
+            status=status,
+            artifact=artifact,
+            error=error,
+            compile_s=(artifact.compile_s + artifact.export_s) if artifact else wall,
+            wall_s=wall,
+        )
+
+
+def _memory_error(type_name: str, message: str) -> bool:
+    """A MemoryError in the compile (``compile_to_dir`` reports a factory's exception as a
+    CompileError whose message starts with the original type)."""
+    return type_name == "MemoryError" or message.startswith("MemoryError")
+
+
+def _cancelled(request: BuildRequest, why: str) -> BuildResult:
+    return BuildResult(
+        index=request.index, config=request.config, status=BuildStatus.CANCELLED, error=why
+    )
+
+
+class _Run:
+    """One call of :meth:`Builder.build`: its requests, results and drivers."""
+
+    def __init__(
+        self,
+        requests: Sequence[BuildRequest],
+        on_result: Callable[[BuildResult], None] | None,
+        batch_dir: Path,
+    ) -> None:
+        self.requests = requests
+        self.on_result = on_result
+        self.batch_dir = batch_dir
+        self.changed = threading.Condition()
+        self.drivers = 0
+        self.errors: list[BaseException] = []
+        self._results: list[BuildResult | None] = [None] * len(requests)
+        self._next = 0
+
+    def next_index(self) -> int | None:
+        with self.changed:
+            if self._next >= len(self.requests):
+                return None
+            self._next += 1
+            return self._next - 1
+
+    def finish(self, i: int, result: BuildResult) -> None:
+        """Keep the first result of request ``i`` (a cancel may have given up on it first)."""
+        with self.changed:
+            if self._results[i] is not None:
+                return
+            self._results[i] = result
+        if self.on_result is not None:
+            self.on_result(result)
+
+    def driver_ended(self) -> None:
+        with self.changed:
+            self.drivers -= 1
+            self.changed.notify_all()
+
+    def wait(self, cancelled: threading.Event) -> None:
+        """Until every driver ended or the build is cancelled.
+
+        Wakes up every ``_WAKE_S`` even without news: a Ctrl-C delivered to a thread other
+        than the main one (a native one, say) is then still handled within that time.
+        """
+        with self.changed:
+            while self.drivers > 0 and not cancelled.is_set():
+                self.changed.wait(_WAKE_S)
+
+    def results(self) -> list[BuildResult]:
+        with self.changed:
+            return [r for r in self._results if r is not None]

@@ -1,0 +1,174 @@
+"""AutotuneResult: the tuned config, its latency, the loaded kernel and every trial.
+
+A plain record. Shipping it (:meth:`AutotuneResult.save_to_disk`,
+:meth:`AutotuneResult.load_from_disk`) lives in :mod:`tileauto.result.shipping`, and whether a stored
+kernel runs here in :mod:`tileauto.result.portability`; the methods are kept here for TileLang's API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tileauto._logging import get_logger
+from tileauto.records import Trial
+
+log = get_logger("result")
+
+if TYPE_CHECKING:
+    from tileauto.result.summary import TuningResult
+
+
+@dataclass
+class AutotuneResult:
+    """What a tuning run returns (and what the cache stores).
+
+    Attributes:
+        config: the best config (the tunable arguments).
+        latency: its median latency in ms.
+        ref_latency: the reference program's median latency in ms (None without ref_prog).
+        kernel: the best kernel, ready to call.
+        trials: one record per config, index-aligned with the config list.
+        default_trial: the factory's default config, always measured.
+        tuning_s: wall time of the run.
+        log_path: the log file of this run, if one was written.
+        cache_hit: whether it came from the disk cache (or a saved folder) without tuning.
+        key: the cache key of the tuning problem (None when the tuning cache was off).
+        extra: more facts about the run (``"problem"``: the problem arguments, if plain).
+    """
+
+    config: dict[str, Any]
+    latency: float
+    ref_latency: float | None
+    kernel: Any
+    trials: tuple[Trial, ...] = ()
+    default_trial: Trial | None = None
+    tuning_s: float = 0.0
+    log_path: Path | None = None
+    cache_hit: bool = False
+    key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    # compiles the best config again (set by the tuner; None for a loaded folder): used when
+    # the kernel's files are gone (a cache entry another process removed) and must be saved
+    rebuild: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def default_latency(self) -> float | None:
+        """Median latency of the default config (ms), if it ran."""
+        t = self.default_trial
+        return t.latency_ms if t is not None and t.ok else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Default latency over best latency."""
+        d = self.default_latency
+        return d / self.latency if d and self.latency else None
+
+    @property
+    def best_trial(self) -> Trial | None:
+        for t in self.trials:
+            if t.ok and t.config == self.config:
+                return t
+        return (
+            self.default_trial
+            if self.default_trial and self.default_trial.config == self.config
+            else None
+        )
+
+    def table(self) -> str:
+        """The per-config report table."""
+        from tileauto.report.reporter import format_table
+
+        best = self.best_trial
+        return format_table(self.trials, best.index if best else None, self.default_trial)
+
+    def as_tuning_result(self) -> TuningResult:
+        """The cuTile-style view: best (mean, 95% margin, samples), successes, failures."""
+        from tileauto.result.summary import TuningResult
+
+        trials = list(self.trials)
+        best = self.best_trial
+        if best is not None and best not in trials:
+            trials.append(best)  # the default config, when it won and is not in the list
+        return TuningResult.from_trials(trials, self.config)
+
+    def plot(self, path: str | Path) -> Path:
+        """Draw the trials (latency per config, failures marked, the winner and the default
+        highlighted) to ``path`` (.png or .svg). Needs matplotlib (``tileauto[plot]``)."""
+        from tileauto.report.plot import plot_trials
+        from tileauto.result.shipping import kernel_name
+
+        best = self.best_trial
+        return plot_trials(
+            self.trials,
+            path,
+            best_index=best.index if best is not None else None,
+            default=self.default_trial,
+            title=f"{kernel_name(self.kernel)}: {self.config}, {self.latency:.4f} ms",
+        )
+
+    # -- shipping (see tileauto.result.shipping) ---------------------------------------------------------
+    def save_to_disk(self, path: str | Path, *, verbose: bool = False) -> Path:
+        """Write this result to the folder ``path`` for another process or machine.
+
+        The folder holds best_config.json, latency.json, trials.json, the kernel's shared
+        library, sources and parameter description, and a manifest of sha256 hashes (see
+        ``docs/cache_format.md``). It is written next to ``path`` and renamed into place, so
+        ``path`` is never half-written. An existing result folder at ``path`` is replaced;
+        any other non-empty folder is refused. When the kernel's library or a source is gone
+        from its folder, the best config is compiled again (a result tuned in this process).
+
+        Raises:
+            CacheError: ``path`` is a non-empty folder that is not a saved result, or a file
+                of the kernel is gone and this result cannot compile it again.
+            OSError: the folder could not be written.
+        """
+        from tileauto.result.shipping import save_result
+
+        return save_result(self, path, verbose=verbose)
+
+    @classmethod
+    def load_from_disk(
+        cls, path: str | Path, compile_args: Any = None, *, factory: Any = None
+    ) -> AutotuneResult:
+        """Load a result written by :meth:`save_to_disk` (or a cache entry) without tuning.
+
+        The stored shared library is loaded as is: no compile, no tuning. When it cannot run
+        here (another CPU architecture or instruction set, another GPU, or a library that
+        does not load), the stored best config is recompiled for this machine with a warning:
+        from the stored TVMScript, or with ``factory`` (a ``@jit`` factory or plain factory)
+        when given.
+
+        Args:
+            path: the folder.
+            compile_args: a :class:`~tileauto.options.CompileArgs` or a dict of its fields.
+                ``out_idx`` overrides the stored one; ``target`` (when not ``"auto"``) and
+                ``pass_configs`` are used when recompiling, and a target of another kind
+                than the stored one forces a recompile.
+            factory: recompile with this factory and the stored problem arguments instead of
+                the stored TVMScript.
+
+        Raises:
+            CacheError: the folder is missing, incomplete, corrupt, or writable by others.
+        """
+        from tileauto.result.shipping import load_result
+
+        return load_result(cls, path, compile_args, factory=factory)
+
+    @classmethod
+    def from_stored(cls, stored: Any, kernel: Any) -> AutotuneResult:
+        """A result from a :class:`~tileauto.cache.entry.StoredResult` and its loaded kernel."""
+        return cls(
+            config=dict(stored.config),
+            latency=stored.latency_ms,
+            ref_latency=stored.ref_latency_ms,
+            kernel=kernel,
+            trials=stored.trials,
+            default_trial=stored.default_trial,
+            tuning_s=stored.tuning_s,
+            cache_hit=True,
+            key=stored.manifest.get("key"),
+            extra={"problem": stored.problem} if stored.problem is not None else {},
+        )

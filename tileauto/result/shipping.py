@@ -1,0 +1,208 @@
+"""Shipping a tuned kernel: write a result to a folder, load it in another process or machine.
+
+The folder has the format of a cache entry (``docs/cache_format.md``). Loading runs the stored
+library as is; where it cannot run (see :mod:`tileauto.result.portability`) the stored best config
+is compiled again for this machine, with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.report.notes import note
+
+log = get_logger("shipping")
+
+
+def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path:
+    """:meth:`AutotuneResult.save_to_disk <tileauto.result.record.AutotuneResult.save_to_disk>`."""
+    from tileauto.cache import disk
+    from tileauto.cache.entry import KIND_TUNED, fill_result
+    from tileauto.cache.key import versions
+    from tileauto.errors import CacheError
+    from tileauto.jit.target_memo import device_fingerprint
+
+    path = Path(path).expanduser().absolute()
+    if path.exists() and (not path.is_dir() or _foreign_folder(path)):
+        raise CacheError(
+            f"save_to_disk({str(path)!r}): the path exists and is not a saved tileauto "
+            "result; give a new or empty folder"
+        )
+    artifact = _complete_artifact(result, path)
+    to_save = replace(result, kernel=_Saved(artifact))
+    meta = {
+        **versions(),
+        "kind": KIND_TUNED,
+        "key": result.key,
+        "kernel": kernel_name(result.kernel),
+        "target": artifact.target,
+        "device": device_fingerprint(artifact.device_type),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.parent / f".{path.name}.stage-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(mode=0o700)
+    try:
+        disk.write_entry(
+            path,
+            lambda out: _fill_complete(to_save, out, fill_result),
+            meta,
+            staging,
+            shared=True,
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    message = f"tileauto: saved {artifact.func_name} ({result.config}) to {path}"
+    note(message, show=verbose)
+    return path
+
+
+def load_result(
+    cls: Any, path: str | Path, compile_args: Any = None, *, factory: Any = None
+) -> Any:
+    """:meth:`AutotuneResult.load_from_disk <tileauto.result.record.AutotuneResult.load_from_disk>`."""
+    from tileauto.cache import disk
+    from tileauto.cache.entry import KIND_TUNED, REQUIRED_TUNED, read_result
+    from tileauto.errors import CacheError
+    from tileauto.jit.kernel import JITKernel
+    from tileauto.result.portability import cannot_run_here, recompile, with_out_idx
+
+    path = Path(path).expanduser().absolute()
+    args = _compile_args(compile_args)
+    # A shipped folder may belong to root (installed in an image); others must not write it.
+    problem = disk.verify(path, required=REQUIRED_TUNED, trusted_uids={os.getuid(), 0})
+    if problem is not None:
+        raise CacheError(f"load_from_disk({str(path)!r}): {problem}")
+    try:
+        manifest = disk.read_manifest(path)
+        if manifest.get("kind", KIND_TUNED) != KIND_TUNED:
+            raise CacheError(f"{path} holds a plain kernel, not a tuned result")
+        stored = read_result(path, manifest)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CacheError(f"load_from_disk({str(path)!r}): unreadable records ({exc})") from exc
+    artifact = stored.artifact
+    if args is not None and args.out_idx is not None:
+        artifact = with_out_idx(artifact, args.out_idx)
+    reason = cannot_run_here(artifact, args)
+    kernel = None
+    if reason is None:
+        try:
+            kernel = JITKernel(artifact)
+        except Exception as exc:  # noqa: BLE001 - any load failure: recompile instead
+            reason = f"the library does not load: {_first_line(exc)}"
+    if kernel is None:
+        warnings.warn(
+            f"tileauto: the kernel stored in {path} cannot run here ({reason}); "
+            f"recompiling its best config {stored.config}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        kernel = recompile(stored, artifact, args, factory)
+    return cls.from_stored(stored, kernel)
+
+
+def _complete_artifact(result: Any, path: Path) -> Any:
+    """The kernel's artifact with every file on disk, recompiled if some are gone.
+
+    Raises:
+        CacheError: a file is gone and this result cannot compile the kernel again.
+    """
+    from tileauto.errors import CacheError
+
+    artifact = result.kernel.artifact
+    missing = artifact.missing_files()
+    if not missing:
+        return artifact
+    gone = _describe_gone(artifact, missing)
+    if result.rebuild is None:
+        raise CacheError(
+            f"save_to_disk({str(path)!r}): {gone} (its cache entry was removed?) and this "
+            "result cannot compile it again; nothing was saved. Tune again, or load the "
+            "result with load_from_disk(..., factory=...)"
+        )
+    log.warning(
+        "save_to_disk: %s (its cache entry was removed?); compiling the best config %s again",
+        gone,
+        result.config,
+    )
+    rebuilt = result.rebuild()
+    still = rebuilt.missing_files()
+    if still:
+        raise CacheError(
+            f"save_to_disk({str(path)!r}): the recompiled kernel in {rebuilt.directory} lacks "
+            f"{', '.join(still)}; nothing was saved"
+        )
+    return rebuilt
+
+
+def _describe_gone(artifact: Any, missing: tuple[str, ...]) -> str:
+    """``the kernel's library <path> is gone`` (or its other files), for messages."""
+    if artifact.LIB_NAME in missing:
+        return f"the kernel's library {artifact.lib_path} is gone"
+    names = ", ".join(missing)
+    verb = "is" if len(missing) == 1 else "are"
+    return f"the kernel's {names} in {artifact.directory} {verb} gone"
+
+
+def kernel_name(kernel: Any) -> str:
+    """The name a kernel is reported and saved under (its factory's, else its function's)."""
+    origin = getattr(kernel, "origin", None)
+    impl = origin[0] if origin else None
+    artifact = getattr(kernel, "artifact", None)
+    return str(
+        getattr(impl, "__qualname__", None)
+        or getattr(artifact, "func_name", None)
+        or type(kernel).__name__
+    )
+
+
+def _foreign_folder(path: Path) -> bool:
+    """A non-empty folder that is not a saved result (never replaced by save_to_disk)."""
+    from tileauto.cache.disk import MANIFEST
+
+    return any(path.iterdir()) and not (path / MANIFEST).is_file()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _compile_args(compile_args: Any) -> Any:
+    from tileauto.options import CompileArgs
+
+    if compile_args is None or isinstance(compile_args, CompileArgs):
+        return compile_args
+    if isinstance(compile_args, dict):
+        return CompileArgs(**compile_args)
+    raise TypeError(
+        f"compile_args must be a CompileArgs, a dict of its fields or None, got "
+        f"{type(compile_args).__name__}"
+    )
+
+
+@dataclass(frozen=True)
+class _Saved:
+    """What ``fill_result`` reads of a kernel: its artifact (possibly recompiled)."""
+
+    artifact: Any
+
+
+def _fill_complete(result: Any, out: Path, fill: Callable[[Any, Path], None]) -> None:
+    """Fill a saved folder, refusing to publish one without every file of the kernel."""
+    from tileauto.errors import CacheError
+
+    fill(result, out)
+    written = result.kernel.artifact.moved_to(out / "kernel")
+    missing = written.missing_files()
+    if missing:
+        raise CacheError(
+            f"save_to_disk: {', '.join(missing)} could not be written; nothing was published"
+        )

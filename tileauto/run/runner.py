@@ -1,0 +1,351 @@
+"""The parent's side of running configs: one isolated run worker per device, replaced on failure.
+
+A config that segfaults, hangs past its timeout or exhausts memory becomes a failed result with
+its reason; the worker is replaced (inputs and reference are sent again) and the next config runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tileauto.artifact import KernelArtifact
+from tileauto.jit.thread_pool import SPIN_VAR
+from tileauto.options import ProfileArgs
+from tileauto.records import RunOutcome, TrialStatus
+from tileauto.run import worker as run_worker
+from tileauto.run.worker import RunRequest, SessionSpec, SetupInfo, spec_signature
+from tileauto.utils.threads import background_thread
+from tileauto.workers.procs import (
+    RemoteJobError,
+    Worker,
+    WorkerCancelled,
+    WorkerCrashed,
+    WorkerTimeout,
+    fork_unsafe_reason,
+)
+
+
+class Runner:
+    """Validates and times configs in an isolated worker process (the local run stage).
+
+    Made before anything is built; :meth:`prepare` gets the first built config, from which
+    the session spec (parameters, outputs, device) is made and the worker prepares inputs and
+    the reference in the background while the other configs compile.
+
+    Args:
+        profile: the tuning's profile arguments (the worker gets ``profile.for_worker()``).
+        threads: CPU threads for the worker (TVM_NUM_THREADS, torch threads).
+        memory_limit_mb: see ``TILEAUTO_RUN_MEMORY_LIMIT_MB``.
+        device: the target's device type, to start the worker before the first build.
+        captured: inputs captured with ``set_autotune_inputs`` (copied to the worker).
+        timer: a custom timer (see :mod:`tileauto.run.timing`).
+    """
+
+    def __init__(
+        self,
+        profile: ProfileArgs,
+        *,
+        threads: int,
+        memory_limit_mb: int = -1,
+        device: str = "cpu",
+        captured: Sequence[Any] | None = None,
+        timer: Any = None,
+    ) -> None:
+        self.profile = profile
+        self.timeout_s = profile.timeout
+        self.threads = threads
+        self.memory_limit_mb = memory_limit_mb
+        self.device = device
+        self.captured = captured
+        self.timer = timer
+        self.worker: Worker | None = None
+        self.spec: SessionSpec | None = None
+        # One session per kernel signature (configs may differ in a buffer's shape or dtype),
+        # each set up in the worker the first time a config of that signature runs.
+        self.first = ""
+        self.specs: dict[str, SessionSpec] = {}
+        self._ready: set[str] = set()  # signatures set up in the current worker
+        self._setup_errors: dict[str, Exception] = {}  # a failed setup fails its later runs too
+        self.reference_signature = ""  # where the default config ran
+        self._setup_lock = threading.Lock()
+        self.setup_info: SetupInfo | None = None
+        self.replacements = 0
+
+    # -- the run stage ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Fork the run worker now when the device is the CPU and this process allows it.
+
+        Call it on the caller's thread before any other thread starts (see
+        :func:`tileauto.workers.procs.fork_unsafe_reason`); otherwise the worker starts from
+        the forkserver in :meth:`prepare`.
+        """
+        if self.device == "cpu" and self.worker is None and fork_unsafe_reason() is None:
+            self.worker = self.make_worker("cpu", self.threads, self.memory_limit_mb, fork_ok=True)
+            self.worker.start()
+
+    def prepare(self, artifact: KernelArtifact) -> None:
+        """Make the session spec from the first built config and set it up in the background.
+
+        Raises:
+            ValueError: ``inplace_args`` names positions that are not the kernel's inputs.
+        """
+        if self.spec is not None:
+            return
+        pa = self.profile
+        self.spec = SessionSpec(
+            params=artifact.params,
+            out_pos=artifact.out_idx,
+            device=artifact.device_type,
+            profile=pa.for_worker(),
+            captured=[
+                t.detach().cpu().clone() if hasattr(t, "detach") else t  # scalars by value
+                for t in self.captured
+            ]
+            if self.captured
+            else None,
+            inplace_args=_inplace_positions(pa.inplace_args, artifact),
+            flush=pa.flush_cache if artifact.device_type == "cuda" else (pa.flush_cache or None),
+            timer=self.timer,
+            threads=self.threads,
+        )
+        self.first = self.reference_signature = spec_signature(self.spec)
+        self.specs[self.first] = self.spec
+        if self.worker is not None and artifact.device_type != self.device:
+            self.worker.kill()  # forked for the CPU; a GPU needs a fresh process
+            self.worker = None
+        self.device = artifact.device_type
+        if self.worker is None:
+            self.worker = self.make_worker(self.device, self.threads, self.memory_limit_mb)
+
+        def setup_now() -> None:
+            try:
+                self.ensure_setup()
+            except Exception:  # noqa: BLE001 - raised again by the first run
+                pass
+
+        background_thread(setup_now, name="tileauto-run-setup")
+
+    @staticmethod
+    def make_worker(
+        device: str, threads: int, memory_limit_mb: int = -1, *, fork_ok: bool = False
+    ) -> Worker:
+        """The run worker for ``device`` (``fork_ok`` only for the CPU: see Worker)."""
+        env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        if device == "cpu" and SPIN_VAR in os.environ:  # yours, or the busy-machine rule's
+            env[SPIN_VAR] = os.environ[SPIN_VAR]
+        limit = memory_limit_mb * 2**20 if memory_limit_mb > 0 else None
+        return Worker(
+            f"run-{device}", env=env, memory_limit_bytes=limit, fork_ok=fork_ok and device == "cpu"
+        )
+
+    def ensure_setup(self, key: str | None = None) -> None:
+        """Set up the session of signature ``key`` unless it already is (thread-safe).
+
+        A setup that failed is not tried again (a hung ``ref_prog`` would hang again): its
+        error is raised at once.
+        """
+        key = self.first if key is None else key
+        with self._setup_lock:
+            if key in self._setup_errors:
+                raise self._setup_errors[key]
+            assert self.worker is not None, "prepare() comes first"
+            if not self.worker.alive:
+                self._ready.clear()  # a worker that died between jobs lost its sessions
+            if key not in self._ready:
+                self.setup(key)
+
+    def setup(self, key: str | None = None) -> SetupInfo:
+        """Send the session (inputs, then the reference) to the worker.
+
+        Making the inputs (``supply_prog``) and computing the reference (``ref_prog``) each
+        obey the tuning's ``timeout``; past it the worker is killed and the error says which.
+
+        Raises:
+            InputSupplyError: the inputs could not be made in time.
+            TileautoError: ``ref_prog`` did not return in time, or the worker crashed; or the
+                user's own error from ``supply_prog``.
+        """
+        key = self.first if key is None else key
+        spec = self.specs[key]
+        try:
+            info = self._setup_step(run_worker.setup, (spec, False), self._inputs_name())
+            if spec.profile.ref_prog is not None and not spec.profile.skip_check:
+                info = self._setup_step(run_worker.compute_reference, (key,), "ref_prog")
+        except WorkerCancelled:
+            raise  # an interrupt, not a property of this setup: not remembered
+        except Exception as exc:
+            self._setup_errors[key] = exc
+            raise
+        self._ready.add(key)
+        if self.setup_info is None:
+            self.setup_info = info
+        return info
+
+    def _spec_for(self, artifact: KernelArtifact) -> str:
+        """The signature of ``artifact``, with a session spec made for it if it is new."""
+        if self.spec is None:
+            self.prepare(artifact)
+        assert self.spec is not None
+        key = run_worker.artifact_signature(artifact)
+        if key not in self.specs:
+            self.specs[key] = dataclasses.replace(
+                self.spec,
+                params=artifact.params,
+                out_pos=artifact.out_idx,
+                reference=None,
+                reference_inplace=None,
+            )
+        return key
+
+    def _inputs_name(self) -> str:
+        return "supply_prog" if self.profile.supply_prog is not None else "making the inputs"
+
+    def _setup_step(self, fn: Callable[..., SetupInfo], args: tuple, what: str) -> SetupInfo:
+        """One setup job under the tuning's timeout, its failure turned into a clear error."""
+        from tileauto import errors
+
+        kind = errors.InputSupplyError if what != "ref_prog" else errors.TileautoError
+        assert self.worker is not None
+        try:
+            return self.worker.call(fn, *args, timeout_s=self.timeout_s)
+        except RemoteJobError as exc:
+            raise _unwrap(exc) from None
+        except WorkerTimeout:
+            raise kind(
+                f"{what} did not finish within the tuning's timeout of {self.timeout_s:g} s; the "
+                "run worker was killed. Make it faster, or raise timeout= in the profile "
+                "arguments"
+            ) from None
+        except WorkerCrashed as exc:
+            raise kind(f"{what} crashed the run worker: {exc}") from None
+
+    def run(
+        self,
+        artifact: KernelArtifact,
+        config: dict,
+        *,
+        is_reference: bool = False,
+        time_it: bool = True,
+    ) -> RunOutcome:
+        """Validate and time one compiled config; failures come back as statuses."""
+        key = self._spec_for(artifact)
+        self.ensure_setup(key)
+        if is_reference:
+            self.reference_signature = key
+        request = RunRequest(
+            artifact=artifact, config=config, is_reference=is_reference, time_it=time_it
+        )
+        assert self.worker is not None
+        try:
+            outcome: RunOutcome = self.worker.call(
+                run_worker.check_and_time, request, timeout_s=self.timeout_s
+            )
+        except WorkerCancelled:
+            return RunOutcome(TrialStatus.CANCELLED, error="cancelled (the tuning was interrupted)")
+        except WorkerTimeout:
+            return self._replaced(
+                TrialStatus.TIMEOUT,
+                f"timed out after {self.timeout_s:g} s; the run worker was killed and replaced",
+            )
+        except WorkerCrashed as exc:
+            status = TrialStatus.OUT_OF_MEMORY if exc.out_of_memory else TrialStatus.CRASH
+            return self._replaced(status, f"{exc}; the run worker was replaced")
+        except RemoteJobError as exc:
+            status = (
+                TrialStatus.OUT_OF_MEMORY if exc.remote.out_of_memory else TrialStatus.RUN_ERROR
+            )
+            return RunOutcome(status, error=f"{exc.remote.type_name}: {exc.remote.message}")
+        if outcome.reference is not None:
+            # Kept so a replacement worker gets the same reference without re-running the default.
+            self.specs[key] = dataclasses.replace(
+                self.specs[key],
+                reference=outcome.reference,
+                reference_inplace=outcome.reference_inplace,
+            )
+        return dataclasses.replace(outcome, reference=None, reference_inplace=None)
+
+    def retime(
+        self, items: Sequence[tuple[KernelArtifact, dict]], rounds: int
+    ) -> list[tuple[float, ...]] | None:
+        """Interleaved re-timing of validated configs (None if the worker failed meanwhile)."""
+        requests = [RunRequest(artifact=a, config=c) for a, c in items]
+        try:
+            for key in dict.fromkeys(self._spec_for(a) for a, _ in items):
+                self.ensure_setup(key)
+            assert self.worker is not None
+            return self.worker.call(
+                run_worker.retime, requests, rounds, timeout_s=self.timeout_s * len(items)
+            )
+        except Exception:  # noqa: BLE001 - keep the first measurements
+            return None
+
+    def time_reference(self, warmup: int = 3, rep: int = 10) -> float | None:
+        """Median latency (ms) of ref_prog, or None without one (or if it fails).
+
+        A few iterations only: the reference's latency is informative, never compared.
+        """
+        if self.profile.ref_prog is None or self.spec is None:
+            return None
+        key = self.reference_signature
+        try:
+            self.ensure_setup(key)
+            assert self.worker is not None
+            return self.worker.call(
+                run_worker.time_reference, warmup, rep, key, timeout_s=self.timeout_s
+            )
+        except Exception:  # noqa: BLE001 - the reference latency is informative only
+            return None
+
+    def close(self) -> None:
+        """Stop the run worker (it holds nothing worth a graceful exit)."""
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill the run worker and everything it started, now."""
+        if self.worker is not None:
+            self.worker.kill()
+
+    def _replaced(self, status: TrialStatus, message: str) -> RunOutcome:
+        assert self.worker is not None
+        self.worker.kill()
+        self._ready.clear()
+        self.replacements += 1
+        return RunOutcome(status, error=message)
+
+
+def _unwrap(exc: RemoteJobError) -> Exception:
+    """Re-raise a setup failure as the user's kind of error, with the worker's message."""
+    from tileauto import errors
+
+    kind = getattr(errors, exc.remote.type_name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        return kind(exc.remote.message)
+    return errors.TileautoError(
+        f"preparing the tuning inputs failed: {exc.remote.type_name}: {exc.remote.message}"
+    )
+
+
+def _inplace_positions(
+    inplace_args: tuple[int, ...] | None, artifact: KernelArtifact
+) -> tuple[int, ...] | None:
+    """``inplace_args`` checked against the kernel's inputs (negative counts from the end).
+
+    Raises:
+        ValueError: a position is not one of the kernel's inputs (names them), before any
+            config is run, instead of an IndexError in every config.
+    """
+    if inplace_args is None:
+        return None
+    inputs = [p.name for i, p in enumerate(artifact.params) if i not in set(artifact.out_idx)]
+    bad = [k for k in inplace_args if not -len(inputs) <= k < len(inputs)]
+    if bad:
+        raise ValueError(
+            f"inplace_args={list(inplace_args)}: {bad} {'is' if len(bad) == 1 else 'are'} not "
+            f"input positions; the kernel's {len(inputs)} inputs are "
+            f"{', '.join(f'{k}: {n}' for k, n in enumerate(inputs))}"
+        )
+    return tuple(dict.fromkeys(k % len(inputs) for k in inplace_args))

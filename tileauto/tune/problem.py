@@ -1,0 +1,45 @@
+"""The record a tuning session starts from: the factory, its arguments, the space, the options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.settings import Settings
+from tileauto.space import ProductSpace
+
+
+@dataclass
+class TuningProblem:
+    """One tuning run: the factory with its problem arguments bound, the space, the options.
+
+    Attributes:
+        factory: the kernel factory (a function of the problem and the tunable arguments).
+        args / kwargs: the problem arguments (plain Python values).
+        configs: the space, after ``prune_configs_by``: a list of dicts of tunable arguments,
+            or a :class:`~tileauto.space.ProductSpace` (decoded by index, never expanded).
+        compile_args / profile_args: how configs are compiled, fed, checked and timed.
+        settings: the ``TILEAUTO_*`` settings of this run (thread count applied).
+        captured_inputs: inputs captured with ``set_autotune_inputs`` (None: made).
+        timer: a custom timer (see :mod:`tileauto.run.timing`).
+        verbose: show progress and the table.
+        name: the kernel's name in reports.
+        device_type: where the target's kernels run (``"cpu"`` or ``"cuda"``).
+        jit_impl: the ``@jit`` factory, to compile a winner measured by an earlier run.
+    """
+
+    factory: Callable[..., Any]
+    args: tuple
+    kwargs: dict[str, Any]
+    configs: list[dict[str, Any]] | ProductSpace
+    compile_args: CompileArgs
+    profile_args: ProfileArgs
+    settings: Settings
+    captured_inputs: tuple | None = None
+    timer: Any = None
+    verbose: bool = True
+    name: str = "kernel"
+    device_type: str = "cpu"
+    jit_impl: Any = None

@@ -1,0 +1,757 @@
+"""The one orchestrator of a tuning run: cache lookup, the search loop, the pick, the save.
+
+    TuningSession.run()
+      store.load() -------------------------------------------------> hit: the stored result
+      store.locked(): store.load() again (another process may have tuned it meanwhile)
+        known = store.known_trials()            measured before, not measured again
+        default config first (the reference and the baseline)
+        loop: search.ask() -> builder.build() -> runner.run() -> reporter.trial() -> search.tell()
+        retime the best few, interleaved; pick the fastest that passed
+        result = AutotuneResult(...) -> store.save(result) -> reporter.finished()
+
+The stages are injected (:mod:`tileauto.tune.stages`): the API layer passes the local ones (a
+process pool builder, the isolated run worker, the disk store); tests and replays pass
+:class:`tileauto.testing.ScriptedBuilder`, :class:`tileauto.testing.ScriptedRunner` and
+:class:`tileauto.tune.stores.MemoryStore`.
+
+On a CPU target nothing is timed while compile jobs load the same cores: a round is built,
+then run. On a GPU configs run as soon as they are built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import shutil
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.errors import NoValidConfigError
+from tileauto.jit.thread_pool import decide_spin
+from tileauto.records import (
+    BUSY_NOTE,
+    NEVER_TRIED,
+    NOT_COMPARED_NOTE,
+    BuildRequest,
+    BuildResult,
+    BuildStatus,
+    LatencyStats,
+    RunOutcome,
+    Trial,
+    TrialStatus,
+    Validation,
+    is_never_tried,
+)
+from tileauto.report.notes import note
+from tileauto.report.observer import TrialObserver
+from tileauto.report.reporter import failure_summary
+from tileauto.result.record import AutotuneResult
+from tileauto.search import SearchStrategy, resolve_search
+from tileauto.space import config_id, tunable_parameters
+from tileauto.space.view import SpaceView
+from tileauto.tune.problem import TuningProblem
+from tileauto.tune.stages import BuildStage, Reporter, RunStage, Store
+from tileauto.utils.threads import background_thread
+
+log = get_logger("session")
+
+# passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
+# rep / RETIME_ROUNDS timed ones per config; see tileauto.run.worker.retime)
+RETIME_ROUNDS = 10
+
+_BUILD_STATUS = {
+    BuildStatus.ERROR: TrialStatus.COMPILE_ERROR,
+    BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
+    BuildStatus.CRASH: TrialStatus.COMPILE_CRASH,
+    BuildStatus.OUT_OF_MEMORY: TrialStatus.COMPILE_OUT_OF_MEMORY,  # measured again next time
+    BuildStatus.CANCELLED: TrialStatus.CANCELLED,  # measured again next time
+}
+
+
+# the default config's run statuses after which the run worker holds its outputs (a mismatch
+# of a manual check on the default is found after they are kept)
+_REFERENCE_KEPT = frozenset({TrialStatus.OK, TrialStatus.MISMATCH})
+
+
+class TuningSession:
+    """Runs one :class:`TuningProblem` to an :class:`~tileauto.result.record.AutotuneResult`.
+
+    Args:
+        problem: the factory, its arguments, the space and the options.
+        builder: compiles configs (default: :class:`tileauto.build.builder.Builder`, a pool of
+            killable processes).
+        runner: checks and times them (default: :class:`tileauto.run.runner.Runner`, an
+            isolated run worker).
+        store: the cache entry of this problem (None: nothing is read or stored).
+        search: which configs to measure (default: the problem's ``search`` option).
+        reporter: progress, table and the trial log (default: the console and a JSON-lines
+            log in the settings' logs folder).
+        load_kernel: makes the callable kernel of the winner from its built artifact, or
+            compiles the winner when it was measured by an earlier run (default: loads a
+            :class:`tileauto.jit.JITKernel`).
+
+    After :meth:`run`, ``compile_wall_s`` (from the start until the last compile ended) and
+    ``workers`` tell how the builds went.
+    """
+
+    def __init__(
+        self,
+        problem: TuningProblem,
+        *,
+        builder: BuildStage | None = None,
+        runner: RunStage | None = None,
+        store: Store | None = None,
+        search: SearchStrategy | None = None,
+        reporter: Reporter | None = None,
+        load_kernel: Callable[[Any, dict[str, Any]], Any] | None = None,
+    ) -> None:
+        self.problem = problem
+        p = problem
+        self.staging = p.settings.staging_dir  # this run's own folder in it once it tunes
+        self.defaults = tunable_parameters(p.factory)
+        self.view = SpaceView(p.configs, self.defaults)
+        self.default_id = self.view.default_id
+        self.workers = (
+            builder.workers
+            if builder is not None
+            else max(1, min(p.settings.compile_workers(), len(self.view) + 1))
+        )
+        self.builder = builder
+        self.runner = runner
+        self.store = store
+        self.search = search if search is not None else resolve_search(p.profile_args.search)
+        self.reporter = reporter if reporter is not None else _default_reporter(p)
+        self.load_kernel = load_kernel or getattr(builder, "load_kernel", None) or _load_kernel(p)
+        self.compile_wall_s = 0.0
+        self.known: dict[str, Trial] = {}
+        self._measured: dict[str, Trial] = {}
+        self._artifacts: dict[str, Any] = {}
+        self._prepared = False
+        self.observer = TrialObserver(p.profile_args.on_trial, p.name)  # the user's on_trial
+        self._started = 0.0
+        self._cluster: Any = None  # the Ray cluster, when the executor is Ray
+        self.stop: Any = None  # the search's SearchOutcome (why it stopped), after run()
+
+    # -- the whole run ------------------------------------------------------------------------
+    def run(self) -> AutotuneResult:
+        """The stored result of this problem, or a new tuning (stored when a store is given)."""
+        if self.store is None:
+            return self._tune()
+        hit = self._cached()
+        if hit is not None:
+            return hit
+        with self.store.locked():
+            # another process may have tuned it while this one waited for the lock
+            hit = self._cached()
+            return hit if hit is not None else self._tune()
+
+    def _cached(self) -> AutotuneResult | None:
+        assert self.store is not None
+        hit = self.store.load()
+        if hit is not None:
+            self.observer.cache_hit(hit)  # a marker trial, never stored as a measurement
+            message = (
+                f"tileauto: using cached tuning {hit.key} ({hit.config}, {hit.latency:.4f} ms)"
+            )
+            reporter_note = getattr(self.reporter, "note", None)
+            if reporter_note is not None:
+                reporter_note(message)
+            else:
+                note(message, show=self.problem.verbose)
+        return hit
+
+    def _tune(self) -> AutotuneResult:
+        from tileauto.workers.procs import kill_workers_on_sigterm
+
+        # a SIGTERM kills the workers and removes this run's scratch folder, as Ctrl-C does
+        with kill_workers_on_sigterm():
+            return self._tune_here()
+
+    def _tune_here(self) -> AutotuneResult:
+        from tileauto.cache.disk import writable_staging
+        from tileauto.cache.hygiene import prune_logs
+
+        self._started = time.perf_counter()
+        # a read-only cache dir still tunes (with a warning), staging in a private folder
+        settings = writable_staging(self.problem.settings)
+        self.problem = p = dataclasses.replace(self.problem, settings=settings)
+        prune_logs(settings)  # logs past their age or the size cap (cheap: milliseconds)
+        scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
+        self.staging = scratch.path
+        self.known = self.store.known_trials() if self.store is not None else {}
+        if self.runner is None and p.device_type == "cpu" and self._executor() == "local":
+            # before this run starts a process or a thread: the run worker's pool spins as
+            # this process's will (tileauto.jit.thread_pool)
+            spin = decide_spin(p.settings.run_threads())
+            if spin.source == "busy":
+                note(f"tileauto: autotune {p.name}: {spin.describe()}", show=p.verbose)
+        self.reporter.started(p.name, len(self.view))
+        builder = self.builder if self.builder is not None else self._local_builder()
+        runner = self.runner if self.runner is not None else self._local_runner()
+        ref_latency = None
+        stop_reason = None
+        try:
+            builder.start()  # fork workers now, before this run starts any thread
+            runner.start()
+            stop_reason = self._search_loop(builder, runner)
+            if self._prepared:
+                self._retime(runner)
+                ref_latency = runner.time_reference()
+        except BaseException as exc:
+            # an error or Ctrl-C: kill compiles and the run worker now, never wait for them
+            builder.cancel()
+            runner.kill()
+            self._report_end(None, None, stop_reason, f"{type(exc).__name__}: {exc}")
+            scratch.remove()
+            raise
+        finally:
+            builder.close()
+            runner.close()
+        try:
+            return self._finish(ref_latency, stop_reason)
+        finally:
+            scratch.remove()
+
+    # -- the search loop ----------------------------------------------------------------------
+    def _search_loop(self, builder: BuildStage, runner: RunStage) -> str | None:
+        """Measure the default config, then what the strategy asks for, within the budgets.
+
+        The loop is :func:`tileauto.search.run_search`, the same one replays drive; this
+        session's ``measure`` builds a batch in parallel and runs it (the default config rides
+        with the first batch: it is the reference). Returns why the search stopped when
+        configs were left untried (None when every config was measured).
+        """
+        from tileauto.search import run_search
+
+        pa = self.problem.profile_args
+        view = self.view
+        known = {}
+        for cid, trial in self.known.items():
+            index = view.search_index(cid)
+            if index >= 0 and cid != self.default_id:
+                known[index] = trial
+        pending_default = [self.default_id]
+
+        def measure(indices: list[int]) -> Any:
+            ids = [view.id_at(i) for i in indices]
+            ids = pending_default + [c for c in ids if c not in pending_default]
+            pending_default.clear()
+            self._measure(ids, builder, runner)
+            for i in indices:
+                yield i, self._measured[view.id_at(i)]
+
+        outcome = run_search(
+            self.search,
+            view.search_space,
+            measure,
+            max_trials=pa.max_trials,
+            max_seconds=pa.max_seconds,
+            plateau=pa.plateau,
+            parallelism=self.workers,
+            seed=pa.seed,
+            known=known,
+            started_at=time.monotonic() - (time.perf_counter() - self._started),
+            # the default is measured anyway (the reference): in the space, it is a trial too
+            first=[i for i in [view.search_index(self.default_id)] if i >= 0],
+        )
+        if pending_default:  # the strategy asked for nothing: the default is still measured
+            self._measure(pending_default, builder, runner)
+        why = f"{outcome.describe()} ({self.search.describe()})"
+        if view.lists_never_tried():
+            for cid in view.all_ids():
+                if cid not in self._measured and cid not in self.known:
+                    self._measured[cid] = Trial(
+                        view.position(cid),
+                        view.config(cid),
+                        TrialStatus.NOT_RUN,
+                        error=f"{NEVER_TRIED}: {why}",
+                    )
+        self.stop = outcome
+        return why if outcome.never_tried else None
+
+    def _measure(self, round_ids: list[str], builder: BuildStage, runner: RunStage) -> None:
+        """Build one round in parallel and run each config (CPU: after all its compiles)."""
+        start = time.perf_counter()
+        for cid in round_ids:
+            if cid in self.known and cid != self.default_id:
+                self._record(cid, self.known[cid])  # measured by an earlier run
+        to_build = [cid for cid in round_ids if cid not in self._measured]
+        p = self.problem
+        requests = [
+            BuildRequest(index=k, config=self.view.config(cid), args=p.args, kwargs=p.kwargs)
+            for k, cid in enumerate(to_build)
+        ]
+        self.reporter.steps(2 * len(requests))
+        arrivals: queue.Queue[BuildResult | None] = queue.Queue()
+        broken: list[BaseException] = []  # the builder itself failed (not a config)
+
+        def build_all() -> None:
+            try:
+                builder.build(requests, arrivals.put)
+            except BaseException as exc:  # noqa: BLE001 - raised on the session's thread
+                broken.append(exc)
+            finally:
+                arrivals.put(None)
+
+        # a thread that leaves SIGINT to this one, which wakes every 0.1 s: Ctrl-C is never
+        # delivered to a thread that ignores it (a native pool's, say) and lost
+        thread = background_thread(build_all, name="tileauto-build")
+        pending: dict[str, BuildResult] = {}
+        device = "cpu"
+        built_all = False
+        while not built_all:
+            try:
+                got = [arrivals.get(timeout=0.1)]
+            except queue.Empty:
+                continue
+            # with it, every result that arrived while the last ones ran: a runner with
+            # several device slots (run_many: GPUs) times them at once
+            while got[-1] is not None:
+                try:
+                    got.append(arrivals.get_nowait())
+                except queue.Empty:
+                    break
+            built_all = got[-1] is None
+            for result in got:
+                if result is None:
+                    break
+                cid = to_build[result.index]
+                self.reporter.step()
+                pending[cid] = result
+                if result.ok and result.artifact is not None:
+                    self._artifacts[cid] = result.artifact
+                    device = getattr(result.artifact, "device_type", "cpu")
+                    if not self._prepared:
+                        runner.prepare(result.artifact)
+                        self._prepared = True
+            # a GPU runs configs as they arrive; a CPU waits until nothing else loads its cores
+            if (
+                not built_all
+                and device != "cpu"
+                and self._prepared
+                and self._default_ready(pending)
+            ):
+                self._run_pending(runner, pending, round_ids)
+        thread.join()
+        if broken:
+            raise broken[0]
+        self.compile_wall_s += time.perf_counter() - start
+        if self._prepared:
+            self._run_pending(runner, pending, round_ids)
+        for cid, result in pending.items():
+            self._record(cid, self._trial(result, None))
+
+    def _default_ready(self, pending: dict[str, BuildResult]) -> bool:
+        return self.default_id in self._measured or self.default_id in pending
+
+    def _run_pending(
+        self, runner: RunStage, pending: dict[str, BuildResult], order: list[str]
+    ) -> None:
+        """Run every built config not yet run, the default first, in space order.
+
+        A run stage with several device slots (``run_many``: Ray actors on several nodes or
+        GPUs) runs the configs after the default in parallel; they are still recorded and
+        reported in this order.
+        """
+        ordered = sorted(pending, key=lambda c: (c != self.default_id, order.index(c)))
+        jobs: list[str] = []  # to be recorded after the default, in this order
+        for cid in ordered:
+            result = pending[cid]
+            if cid == self.default_id and result.ok and result.artifact is not None:
+                self._run_default(runner, cid, pending.pop(cid))
+            else:
+                jobs.append(cid)
+        built = [c for c in jobs if pending[c].ok and pending[c].artifact is not None]
+        outcomes: dict[str, RunOutcome] = {}
+        recorded = 0
+
+        def record_ready() -> None:  # the jobs whose turn has come and whose run is over
+            nonlocal recorded
+            while recorded < len(jobs):
+                cid = jobs[recorded]
+                if cid in built and cid not in outcomes:
+                    return
+                result = pending.pop(cid)
+                self._record(cid, self._trial(result, outcomes.pop(cid, None)))
+                self.reporter.step()
+                recorded += 1
+
+        run_many = getattr(runner, "run_many", None)
+        if run_many is not None and len(built) > 1:
+            for k, run in run_many([(pending[c].artifact, pending[c].config) for c in built]):
+                outcomes[built[k]] = run
+                record_ready()
+        while recorded < len(jobs):
+            cid = jobs[recorded]
+            if cid in built and cid not in outcomes:
+                outcomes[cid] = runner.run(
+                    pending[cid].artifact, pending[cid].config, is_reference=False
+                )
+            record_ready()
+
+    def _run_default(self, runner: RunStage, cid: str, result: BuildResult) -> None:
+        """The default config: it makes the reference outputs the others are checked against."""
+        reuse = self.known.get(cid)
+        if reuse is not None:
+            # measured before (cache): run once only to produce the reference outputs
+            run = runner.run(result.artifact, result.config, is_reference=True, time_it=False)
+            self._record(cid, reuse if run.status.ok else self._trial(result, run))
+        else:
+            run = runner.run(result.artifact, result.config, is_reference=True)
+            self._record(cid, self._trial(result, run))
+        self.reporter.step()
+
+    def _retime(self, runner: RunStage) -> None:
+        """Time the best few configs (and the default) again, interleaved, before picking.
+
+        Each config was timed in one block; a slow spell of a shared machine can sink one
+        block. Re-timing the contenders in rounds that visit each of them in turn makes the
+        comparison between them fair (the same spell hits all of them).
+        """
+        top_k = self.problem.profile_args.retime_top_k
+        measured, artifacts = self._measured, self._artifacts
+        ranked = sorted(
+            (t.latency_ms, cid)
+            for cid, t in measured.items()
+            if t.ok and t.latency_ms is not None and cid in artifacts and cid != self.default_id
+        )
+        chosen = [cid for _, cid in ranked[:top_k]]
+        if top_k < 2 or len(chosen) < 2:
+            return
+        if self.default_id in artifacts and measured[self.default_id].ok:
+            chosen.append(self.default_id)  # the baseline of every speedup, timed the same way
+        start = time.perf_counter()
+        samples = runner.retime(
+            [(artifacts[c], measured[c].config) for c in chosen], rounds=RETIME_ROUNDS
+        )
+        if samples is None:
+            return
+        share = (time.perf_counter() - start) / len(chosen)
+        for cid, got in zip(chosen, samples, strict=True):
+            if got:
+                t = measured[cid]
+                measured[cid] = replace(
+                    t,
+                    latency=LatencyStats.from_samples_ns(got),
+                    run_s=(t.run_s or 0.0) + share,
+                    notes=(*t.notes, f"re-timed interleaved with the best {len(chosen)}"),
+                )
+
+    # -- trials ---------------------------------------------------------------------------------
+    def _record(self, cid: str, trial: Trial) -> None:
+        """Keep a config's trial, complete (its index in the space), and report it."""
+        trial = trial.at_index(self.view.position(cid))
+        self._measured[cid] = trial
+        self._save_trial(trial)
+        self.reporter.trial(trial)
+        self.observer.trial(trial)  # a detached copy; a failing callback is switched off
+
+    def _save_trial(self, trial: Trial) -> None:
+        """Store a trial as soon as it is measured: an interrupted or killed run keeps it."""
+        # a store written before save_trial existed keeps its trials at save() only
+        save_trial = getattr(self.store, "save_trial", None)
+        if save_trial is not None:
+            save_trial(trial)
+
+    def _trial(self, build: BuildResult, run: RunOutcome | None) -> Trial:
+        index = self.view.position(config_id(build.config))
+        if not build.ok:
+            return Trial(
+                index,
+                build.config,
+                _BUILD_STATUS.get(build.status, TrialStatus(build.status.value)),
+                compile_s=build.compile_s,
+                error=build.error,
+            )
+        if run is None:
+            return Trial(
+                index,
+                build.config,
+                TrialStatus.NOT_RUN,
+                compile_s=build.compile_s,
+                error="no run worker was available",
+            )
+        latency = (
+            LatencyStats.from_samples_ns(run.samples_ns)
+            if run.status.ok and run.samples_ns
+            else None
+        )
+        status, error = run.status, run.error
+        if status.ok and latency is None:
+            status, error = TrialStatus.RUN_ERROR, "the timer returned no samples"
+        return Trial(
+            index,
+            build.config,
+            status,
+            latency,
+            build.compile_s,
+            run.run_s,
+            error,
+            run.notes,
+            validation=self._validation(config_id(build.config), run),
+        )
+
+    def _validation(self, cid: str, run: RunOutcome) -> Validation:
+        """What the run worker checked this config's outputs against (its rules, restated)."""
+        pa = self.problem.profile_args
+        if pa.skip_check:
+            return Validation.SKIPPED
+        if pa.ref_prog is not None:
+            return Validation.REFERENCE
+        default = self._measured.get(self.default_id)
+        # the default config is the reference; when its run failed there is nothing to compare
+        if cid == self.default_id or default is None or default.status not in _REFERENCE_KEPT:
+            return Validation.SKIPPED
+        if any(n.startswith(NOT_COMPARED_NOTE) for n in run.notes):
+            return Validation.SKIPPED
+        return Validation.DEFAULT
+
+    # -- the end --------------------------------------------------------------------------------
+    def _finish(self, ref_latency: float | None, stop_reason: str | None) -> AutotuneResult:
+        p = self.problem
+        measured = self._measured
+        for cid, trial in self.known.items():
+            measured.setdefault(cid, trial.at_index(self.view.position(cid)))
+        trials = self.view.ordered(measured)
+        default_index = self.view.default_index
+        default_trial = measured[self.default_id].at_index(default_index)
+        # The winner comes from the user's space; the default config is the baseline only.
+        candidates = [t for t in trials if t.ok]
+        if not candidates:
+            message = self._no_winner_message(trials, default_trial)
+            log_path = self._report_end(trials, None, stop_reason, message, default_trial)
+            raise NoValidConfigError(
+                message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
+            )
+        best = min(candidates, key=lambda t: (t.latency_ms, t.index))
+        _warn_if_busy(p.name, candidates)
+        cid = config_id(best.config)
+        kernel = self.load_kernel(self._artifacts.get(cid), dict(best.config))
+        result = AutotuneResult(
+            config=dict(best.config),
+            latency=float(best.latency_ms or 0.0),
+            ref_latency=ref_latency,
+            kernel=kernel,
+            trials=trials,
+            default_trial=default_trial,
+            tuning_s=time.perf_counter() - self._started,
+        )
+        if self.stop is not None:  # how the search ended: plain data, kept with the entry
+            result.extra["search"] = {
+                "strategy": self.search.describe(),
+                "stop_reason": self.stop.stop_reason.value,
+                "measured": len(self.stop.trials),
+                "never_tried": self.stop.never_tried,
+                "pruned": dict(getattr(p.configs, "pruned", None) or {}),
+            }
+        call = {"args": list(p.args), "kwargs": dict(p.kwargs)}
+        if _plain(call):  # lets load_from_disk(factory=...) compile the winner elsewhere
+            result.extra["problem"] = call
+        if self.store is not None:
+            result.key = self.store.save(result)
+        result.log_path = self._report_end(
+            trials, best, stop_reason, None, default_trial, ref_latency, result.key
+        )
+        return result
+
+    def _no_winner_message(self, trials: tuple[Trial, ...], default_trial: Trial) -> str:
+        """NoValidConfigError's message: the measured configs' failures; configs a budget left
+        untried are counted apart, as they are not failures."""
+        measured = sum(not is_never_tried(t) for t in trials)
+        size = len(trials) + self._never_listed(trials)
+        head = f"none of the {f'{measured} measured' if measured < size else size} configs passed"
+        if not default_trial.ok and self.view.default_index < 0:
+            head += f" (the default config: {default_trial.reason})"
+        if measured < size:
+            stopped = self.stop.describe().partition(";")[0] if self.stop is not None else ""
+            head += f"; the other {size - measured} of the {size} configs were never tried"
+            head += f" ({stopped})" if stopped else ""
+        return f"autotune {self.problem.name}: {head}:\n{failure_summary(trials)}"
+
+    def _report_end(
+        self,
+        trials: tuple[Trial, ...] | None,
+        best: Trial | None,
+        stop_reason: str | None,
+        error: str | None,
+        default_trial: Trial | None = None,
+        ref_latency: float | None = None,
+        key: str | None = None,
+    ) -> Path | None:
+        if trials is None:  # interrupted or failed: what was measured so far
+            trials = tuple(sorted(self._measured.values(), key=lambda t: t.index))
+        default = default_trial or self._measured.get(self.default_id)
+        return self.reporter.finished(
+            {
+                "name": self.problem.name,
+                "trials": trials,
+                "best": best,
+                "default": default,
+                "ref_latency_ms": ref_latency,
+                "elapsed_s": time.perf_counter() - self._started,
+                "stop_reason": stop_reason,
+                "key": key,
+                "error": error,
+                "never_tried": self._never_listed(trials),
+                "pruned": getattr(self.problem.configs, "pruned", None) or {},
+            }
+        )
+
+    def _never_listed(self, trials: tuple[Trial, ...]) -> int:
+        """How many configs of a large product were never tried (they have no trial)."""
+        if self.view.lists_never_tried() or self.stop is None:
+            return 0
+        return max(0, len(self.view) - sum(t.index >= 0 for t in trials))
+
+    # -- the local stages ---------------------------------------------------------------------
+    def _local_builder(self) -> BuildStage:
+        """The builder of the problem's executor: a local process pool, or Ray tasks."""
+        p = self.problem
+        if self._executor() == "ray":
+            from tileauto.scale.ray.stages import RayBuilder
+
+            return RayBuilder(
+                p.factory,
+                p.compile_args,
+                staging_dir=self.staging,
+                timeout_s=p.settings.compile_timeout_s,
+                cluster=self._ray_cluster(),
+            )
+        from tileauto.build.builder import Builder
+
+        return Builder(
+            p.factory,
+            p.compile_args,
+            workers=self.workers,
+            isolation=p.settings.compile_isolation,
+            timeout_s=p.settings.compile_timeout_s,
+            staging_dir=self.staging,
+        )
+
+    def _local_runner(self) -> RunStage:
+        """The runner of the problem's executor: an isolated run worker, or a Ray actor."""
+        p = self.problem
+        if self._executor() == "ray":
+            from tileauto.scale.ray.stages import RayRunner
+
+            return RayRunner(
+                p.profile_args,
+                threads=p.settings.run_threads(),
+                memory_limit_mb=p.settings.run_memory_limit_mb,
+                device=p.device_type,
+                captured=p.captured_inputs,
+                timer=p.timer,
+                cluster=self._ray_cluster(),
+            )
+        from tileauto.run.runner import Runner
+
+        return Runner(
+            p.profile_args,
+            threads=p.settings.run_threads(),
+            memory_limit_mb=p.settings.run_memory_limit_mb,
+            device=p.device_type,
+            captured=p.captured_inputs,
+            timer=p.timer,
+        )
+
+    def _executor(self) -> str:
+        """``executor=`` of the tuning, else ``TILEAUTO_EXECUTOR``."""
+        return self.problem.profile_args.executor or self.problem.settings.executor
+
+    def _ray_cluster(self) -> Any:
+        """One cluster connection for this session's builder and runner."""
+        if self._cluster is None:
+            from tileauto.scale.ray.stages import RayCluster
+
+            self._cluster = RayCluster(
+                self.problem.settings.ray_address, source="TILEAUTO_RAY_ADDRESS"
+            )
+        return self._cluster
+
+
+def _warn_if_busy(name: str, timed: Sequence[Trial]) -> None:
+    """Say so when configs were timed while other processes held the cores (their notes)."""
+    busy = [t for t in timed if any(n.startswith(BUSY_NOTE) for n in t.notes)]
+    if not busy:
+        return
+    message = (
+        f"tileauto: autotune {name}: {len(busy)} of {len(timed)} configs were {BUSY_NOTE} "
+        "(their threads waited for a CPU during a quarter of their timing or more; see each "
+        "trial's notes): the ranking may be the scheduler's. Tune on a quiet machine, or with "
+        "num_threads=1 (docs: tuning, 'On a shared machine')."
+    )
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    log.debug("%s", message)
+
+
+def _claim_staging(staging_dir: Path) -> Any:
+    """This run's staging folder, claimed (``tune-<pid>-<id>``), or an unclaimed temp folder."""
+    import tempfile
+
+    from tileauto.cache.hygiene import ScratchDir, claim_scratch_dir
+    from tileauto.workers.procs import remove_on_sigterm
+
+    try:
+        scratch = claim_scratch_dir(staging_dir, "tune")
+    except OSError:
+        scratch = ScratchDir(Path(tempfile.mkdtemp(prefix="tileauto-tune-")), None)
+    remove_on_sigterm(scratch)
+    return scratch
+
+
+def _default_reporter(problem: TuningProblem) -> Reporter:
+    from tileauto.report.reporter import default_reporter
+
+    return default_reporter(problem.settings.logs_dir, problem.name, problem.verbose)
+
+
+def _load_kernel(problem: TuningProblem) -> Callable[[Any, dict[str, Any]], Any]:
+    """The winner as a callable kernel: its built library loaded, or compiled now."""
+
+    def load(artifact: Any, config: dict[str, Any]) -> Any:
+        from tileauto.jit.impl import JITImpl, process_scratch_dir
+        from tileauto.jit.kernel import JITKernel
+
+        if artifact is not None:
+            keep = process_scratch_dir(problem.settings) / f"best-{uuid.uuid4().hex[:12]}"
+            shutil.copytree(artifact.directory, keep)
+            return JITKernel(artifact.moved_to(keep))
+        # the best config was measured by an earlier run (cache): compile it now
+        impl = problem.jit_impl or JITImpl(problem.factory, problem.compile_args)
+        return impl(*problem.args, **{**problem.kwargs, **config})
+
+    return load
+
+
+def rebuild_best(problem: TuningProblem, config: dict[str, Any]) -> Any:
+    """Compile ``config`` of the problem's factory into this process's scratch folder."""
+    from tileauto.cache.args import plain_arguments
+    from tileauto.jit.compiler import compile_to_dir
+    from tileauto.jit.impl import process_scratch_dir
+    from tileauto.space import merged_pass_configs, split_pass_configs
+
+    args, kwargs = plain_arguments(problem.args, problem.kwargs)
+    compile_args = problem.compile_args
+    out_dir = process_scratch_dir(problem.settings) / f"rebuild-{uuid.uuid4().hex[:12]}"
+    arguments, own = split_pass_configs(config)
+    if own:
+        merged = merged_pass_configs(compile_args.pass_configs, own)
+        compile_args = dataclasses.replace(compile_args, pass_configs=merged)
+    return compile_to_dir(
+        problem.factory, args, {**kwargs, **arguments}, compile_args, out_dir, config=dict(config)
+    )
+
+
+def _plain(value: Any) -> bool:
+    """JSON's own values all the way down (what a stored problem call may hold)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, (bool, int, float, str, type(None)))

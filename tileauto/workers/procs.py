@@ -1,0 +1,593 @@
+"""Worker processes that can be killed: one job at a time, own process group, respawn on demand.
+
+A worker starts one of two ways:
+
+- *forked from the caller* (``fork_ok`` workers, when :func:`fork_unsafe_reason` finds nothing
+  against it): ready in milliseconds, with TVM, torch and the user's modules already imported.
+  The fork must come from the main thread with no other Python thread running (one could hold
+  a lock the child would find locked). The thread pools of OpenMP (torch) and TVM do not
+  survive a fork: they belong to the thread that started them, and a child that used the
+  copied state would wait forever for threads that were not copied. So a forked worker runs
+  its jobs in a new thread, which starts pools of its own, and first runs a probe through
+  OpenMP (if that hangs, the process uses the forkserver from then on);
+- otherwise from the *forkserver* (:mod:`tileauto.workers.forkserver`), a fresh interpreter
+  started from tileauto's own entry module that imported TVM and torch once and runs no torch
+  op (a few seconds to boot, once per process; later workers fork from it in tens of
+  milliseconds).
+
+Each worker leads its own process group so a kill ends the job together with anything it
+started (g++, for instance), and it dies with its parent (``PR_SET_PDEATHSIG``). Jobs travel
+as cloudpickle bytes; results come back as pickles. The worker's side is
+:mod:`tileauto.workers.entry`.
+
+A kill never waits for the job: :meth:`Worker.kill` may come from any thread (a cancel), and
+the thread running the job then gets :class:`WorkerCancelled`; it kills the whole tree
+(:mod:`tileauto.workers.process_tree`). A thread waiting in :meth:`Worker.call` leaves Ctrl-C to
+the main thread (:mod:`tileauto.utils.threads`). The only state this module keeps for the
+whole process is its safety net: the live workers, killed at exit and on SIGTERM, and the
+scratch folders a SIGTERM removes as an interrupted run's own clean-up would.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection, Pipe
+from typing import Any
+
+import psutil
+
+from tileauto._logging import get_logger
+from tileauto.errors import WorkerError
+from tileauto.utils.threads import signals_to_main_thread
+from tileauto.workers import pickling
+from tileauto.workers.entry import CPUS_KEY, RemoteError, child_main, run_child
+from tileauto.workers.forkserver import ForkServer
+from tileauto.workers.process_tree import (
+    ForkedProcess,
+    ProcessHandle,
+    descendants,
+    kill_all,
+    kill_tree,
+)
+
+log = get_logger("procs")
+
+__all__ = [
+    "RemoteError",
+    "RemoteJobError",
+    "Worker",
+    "WorkerCancelled",
+    "WorkerCrashed",
+    "WorkerTimeout",
+    "fork_unsafe_reason",
+    "kill_workers_on_sigterm",
+    "remove_on_sigterm",
+    "shutdown_all",
+]
+
+_PROBE_TIMEOUT_S = 10.0
+# A worker's log is cut back to its last _LOG_KEEP_BYTES once past _LOG_CAP_BYTES.
+_LOG_CAP_BYTES = 16 << 20
+_LOG_KEEP_BYTES = 1 << 20
+_POLL_S = 0.05  # how often a running job is checked (result, death, memory, deadline, cancel)
+_REAP_S = 2.0  # a SIGKILLed process is gone in milliseconds; this only bounds a stuck one
+
+
+class _SafetyNet:
+    """What the whole process shares: its live workers (killed at exit and on SIGTERM), and
+    whether forking still works here (a forked worker's probe can prove it does not)."""
+
+    def __init__(self) -> None:
+        self.live: weakref.WeakSet[Worker] = weakref.WeakSet()
+        self.fork_broken: str | None = None
+        self.scratch: weakref.WeakSet[Any] = weakref.WeakSet()  # removed on SIGTERM
+
+    def kill_everything(self) -> None:
+        """Kill every live worker and the forkserver, now; takes no lock (a signal handler)."""
+        for worker in list(self.live):
+            handle = worker._proc
+            if handle is not None and handle.exitcode is None:
+                kill_tree(handle.pid)
+        ForkServer.stop_shared()
+
+    def remove_scratch(self) -> None:
+        """Remove every registered scratch folder (after the workers that wrote in it died)."""
+        for folder in list(self.scratch):
+            try:
+                folder.remove()
+            except Exception:  # noqa: BLE001 - best effort: the process is about to die
+                pass
+
+
+_NET = _SafetyNet()
+
+
+def fork_unsafe_reason() -> str | None:
+    """Why a worker cannot be forked from this process now; None when it can."""
+    from tileauto.settings import Settings
+
+    if Settings.from_env().worker_start == "forkserver":
+        return "TILEAUTO_WORKER_START=forkserver"
+    if _NET.fork_broken is not None:
+        return _NET.fork_broken
+    if threading.current_thread() is not threading.main_thread():
+        return "not called from the main thread"
+    if threading.active_count() > 1:
+        names = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+        return f"other Python threads are running ({', '.join(names)})"
+    if not sys.platform.startswith("linux"):
+        return f"fork is used on Linux only (this is {sys.platform})"
+    return None
+
+
+def _probe_threads(threads: int) -> int:
+    """Run an op through torch's OpenMP pool (hangs if the pool was copied by a fork)."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    torch.ones(1 << 20).mul_(2).sum()
+    return torch.get_num_threads()
+
+
+class WorkerTimeout(WorkerError):
+    """The job ran past its time limit; the worker and its process group were killed."""
+
+
+class WorkerCrashed(WorkerError):
+    """The worker died while running the job (signal, exit, or killed for memory)."""
+
+    def __init__(self, message: str, signal_name: str | None = None, out_of_memory: bool = False):
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.out_of_memory = out_of_memory
+
+
+class WorkerCancelled(WorkerError):
+    """The job was stopped on purpose: the worker was killed by a cancel (:meth:`Worker.kill`
+    from another thread, or the ``cancel`` event of :meth:`Worker.call`)."""
+
+
+class RemoteJobError(WorkerError):
+    """The job raised inside the worker."""
+
+    def __init__(self, remote: RemoteError):
+        super().__init__(f"{remote.type_name}: {remote.message}")
+        self.remote = remote
+
+
+def _settings_env() -> dict[str, str]:
+    """The caller's TILEAUTO_* variables: sent with every job so workers see the same settings."""
+    return {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
+
+
+def _forked_child(conn: Connection, caller_end: Connection, env: dict[str, str], out: Any) -> None:
+    """In a worker forked from the caller: drop what belongs to the caller, then serve.
+
+    The caller's ends of this worker's pipe, of the other workers' pipes and of the
+    forkserver's socket were copied by the fork; left open, a worker or the server would not
+    see the end of file when the caller closes its end.
+    """
+    ForkServer.forget_in_child()
+    for end in [caller_end, *(worker._conn for worker in list(_NET.live))]:
+        if end is not None:
+            try:
+                end.close()
+            except OSError:
+                pass
+    for worker in list(_NET.live):
+        worker._proc, worker._conn = None, None
+    _NET.live.clear()
+    atexit.unregister(shutdown_all)
+    child_main(conn, env, out, own_thread=True)
+
+
+# -- the worker ------------------------------------------------------------------------------
+class Worker:
+    """One killable worker process. ``call`` runs a function there with a timeout.
+
+    Args:
+        name: for logs and messages.
+        env: environment variables set in the worker before any job (e.g. TVM_NUM_THREADS).
+        memory_limit_bytes: memory the worker may take beyond its size at start (resident set,
+            its children included) before it is killed and the job reported as out of memory
+            (default: 90% of the memory available at start).
+        fork_ok: the worker may be forked from this process when that is safe (see the module
+            docstring); it must never use a GPU, whose driver does not survive a fork.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        env: dict[str, str] | None = None,
+        memory_limit_bytes: int | None = None,
+        fork_ok: bool = False,
+    ):
+        self.name = name
+        self.env = dict(env or {})
+        self.memory_limit_bytes = memory_limit_bytes or int(psutil.virtual_memory().available * 0.9)
+        self.fork_ok = fork_ok
+        self.start_method: str | None = None  # "fork" or "forkserver" once started
+        self._proc: ProcessHandle | None = None
+        self._conn: Connection | None = None
+        self._rss_at_start = 0
+        self._lock = threading.RLock()  # one job (or start) at a time
+        self._state = threading.Lock()  # the handles; never held while waiting
+        self._running = False  # a job is in flight (its thread reaps a killed worker)
+        self._killed = False  # kill() was called while the job ran: it was cancelled
+        self.restarts = 0
+        self.output_path: str | None = None
+        _NET.live.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        proc = self._proc
+        return proc is not None and proc.is_alive()
+
+    @property
+    def busy(self) -> bool:
+        """A job is running in this worker now."""
+        return self._running
+
+    def start(self) -> Worker:
+        """Start the process if it is not running (a no-op otherwise). Thread-safe."""
+        with signals_to_main_thread(), self._lock:
+            if self.alive:
+                return self
+            self._reap()
+            reason = fork_unsafe_reason() if self.fork_ok else "not a fork_ok worker"
+            if reason is None:
+                self._start_forked()
+                if self._probe_ok():
+                    return self
+                reason = _NET.fork_broken
+            log.debug("worker %s starts from the forkserver: %s", self.name, reason)
+            proc, conn = ForkServer.shared().spawn(
+                self.name, self._child_env(), self._output_file()
+            )
+            self._started(proc, conn, "forkserver")
+            return self
+
+    def _start_forked(self) -> None:
+        parent, child = Pipe(duplex=True)
+        out = self._output_file()
+        # The child would otherwise copy-on-write every page the collector touches; frozen
+        # objects are left alone there (the parent thaws at once).
+        gc.freeze()
+        try:
+            with warnings.catch_warnings():
+                # Python >= 3.12 warns on any fork of a threaded process. The only other
+                # threads here are native ones, typically the pools of OpenMP, TVM or OpenBLAS,
+                # whose state a forked worker does not use: its jobs run in a thread of its own.
+                warnings.filterwarnings(
+                    "ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning
+                )
+                pid = os.fork()
+            if pid == 0:
+                run_child(_forked_child, child, parent, self._child_env(), out)
+        finally:
+            gc.unfreeze()
+        child.close()
+        self._started(ForkedProcess(pid), parent, "fork")
+
+    def _started(self, proc: Any, conn: Any, method: str) -> None:
+        with self._state:
+            self._proc, self._conn, self.start_method = proc, conn, method
+            self._killed = False
+        try:
+            self._rss_at_start = psutil.Process(proc.pid).memory_info().rss
+        except psutil.Error:
+            self._rss_at_start = 0
+
+    def _child_env(self) -> dict[str, str]:
+        """The worker's environment, and the CPUs it may use (this process's: see
+        :func:`tileauto.settings.process_cpus`)."""
+        from tileauto.settings import process_cpus
+
+        cpus = process_cpus()
+        if not cpus:
+            return dict(self.env)
+        return {**self.env, CPUS_KEY: ",".join(map(str, sorted(cpus)))}
+
+    def _probe_ok(self) -> bool:
+        """Check a forked worker's OpenMP pool; on a hang, kill it and fork no more."""
+        from tileauto.settings import available_cpus
+
+        threads = int(self.env.get("OMP_NUM_THREADS") or 0) or available_cpus()
+        try:
+            self._exchange(_probe_threads, (threads,), _PROBE_TIMEOUT_S, None)
+            return True
+        except WorkerError as exc:
+            _NET.fork_broken = f"a worker forked from this process failed its OpenMP probe ({exc})"
+            log.warning("%s; workers start from the forkserver from now on", _NET.fork_broken)
+            self.kill()
+            self.restarts -= 1  # not a job's failure
+            return False
+
+    def call(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        timeout_s: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Any:
+        """Run ``fn(*args)`` in the worker and return its result.
+
+        ``cancel``: once set (from any thread), the job is stopped within ``_POLL_S`` and the
+        worker killed; a job not started yet does not start.
+
+        Raises:
+            WorkerTimeout: past ``timeout_s``; the worker's process group was killed.
+            WorkerCrashed: the worker died (the message names the signal or exit code).
+            WorkerCancelled: ``cancel`` was set, or :meth:`kill` came from another thread.
+            RemoteJobError: the function raised; ``.remote`` holds type, message and traceback.
+        """
+        with signals_to_main_thread(), self._lock:
+            if cancel is not None and cancel.is_set():
+                raise WorkerCancelled(f"cancelled before it started on worker {self.name}")
+            if not self.alive:
+                self.start()
+            return self._exchange(fn, args, timeout_s, cancel)
+
+    def _exchange(
+        self, fn: Any, args: tuple, timeout_s: float | None, cancel: threading.Event | None
+    ) -> Any:
+        """Send one job to the running worker and wait for its answer (see :meth:`call`)."""
+        payload = pickling.dumps((list(sys.path), _settings_env(), fn, args))
+        with self._lock:
+            with self._state:
+                proc, conn = self._proc, self._conn
+                if proc is None or conn is None or self._killed:
+                    raise WorkerCancelled(f"worker {self.name} was killed before the job")
+                self._running = True
+            try:
+                return self._wait(proc, conn, payload, timeout_s, cancel)
+            except WorkerError:
+                raise
+            except BaseException:
+                # interrupted here (Ctrl-C) with the job in flight: its answer would be taken
+                # for the next job's, and nobody waits for it now
+                self._kill()
+                raise
+            finally:
+                with self._state:
+                    self._running = False
+                    ended = self._killed or not proc.is_alive()
+                if ended:
+                    self._reap()
+
+    def _wait(
+        self,
+        proc: ProcessHandle,
+        conn: Connection,
+        payload: bytes,
+        timeout_s: float | None,
+        cancel: threading.Event | None,
+    ) -> Any:
+        try:
+            conn.send_bytes(payload)
+        except OSError:
+            raise self._ended(proc) from None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait = (
+                _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            )
+            try:
+                ready = conn.poll(wait)
+            except (EOFError, OSError):
+                raise self._ended(proc) from None
+            if ready:
+                try:
+                    status, value = pickle.loads(conn.recv_bytes())
+                except (EOFError, OSError):
+                    raise self._ended(proc) from None
+                # what the job started and left running (a setsid child) ends with it
+                kill_all(descendants(proc.pid))
+                self._cap_output()
+                if status == "ok":
+                    return value
+                raise RemoteJobError(value)
+            if cancel is not None and cancel.is_set():
+                self.kill()
+                raise WorkerCancelled(f"cancelled; worker {self.name} was killed")
+            if not proc.is_alive():
+                raise self._ended(proc)
+            self._cap_output()
+            if self._over_memory(proc):
+                self.kill()
+                raise WorkerCrashed(
+                    f"out of memory: worker {self.name} took more than {self.memory_limit_bytes / 2**30:.1f} GiB and was killed",
+                    out_of_memory=True,
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                self.kill()
+                raise WorkerTimeout(
+                    f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                )
+
+    def kill(self) -> None:
+        """Kill the worker, its whole process group and every descendant, now (any thread).
+
+        Never waits for a job: a job running in another thread ends with
+        :class:`WorkerCancelled` there, and that thread reaps the process.
+        """
+        if self._kill():
+            self.restarts += 1
+
+    def close(self) -> None:
+        """Stop the worker and everything its jobs left running (it holds nothing worth a
+        graceful exit). A job running in another thread ends with :class:`WorkerCancelled`."""
+        self._kill()
+
+    def _kill(self) -> bool:
+        with self._state:
+            proc = self._proc
+            if proc is None:
+                return False
+            self._killed = True
+            running = self._running
+        if proc.is_alive():
+            kill_tree(proc.pid)
+        if not running:
+            self._reap()
+        return True
+
+    def _reap(self) -> None:
+        # kill() from another thread (a cancel) may race the job's thread that saw the worker
+        # die: each takes the handles out under the lock, so only one of them closes them
+        with self._state:
+            proc, conn = self._proc, self._conn
+            self._proc, self._conn = None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:
+                pass
+        if proc is not None:
+            proc.join(timeout=_REAP_S)
+
+    def _over_memory(self, proc: ProcessHandle) -> bool:
+        try:
+            ps = psutil.Process(proc.pid)
+            rss = ps.memory_info().rss + sum(
+                c.memory_info().rss for c in ps.children(recursive=True)
+            )
+        except psutil.Error:
+            return False
+        return rss - self._rss_at_start > self.memory_limit_bytes
+
+    def _output_file(self) -> str | None:
+        """A private log file for this worker's output, under the settings' log directory."""
+        try:
+            from tileauto.settings import Settings
+
+            folder = Settings.from_env().logs_dir / "workers"
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.output_path = str(folder / f"{self.name}-{os.getpid()}.log")
+        except Exception:  # noqa: BLE001 - no log dir: the output goes to our stderr
+            self.output_path = None
+        return self.output_path
+
+    def _cap_output(self) -> None:
+        """Cut the worker's log back to its tail once it grows past ``_LOG_CAP_BYTES``.
+
+        The worker appends (``O_APPEND``), so its next write lands at the new end; a job that
+        prints without end keeps a log of a bounded size.
+        """
+        if not self.output_path:
+            return
+        try:
+            size = os.stat(self.output_path).st_size
+            if size <= _LOG_CAP_BYTES:
+                return
+            with open(self.output_path, "r+b") as f:
+                f.seek(size - _LOG_KEEP_BYTES)
+                tail = f.read(_LOG_KEEP_BYTES)
+                f.seek(0)
+                f.write(b"[tileauto: earlier output dropped, the log is capped]\n" + tail)
+                f.truncate()
+        except OSError:
+            pass
+
+    def output_tail(self, lines: int = 3) -> str:
+        """The last lines the worker printed (e.g. the signal report of a crash)."""
+        if not self.output_path:
+            return ""
+        try:
+            with open(self.output_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return " | ".join(kept[-lines:])
+
+    def _ended(self, proc: ProcessHandle) -> WorkerError:
+        """The error for a job whose worker is gone: cancelled (our kill) or crashed."""
+        proc.join(timeout=_REAP_S)
+        if self._killed:
+            return WorkerCancelled(f"cancelled; worker {self.name} was killed")
+        self.restarts += 1
+        code = proc.exitcode
+        where = f" (worker output: {self.output_path})" if self.output_path else ""
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            # nobody here sent it: the kernel's out-of-memory killer is the usual sender
+            oom = name == "SIGKILL"
+            hint = " (killed by SIGKILL: likely out of memory)" if oom else ""
+            return WorkerCrashed(
+                f"crashed with signal {name}{hint}{where}", signal_name=name, out_of_memory=oom
+            )
+        return WorkerCrashed(f"worker exited with code {code}{where}")
+
+
+# -- the safety net --------------------------------------------------------------------------
+def shutdown_all() -> None:
+    """Kill every live worker and the forkserver (at exit, and on SIGTERM). Never waits."""
+    try:
+        _NET.kill_everything()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+
+
+def remove_on_sigterm(folder: Any) -> None:
+    """Have a SIGTERM remove ``folder`` (an object with ``remove()``, a claimed scratch folder)
+    while :func:`kill_workers_on_sigterm` is in effect, once the workers are killed: the
+    clean-up an interrupted run does on Ctrl-C, which a SIGTERM's default action skips.
+
+    Held weakly (a folder object that is gone is forgotten); ``remove`` must be harmless on a
+    folder that was removed already.
+    """
+    _NET.scratch.add(folder)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    shutdown_all()
+    _NET.remove_scratch()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
+
+
+@contextmanager
+def kill_workers_on_sigterm() -> Iterator[None]:
+    """While inside, a SIGTERM first kills every worker and what its jobs started, removes the
+    scratch folders of :func:`remove_on_sigterm`, then ends the process as the default action
+    would (exit status: killed by SIGTERM, no traceback).
+
+    Without it the workers die with the process anyway (``PR_SET_PDEATHSIG``), but what their
+    jobs started (a ``g++``) would outlive it. Installed only from the main thread and when
+    SIGTERM has its default action (a program's own handler is left alone).
+    """
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        try:
+            installed = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            if installed:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):  # pragma: no cover - no signals here
+            installed = False
+    try:
+        yield
+    finally:
+        if installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+atexit.register(shutdown_all)
