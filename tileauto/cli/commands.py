@@ -218,7 +218,7 @@ def _tuned_facts(info: Any) -> list[tuple[str, str]]:
 def _trial_table(info: Any) -> str | None:
     from tileauto.cache import catalog
     from tileauto.errors import CacheError
-    from tileauto.report.reporter import format_table
+    from tileauto.report.table import format_table
 
     try:
         records = catalog.read_trials(info)

@@ -2,7 +2,7 @@
 
 Every message is logged (``logging``, logger ``tileauto.console``) and, when the caller asked
 for output (``verbose``), written to stderr, where diagnostics belong; the report table of a
-tuning goes to stdout (see :mod:`tileauto.report.reporter`).
+tuning goes to stdout (see :mod:`tileauto.report.console`).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class AutotuneResult:
 
     def table(self) -> str:
         """The per-config report table."""
-        from tileauto.report.reporter import format_table
+        from tileauto.report.table import format_table
 
         best = self.best_trial
         return format_table(self.trials, best.index if best else None, self.default_trial)

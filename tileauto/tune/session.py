@@ -50,7 +50,7 @@ from tileauto.records import (
 )
 from tileauto.report.notes import note
 from tileauto.report.observer import TrialObserver
-from tileauto.report.reporter import failure_summary
+from tileauto.report.table import failure_summary
 from tileauto.result.record import AutotuneResult
 from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import config_id, tunable_parameters
@@ -706,7 +706,7 @@ def _claim_staging(staging_dir: Path) -> Any:
 
 
 def _default_reporter(problem: TuningProblem) -> Reporter:
-    from tileauto.report.reporter import default_reporter
+    from tileauto.report.console import default_reporter
 
     return default_reporter(problem.settings.logs_dir, problem.name, problem.verbose)
 

@@ -10,7 +10,7 @@ A session owns the loop (what to measure next, what wins, what is stored) and no
   :class:`tileauto.tune.stores.DiskStore`, or :class:`tileauto.tune.stores.MemoryStore`);
 * a **search** strategy says which configs to measure (``tileauto.search``);
 * a **reporter** tells the user (progress, the table, the streaming trial log); its protocol
-  is :class:`tileauto.report.reporter.Reporter`.
+  is :class:`tileauto.report.console.Reporter`.
 
 Every method here is called from the session's thread unless it says otherwise. None of these
 imports torch or TVM, so fakes of them are cheap to write and to import.
@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # the reporter protocol lives with the reporters; the session sees it here with the others
-from tileauto.report.reporter import Reporter as Reporter
+from tileauto.report.console import Reporter as Reporter
 
 if TYPE_CHECKING:
     from tileauto.records import BuildRequest, BuildResult, RunOutcome, Trial

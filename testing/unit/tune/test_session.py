@@ -295,7 +295,8 @@ def test_the_result_draws_its_trials(problem, tmp_path):
 
 
 def test_the_trial_log_streams_every_trial_and_reads_back(problem):
-    from tileauto.report.reporter import default_reporter, read_trial_log
+    from tileauto.report.console import default_reporter
+    from tileauto.report.log import read_trial_log
 
     p = problem()
     reporter = default_reporter(p.settings.logs_dir, p.name, verbose=False)

@@ -1,0 +1,57 @@
+"""Tests of tileauto.report.table: the trial table and the failure summary."""
+
+from __future__ import annotations
+
+from report_fakes import failed_trial, ok_trial
+
+from tileauto.records import LatencyStats, Trial, TrialStatus
+from tileauto.report.table import failure_summary, format_table
+
+
+def test_format_table_and_failure_summary_keep_their_shape():
+    default = Trial(-1, {}, TrialStatus.OK, LatencyStats.from_samples_ns([4e6]))
+    table = format_table([ok_trial(0, 2.0), failed_trial(1)], 0, default, title="t")
+    lines = table.splitlines()
+    assert lines[0] == "t"
+    assert lines[3].split()[:2] == ["default", "(defaults)"]
+    assert lines[4].split()[:3] == ["*", "0", "block=8"] and "2.00x" in lines[4]
+    assert failure_summary([ok_trial(0, 1.0), failed_trial(1)]) == (
+        "  [1] block=16: compile_error: compile_error here"
+    )
+
+
+def test_many_failures_are_grouped_by_reason_most_frequent_first():
+    def failed(i: int, why: str) -> Trial:
+        return Trial(i, {"block": i}, TrialStatus.COMPILE_ERROR, error=why)
+
+    same = [failed(i, "No module named 'k'") for i in range(2000)]
+    assert failure_summary(same).splitlines() == [
+        "  2000 config(s): compile_error: No module named 'k'",
+        "    [0] block=0, [1] block=1, [2] block=2 and 1997 more",
+    ]
+    mixed = [failed(i, "a" if i % 3 else "b") for i in range(12)] + [ok_trial(12, 1.0)]
+    assert failure_summary(mixed).splitlines() == [
+        "  8 config(s): compile_error: a",
+        "    [1] block=1, [2] block=2, [4] block=4 and 5 more",
+        "  4 config(s): compile_error: b",
+        "    [0] block=0, [3] block=3, [6] block=6 and 1 more",
+    ]
+    # every config its own reason: the first reasons, then how many are left
+    distinct = failure_summary([failed(i, f"error {i}") for i in range(20)]).splitlines()
+    assert len(distinct) == 8 * 2 + 1
+    assert distinct[-1] == "  12 more config(s), for 12 other reasons"
+
+
+def test_never_tried_configs_are_not_a_failure_group():
+    # a budget stopped the search: the untried configs are not failures, the measured ones are
+    why = "never tried: search stopped: max_trials was reached; 20 measured, 280 never tried"
+    untried = [Trial(i, {"block": i}, TrialStatus.NOT_RUN, error=why) for i in range(280)]
+    crashed = [Trial(280 + i, {"block": 280 + i}, TrialStatus.CRASH, error="x") for i in range(20)]
+    assert failure_summary(untried + crashed).splitlines() == [
+        "  20 config(s): crash: x",
+        "    [280] block=280, [281] block=281, [282] block=282 and 17 more",
+    ]
+    assert failure_summary(untried[:3] + crashed[:2]).splitlines() == [
+        "  [280] block=280: crash: x",
+        "  [281] block=281: crash: x",
+    ]
