@@ -6,7 +6,7 @@ start to exit, interleaved round by round:
 
 - ``python -c "import torch"``: the floor a torch user pays anyway;
 - ``python -c "import tileauto"``;
-- ``tileauto --help`` (the console script's two lines: ``from tileauto.cli.commands import main``,
+- ``tileauto --help`` (the console script's two lines: ``from tileauto.cli import main``,
   ``main()``);
 - a warm process: import, a cache hit of the GEMM space, the first call, exit (no check);
 - the library load: inside a process that has imported torch, ``import tvm_ffi``, TVM's
@@ -48,7 +48,7 @@ _PRELUDE = (
 _CODE = {
     "import torch": "import torch\n",
     "import tileauto": "import tileauto\n",
-    "tileauto --help": "from tileauto.cli.commands import main\nmain(['--help'])\n",
+    "tileauto --help": "from tileauto.cli import main\nmain(['--help'])\n",
     "warm process": (
         "import sys\nsys.path.insert(0, {examples!r})\n"
         "import torch, tileauto, gemm_cpu\n"

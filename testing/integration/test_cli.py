@@ -17,8 +17,8 @@ import torch
 from cache_kernels import jit_matmul, ref_scale_add, tune_scale_add
 
 import tileauto
+from tileauto import cli
 from tileauto.cache import disk
-from tileauto.cli import commands as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
@@ -313,7 +313,7 @@ def test_show_plot_without_matplotlib_names_the_extra(cache, tmp_path):
     image = tmp_path / "trials.png"
     blocked = (
         "import sys; sys.modules['matplotlib'] = None; "  # as if it were not installed
-        "from tileauto.cli.commands import main; sys.exit(main(sys.argv[1:]))"
+        "from tileauto.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(

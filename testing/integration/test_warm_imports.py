@@ -130,7 +130,7 @@ def test_the_command_imports_neither_torch_nor_tvm(warm_cache, argv):
     argv = [key if a == "KEY" else a for a in argv]
     report = child(
         f"""
-        from tileauto.cli.commands import main
+        from tileauto.cli import main
         try:
             code = main({argv!r})
         except SystemExit as exc:  # --help

@@ -1,0 +1,176 @@
+"""The ``tileauto`` command: its parser, ``main`` and the ``env`` verb.
+
+    tileauto cache list [--kind K] [--json]     key, kernel, target, age, size, best latency
+    tileauto cache show KEY [--plot IMG]        one entry: facts, the trial table, a picture
+    tileauto cache verify [--delete]            hash check of every entry
+    tileauto cache clear [--older-than AGE]     delete entries (all, or older than AGE) and
+                                                what killed runs left in the staging dir
+    tileauto cache clear --logs                 delete the logs no running process writes
+    tileauto cache export KEY DIR               copy one entry to DIR (to ship it)
+    tileauto cache export KEY --trials FILE     write its trials as JSON (tileauto-trials/1)
+    tileauto cache import DIR                   copy an exported entry (or a folder of them) in
+    tileauto env                                every TILEAUTO_* setting, as in effect now
+
+Exit codes: 0 success, 1 the operation failed or found problems, 2 a usage error (bad
+arguments or a bad ``TILEAUTO_*`` value). ``python -m tileauto`` is the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tileauto.cli.base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, CommandError, parse_age, settings_of
+from tileauto.cli.cache_commands import (
+    cmd_clear,
+    cmd_export,
+    cmd_import,
+    cmd_list,
+    cmd_show,
+    cmd_verify,
+)
+
+# ``tileauto --help`` and the cache verbs import only what they use: no torch, no TVM, and
+# not even ``typing`` or ``pathlib`` before a verb needs them. Type checkers treat a name
+# ``TYPE_CHECKING`` as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from tileauto.cache.key import versions
+
+    settings = settings_of(args)
+    for name, value in settings.describe().items():
+        print(f"{name}={value}")
+    v = versions()
+    print()
+    print(f"# staging dir: {settings.staging_dir}")
+    print(f"# logs dir: {settings.logs_dir}")
+    print(f"# tuning cache: {'on' if settings.tuning_cache_enabled else 'off'}")
+    print(f"# kernel cache: {'on' if settings.kernel_cache_enabled else 'off'}")
+    print(
+        f"# versions: tileauto {v['tileauto']}, TVM {v['tvm']}, cache format {v['format']}, Python {sys.version.split()[0]}"
+    )
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command and verb; each sets ``func``, the command to run."""
+    parser = argparse.ArgumentParser(
+        prog="tileauto",
+        description="tileauto: inspect and manage the disk cache of tuned and compiled kernels.",
+        epilog="Exit codes: 0 success, 1 failure or problems found, 2 usage error.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the tileauto version")
+    cache_dir_help = "cache root (default: TILEAUTO_CACHE_DIR or ~/.tileauto/cache)"
+    # accepted before the command, after it, or after the verb; the last one given wins
+    parser.add_argument("--cache-dir", default=None, help=cache_dir_help)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    cache = sub.add_parser(
+        "cache", help="list, show, verify, clear, export or import cache entries"
+    )
+    cache.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_dir_help)
+    cache_sub = cache.add_subparsers(dest="verb", metavar="VERB")
+
+    def add(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
+        p = cache_sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_dir_help)
+        p.set_defaults(func=fn)
+        return p
+
+    p = add("list", "list entries: key, kernel, target, age, size, best latency", cmd_list)
+    p.add_argument("--kind", choices=("all", "autotuner", "kernels"), default="all")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p = add("show", "show one entry: its facts and the table of every config's trial", cmd_show)
+    p.add_argument("key", metavar="KEY", help="the key, or a unique prefix of it")
+    p.add_argument(
+        "--plot",
+        metavar="IMG",
+        help='also draw the trials into IMG (.png, .svg or .pdf; needs pip install "tileauto[plot]")',
+    )
+    p = add(
+        "verify",
+        "check the sha256 of every file of every entry, ownership and permissions",
+        cmd_verify,
+    )
+    p.add_argument("--kind", choices=("all", "autotuner", "kernels"), default="all")
+    p.add_argument("--delete", action="store_true", help="delete the entries that fail")
+    p.add_argument("-v", "--verbose", action="store_true", help="also list the entries that pass")
+    p = add(
+        "clear",
+        "delete entries (all of them, or those older than --older-than) and what killed runs "
+        "left in the staging dir; with --logs, delete the logs instead",
+        cmd_clear,
+    )
+    p.add_argument(
+        "--older-than",
+        type=parse_age,
+        metavar="AGE",
+        help="only entries (or logs) older than AGE (e.g. 7d, 12h, 30m, 90s)",
+    )
+    p.add_argument("--kind", choices=("all", "autotuner", "kernels"), default="all")
+    p.add_argument(
+        "--logs",
+        action="store_true",
+        help="delete the tuning and worker logs no running process writes (entries are kept)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="list what would be deleted; delete nothing"
+    )
+    p = add(
+        "export",
+        "copy one entry to DIR, a new or empty folder, to ship it; or write its trials as JSON",
+        cmd_export,
+    )
+    p.add_argument("key", metavar="KEY", help="the key, or a unique prefix of it")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="destination folder (created)")
+    p.add_argument(
+        "--trials",
+        metavar="FILE",
+        help='write the trials of a tuned entry to FILE as JSON ("format": "tileauto-trials/1"; '
+        "- for stdout)",
+    )
+    p = add(
+        "import", "copy an exported entry, or every entry in a folder, into the cache", cmd_import
+    )
+    p.add_argument("dir", metavar="DIR", help="an exported entry, or a folder of them")
+    cache.set_defaults(func=None, parser=cache)
+
+    env = sub.add_parser(
+        "env",
+        help="print every TILEAUTO_* setting as in effect now",
+        description="print every TILEAUTO_* setting as in effect now",
+    )
+    env.set_defaults(func=cmd_env)
+    parser.set_defaults(func=None, parser=parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        # the package this module belongs to is loaded; no import edge back to its root
+        print(f"tileauto {sys.modules['tileauto'].__version__}")
+        return EXIT_OK
+    if args.func is None:
+        getattr(args, "parser", parser).print_help(sys.stderr)
+        return EXIT_USAGE
+    from tileauto.errors import CacheError
+
+    try:
+        return int(args.func(args))
+    except CommandError as exc:
+        print(f"tileauto: error: {exc}", file=sys.stderr)
+        return exc.code
+    except CacheError as exc:
+        print(f"tileauto: error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except OSError as exc:
+        print(f"tileauto: error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
