@@ -17,7 +17,7 @@ from tileauto.jit.thread_pool import SPIN_VAR
 from tileauto.options import ProfileArgs
 from tileauto.records import RunOutcome, TrialStatus
 from tileauto.run import worker as run_worker
-from tileauto.run.worker import RunRequest, SessionSpec, SetupInfo, spec_signature
+from tileauto.run.worker import RunRequest, SessionSpec, spec_signature
 from tileauto.utils.threads import background_thread
 from tileauto.workers.procs import (
     RemoteJobError,
@@ -72,8 +72,6 @@ class Runner:
         self._setup_errors: dict[str, Exception] = {}  # a failed setup fails its later runs too
         self.reference_signature = ""  # where the default config ran
         self._setup_lock = threading.Lock()
-        self.setup_info: SetupInfo | None = None
-        self.replacements = 0
 
     # -- the run stage ----------------------------------------------------------------------
     def start(self) -> None:
@@ -158,7 +156,7 @@ class Runner:
             if key not in self._ready:
                 self.setup(key)
 
-    def setup(self, key: str | None = None) -> SetupInfo:
+    def setup(self, key: str | None = None) -> None:
         """Send the session (inputs, then the reference) to the worker.
 
         Making the inputs (``supply_prog``) and computing the reference (``ref_prog``) each
@@ -172,18 +170,15 @@ class Runner:
         key = self.first if key is None else key
         spec = self.specs[key]
         try:
-            info = self._setup_step(run_worker.setup, (spec, False), self._inputs_name())
+            self._setup_step(run_worker.setup, (spec, False), self._inputs_name())
             if spec.profile.ref_prog is not None and not spec.profile.skip_check:
-                info = self._setup_step(run_worker.compute_reference, (key,), "ref_prog")
+                self._setup_step(run_worker.compute_reference, (key,), "ref_prog")
         except WorkerCancelled:
             raise  # an interrupt, not a property of this setup: not remembered
         except Exception as exc:
             self._setup_errors[key] = exc
             raise
         self._ready.add(key)
-        if self.setup_info is None:
-            self.setup_info = info
-        return info
 
     def _spec_for(self, artifact: KernelArtifact) -> str:
         """The signature of ``artifact``, with a session spec made for it if it is new."""
@@ -204,14 +199,14 @@ class Runner:
     def _inputs_name(self) -> str:
         return "supply_prog" if self.profile.supply_prog is not None else "making the inputs"
 
-    def _setup_step(self, fn: Callable[..., SetupInfo], args: tuple, what: str) -> SetupInfo:
+    def _setup_step(self, fn: Callable[..., None], args: tuple, what: str) -> None:
         """One setup job under the tuning's timeout, its failure turned into a clear error."""
         from tileauto import errors
 
         kind = errors.InputSupplyError if what != "ref_prog" else errors.TileautoError
         assert self.worker is not None
         try:
-            return self.worker.call(fn, *args, timeout_s=self.timeout_s)
+            self.worker.call(fn, *args, timeout_s=self.timeout_s)
         except RemoteJobError as exc:
             raise _unwrap(exc) from None
         except WorkerTimeout:
@@ -313,7 +308,6 @@ class Runner:
         assert self.worker is not None
         self.worker.kill()
         self._ready.clear()
-        self.replacements += 1
         return RunOutcome(status, error=message)
 
 

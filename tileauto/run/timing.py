@@ -3,12 +3,20 @@
 CPU: the native loop of ``src/`` (no Python between iterations) or a perf_counter loop.
 CUDA: CUDA events around each repetition, with the L2 cache flushed before each one.
 A timer is a plain callable, so tests pass a scripted one and know the winner in advance.
+:func:`iterations` turns the profile's milliseconds into the counts a timer is given.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+
+from tileauto.options import MAX_ITERATIONS, ProfileArgs
+
+MIN_REP_ITERS = 3  # a median and a spread need a few samples, however slow the kernel
+ESTIMATE_CALLS = 3
 
 
 class Timer(Protocol):
@@ -97,3 +105,41 @@ def default_timer(device: str, flush: bool | None) -> Timer:
     if device == "cuda":
         return cuda_timer(flush=True if flush is None else flush)
     return cpu_timer(flush_bytes=(64 * 2**20) if flush else 0)
+
+
+def iterations(
+    profile: ProfileArgs, func: Callable[..., Any], args: Sequence[Any], device: str
+) -> tuple[int, int]:
+    """Warm-up and timed iteration counts for one kernel, as TileLang and Triton resolve them.
+
+    ``warmup_iters``/``rep_iters`` are used as given; otherwise the counts are ``warmup`` and
+    ``rep`` milliseconds divided by a first estimate of one call (the median of a few calls),
+    at least ``MIN_REP_ITERS`` timed runs and at most ``MAX_ITERATIONS`` of each, so a slow
+    config costs bounded time and a fast one is timed long enough to be measured.
+    """
+    if profile.warmup_iters is not None and profile.rep_iters is not None:
+        return profile.warmup_iters, profile.rep_iters
+    one_ms = max(_estimate_ms(func, args, device), 1e-5)
+    n_warmup = profile.warmup_iters
+    if n_warmup is None:
+        n_warmup = (
+            min(MAX_ITERATIONS, math.ceil(profile.warmup / one_ms)) if profile.warmup > 0 else 0
+        )
+    n_rep = profile.rep_iters
+    if n_rep is None:
+        n_rep = min(MAX_ITERATIONS, max(MIN_REP_ITERS, math.ceil(profile.rep / one_ms)))
+    return n_warmup, n_rep
+
+
+def _estimate_ms(func: Callable[..., Any], args: Sequence[Any], device: str) -> float:
+    """The median wall time of a few calls, in ms (the kernel ran once already, in the check)."""
+    times = []
+    for _ in range(ESTIMATE_CALLS):
+        start = time.perf_counter_ns()
+        func(*args)
+        if device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        times.append(time.perf_counter_ns() - start)
+    return sorted(times)[len(times) // 2] / 1e6

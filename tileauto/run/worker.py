@@ -1,17 +1,18 @@
-"""The run worker's side of tuning: hold the inputs and the reference, validate and time configs.
+"""The run worker: hold each kernel signature's inputs and reference, check and time configs.
 
-The parent sends one :class:`SessionSpec` (``setup``) and then one :class:`RunRequest` per
-config (``check_and_time``). Everything here runs inside the isolated run worker: a config that crashes or
-hangs takes only this process down, and the user's tensors are never touched (the worker holds
-copies, and every config gets fresh clones of them).
+The parent sends one :class:`SessionSpec` per kernel signature (``setup``) and one
+:class:`RunRequest` per config (``check_and_time``). The jobs are module functions (a worker
+is sent a job by name) acting on the process's one :class:`RunWorker`. They run inside the
+isolated run worker: a config that crashes or hangs takes only that process down, and the
+user's tensors are never touched (every config gets fresh clones of the worker's copies).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,11 +23,12 @@ import torch
 
 from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.jit import launcher
-from tileauto.options import MAX_ITERATIONS, ProfileArgs
-from tileauto.records import BUSY_NOTE, NOT_COMPARED_NOTE, RunOutcome, TrialStatus
+from tileauto.options import ProfileArgs
+from tileauto.records import NOT_COMPARED_NOTE, RunOutcome, TrialStatus
 from tileauto.run.buffers import canaries_intact, interleave, padded_clones, padded_outputs
+from tileauto.run.busy import busy_note, runqueue_wait_s
 from tileauto.run.inputs import make_inputs
-from tileauto.run.timing import Timer, default_timer
+from tileauto.run.timing import Timer, default_timer, iterations
 from tileauto.run.validate import Verdict, as_list, check_bool, compare, unwritten
 
 
@@ -44,21 +46,12 @@ class SessionSpec:
     device: str
     profile: ProfileArgs = field(default_factory=ProfileArgs)
     captured: list[torch.Tensor] | None = None
-    inplace_args: tuple[int, ...] | None = None  # input positions, checked against params
+    inplace_args: tuple[int, ...] | None = None  # input positions, checked by the runner
     flush: bool | None = None  # resolved: L2 flush on CUDA unless turned off
     timer: Timer | None = None
     threads: int = 1
     reference: list[torch.Tensor] | None = None
     reference_inplace: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class SetupInfo:
-    """What setup learned: the reference program's latency and any problem with it."""
-
-    ref_latency_ms: float | None
-    ref_error: str | None
-    input_names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -73,6 +66,8 @@ class RunRequest:
 
 @dataclass
 class _Session:
+    """One kernel signature's inputs, reference and loaded libraries."""
+
     spec: SessionSpec
     inputs: list[torch.Tensor]
     in_pos: tuple[int, ...]
@@ -86,9 +81,6 @@ class _Session:
     iters: dict[str, tuple[int, int]] = field(default_factory=dict)  # per config: warm-up, rep
 
 
-_SESSIONS: dict[str, _Session] = {}  # one per kernel signature: its inputs and reference
-
-
 def signature(params: Sequence[ParamSpec], out_pos: Sequence[int]) -> str:
     """A kernel's buffer signature: parameter names, shapes and dtypes, and its outputs.
 
@@ -99,224 +91,315 @@ def signature(params: Sequence[ParamSpec], out_pos: Sequence[int]) -> str:
 
 
 def spec_signature(spec: SessionSpec) -> str:
+    """The signature of the kernel a session spec describes."""
     return signature(spec.params, spec.out_pos)
 
 
 def artifact_signature(artifact: KernelArtifact) -> str:
+    """The signature of a built config."""
     return signature(artifact.params, artifact.out_idx)
 
 
-def setup(spec: SessionSpec, reference: bool = True) -> SetupInfo:
-    """Make inputs, compute the reference, remember everything for the runs that follow.
-
-    With ``reference=False`` the reference is left to :func:`compute_reference`, so that the
-    parent can time the two apart (a hung ``supply_prog`` and a hung ``ref_prog`` are told
-    apart in the error).
-    """
-    torch.manual_seed(spec.profile.seed)
-    if spec.device == "cpu":
-        torch.set_num_threads(max(1, spec.threads))
-        launcher.set_threads(max(1, spec.threads))  # the pool the kernel will run on after tuning
-    in_pos = tuple(i for i in range(len(spec.params)) if i not in set(spec.out_pos))
-    inputs = make_inputs(
-        spec.params,
-        in_pos,
-        captured=spec.captured,
-        supply_prog=spec.profile.supply_prog,
-        supply_type=spec.profile.supply_type,
-        seed=spec.profile.seed,
-        device=spec.device,
-    )
-    inputs = [t.to(spec.device).contiguous() if isinstance(t, torch.Tensor) else t for t in inputs]
-    session = _Session(
-        spec=spec, inputs=inputs, in_pos=in_pos, reference=spec.reference, inplace=spec.inplace_args
-    )
-    if spec.reference_inplace is not None and session.inplace is None:
-        session.inplace = spec.reference_inplace
-    session.timer = spec.timer or default_timer(spec.device, spec.flush)
-    key = spec_signature(spec)
-    _SESSIONS[key] = session
-    if reference:
-        return compute_reference(key)
-    return SetupInfo(None, None, tuple(spec.params[p].name for p in in_pos))
+# -- the jobs: what a parent sends to its run worker ------------------------------------------
+def setup(spec: SessionSpec, reference: bool = True) -> None:
+    """:meth:`RunWorker.setup` in this process's run worker."""
+    process_worker().setup(spec, reference)
 
 
-def compute_reference(key: str | None = None) -> SetupInfo:
-    """Run ``ref_prog`` once on a session's inputs (the expected outputs), if there is one."""
-    session = _require(key)
-    spec, inputs = session.spec, session.inputs
-    ref_latency, ref_error = None, None
-    if spec.profile.ref_prog is not None and not spec.profile.skip_check:
-        n_results = len(spec.out_pos) + len(spec.inplace_args or ())
-        session.ref_checker = _positional_arity(spec.profile.ref_prog) == len(inputs) + max(
-            1, n_results
-        )
-        if not session.ref_checker:
-            try:
-                start = time.perf_counter()
-                session.expected = spec.profile.ref_prog(*_clones(inputs))
-                _sync(spec.device)
-                ref_latency = (time.perf_counter() - start) * 1e3
-            except Exception as exc:  # noqa: BLE001 - reported to the user, tuning goes on
-                ref_error = f"ref_prog raised {type(exc).__name__}: {exc}"
-            session.ref_error = ref_error
-    return SetupInfo(ref_latency, ref_error, tuple(spec.params[p].name for p in session.in_pos))
+def compute_reference(key: str | None = None) -> None:
+    """:meth:`RunWorker.compute_reference` in this process's run worker."""
+    process_worker().compute_reference(key)
 
 
-def time_reference(warmup: int, rep: int, key: str | None = None) -> float | None:
-    """Median latency (ms) of the reference program on a session's inputs."""
-    session = _require(key)
-    if session.spec.profile.ref_prog is None or session.ref_checker:
-        return None
-    args = _clones(session.inputs)
-    samples = []
-    for i in range(warmup + rep):
-        start = time.perf_counter_ns()
-        session.spec.profile.ref_prog(*args)
-        _sync(session.spec.device)
-        if i >= warmup:
-            samples.append(time.perf_counter_ns() - start)
-    samples.sort()
-    return samples[len(samples) // 2] / 1e6
+def check_and_time(request: RunRequest) -> RunOutcome:
+    """:meth:`RunWorker.check_and_time` in this process's run worker."""
+    return process_worker().check_and_time(request)
 
 
 def retime(requests: list[RunRequest], rounds: int) -> list[tuple[float, ...]]:
-    """Time already validated configs again, interleaved: ``rounds`` passes over all of them.
+    """:meth:`RunWorker.retime` in this process's run worker."""
+    return process_worker().retime(requests, rounds)
 
-    Noise on a shared machine comes in spells longer than one config's timing block; visiting
-    every config in each round (starting at a different one each time) spreads a slow spell
-    over all of them instead of letting it sink one. Returns nanosecond samples per request.
+
+def time_reference(warmup: int, rep: int, key: str | None = None) -> float | None:
+    """:meth:`RunWorker.time_reference` in this process's run worker."""
+    return process_worker().time_reference(warmup, rep, key)
+
+
+def process_worker() -> RunWorker:
+    """This process's run worker, made on first use (a forked child makes its own)."""
+    return _worker_of(os.getpid())
+
+
+@functools.cache
+def _worker_of(pid: int) -> RunWorker:
+    return RunWorker()
+
+
+class RunWorker:
+    """A run worker's state: a session per kernel signature, and where the default config ran.
+
+    One per process (:func:`process_worker`), which the jobs above act on; tests make their own.
     """
-    kernels = []
-    for request in requests:
-        session = _require(artifact_signature(request.artifact))
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, _Session] = {}
+        self.reference_key: str | None = None  # the signature of the default config's run
+
+    def setup(self, spec: SessionSpec, reference: bool = True) -> None:
+        """Make inputs, compute the reference, remember everything for the runs that follow.
+
+        With ``reference=False`` the reference is left to :meth:`compute_reference`, so that
+        the parent can time the two apart (a hung ``supply_prog`` and a hung ``ref_prog`` are
+        told apart in the error).
+        """
+        torch.manual_seed(spec.profile.seed)
+        if spec.device == "cpu":
+            torch.set_num_threads(max(1, spec.threads))
+            launcher.set_threads(max(1, spec.threads))  # the pool the tuned kernel runs on
+        in_pos = tuple(i for i in range(len(spec.params)) if i not in set(spec.out_pos))
+        inputs = make_inputs(
+            spec.params,
+            in_pos,
+            captured=spec.captured,
+            supply_prog=spec.profile.supply_prog,
+            supply_type=spec.profile.supply_type,
+            seed=spec.profile.seed,
+            device=spec.device,
+        )
+        inputs = [
+            t.to(spec.device).contiguous() if isinstance(t, torch.Tensor) else t for t in inputs
+        ]
+        session = _Session(
+            spec=spec,
+            inputs=inputs,
+            in_pos=in_pos,
+            reference=spec.reference,
+            inplace=spec.inplace_args,
+        )
+        if spec.reference_inplace is not None and session.inplace is None:
+            session.inplace = spec.reference_inplace
+        session.timer = spec.timer or default_timer(spec.device, spec.flush)
+        key = spec_signature(spec)
+        self.sessions[key] = session
+        if reference:
+            self.compute_reference(key)
+
+    def compute_reference(self, key: str | None = None) -> None:
+        """Run ``ref_prog`` once on a session's inputs (the expected outputs), if there is one.
+
+        A ``ref_prog`` that raises fails every config of the session, with its message.
+        """
+        session = self._require(key)
+        spec, inputs = session.spec, session.inputs
+        if spec.profile.ref_prog is None or spec.profile.skip_check:
+            return
+        n_results = len(spec.out_pos) + len(spec.inplace_args or ())
+        arity = _positional_arity(spec.profile.ref_prog)
+        session.ref_checker = arity == len(inputs) + max(1, n_results)
+        if session.ref_checker:
+            return
+        try:
+            session.expected = spec.profile.ref_prog(*_clones(inputs))
+            _sync(spec.device)
+        except Exception as exc:  # noqa: BLE001 - reported in every trial, tuning goes on
+            session.ref_error = f"ref_prog raised {type(exc).__name__}: {exc}"
+
+    def time_reference(self, warmup: int, rep: int, key: str | None = None) -> float | None:
+        """Median latency (ms) of the reference program on a session's inputs."""
+        session = self._require(key)
+        if session.spec.profile.ref_prog is None or session.ref_checker:
+            return None
+        args = _clones(session.inputs)
+        samples = []
+        for i in range(warmup + rep):
+            start = time.perf_counter_ns()
+            session.spec.profile.ref_prog(*args)
+            _sync(session.spec.device)
+            if i >= warmup:
+                samples.append(time.perf_counter_ns() - start)
+        samples.sort()
+        return samples[len(samples) // 2] / 1e6
+
+    def retime(self, requests: list[RunRequest], rounds: int) -> list[tuple[float, ...]]:
+        """Time already validated configs again, interleaved: ``rounds`` passes over them all.
+
+        Noise on a shared machine comes in spells longer than one config's timing block;
+        visiting every config in each round (starting at a different one each time) spreads a
+        slow spell over all of them instead of letting it sink one. Returns nanosecond
+        samples per request.
+        """
+        kernels = []
+        for request in requests:
+            session = self._require(artifact_signature(request.artifact))
+            spec = session.spec
+            func = _with_hooks(self._load(session, request.artifact), spec, request.artifact)
+            with own_work(spec.device):
+                ins = _clones(session.inputs)
+                outs, _ = padded_outputs(
+                    request.artifact.params, request.artifact.out_idx, ins, spec.device
+                )
+            full = interleave(
+                len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
+            )
+            counts = session.iters.get(_config_key(request.config)) or iterations(
+                spec.profile, func, full, spec.device
+            )
+            timer = session.timer
+            assert timer is not None, "set up before any run"
+            kernels.append((func, full, request.config, timer, counts[1]))
+        rounds = max(1, min(rounds, min(k[4] for k in kernels)))
+        samples: list[list[float]] = [[] for _ in kernels]
+        for r in range(rounds):
+            for j in range(len(kernels)):
+                k = (j + r) % len(kernels)
+                func, full, config, timer, n_rep = kernels[k]
+                per_round = n_rep // rounds + (1 if r < n_rep % rounds else 0)  # n_rep in all
+                got = timer(
+                    func,
+                    full,
+                    warmup=min(2, n_rep),
+                    rep=per_round,
+                    config=config,
+                    device=spec.device,
+                )
+                samples[k].extend(got)
+        return [tuple(s) for s in samples]
+
+    def check_and_time(self, request: RunRequest) -> RunOutcome:
+        """Load, validate and time one config (in its signature's session)."""
+        session = self._require(artifact_signature(request.artifact))
+        start = time.perf_counter()
+        outcome = self._check_and_time(session, request)
+        return RunOutcome(**{**outcome.__dict__, "run_s": time.perf_counter() - start})
+
+    def _check_and_time(self, session: _Session, request: RunRequest) -> RunOutcome:
         spec = session.spec
-        func = _with_hooks(_load(session, request.artifact), spec, request.artifact)
+        try:
+            func = _with_hooks(self._load(session, request.artifact), spec, request.artifact)
+        except Exception as exc:  # noqa: BLE001
+            return RunOutcome(TrialStatus.RUN_ERROR, error=f"loading the library failed: {exc}")
         with own_work(spec.device):
-            ins = _clones(session.inputs)
-            outs, _ = padded_outputs(
+            ins, in_bufs = padded_clones(session.inputs)
+            outs, out_bufs = padded_outputs(
                 request.artifact.params, request.artifact.out_idx, ins, spec.device
             )
         full = interleave(
             len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
         )
-        counts = session.iters.get(_config_key(request.config)) or iterations(spec, func, full)
-        timer = session.timer
-        assert timer is not None, "set up before any run"
-        kernels.append((func, full, request.config, timer, counts[1]))
-    rounds = max(1, min(rounds, min(k[4] for k in kernels)))
-    samples: list[list[float]] = [[] for _ in kernels]
-    for r in range(rounds):
-        for j in range(len(kernels)):
-            k = (j + r) % len(kernels)
-            func, full, config, timer, n_rep = kernels[k]
-            per_round = n_rep // rounds + (1 if r < n_rep % rounds else 0)  # n_rep in total
-            got = timer(
-                func,
-                full,
-                warmup=min(2, n_rep),
-                rep=per_round,
-                config=config,
-                device=spec.device,
+        try:
+            func(*full)
+            _sync(spec.device)
+        except Exception as exc:  # noqa: BLE001
+            return RunOutcome(TrialStatus.RUN_ERROR, error=f"{type(exc).__name__}: {exc}")
+        with own_work(spec.device):
+            positions = list(session.in_pos) + list(request.artifact.out_idx)
+            spilled = [
+                p
+                for p, buf in zip(positions, in_bufs + out_bufs)
+                if buf is not None and not canaries_intact(buf)
+            ]
+            mutated = tuple(
+                k for k, (a, b) in enumerate(zip(ins, session.inputs)) if not _same(a, b)
             )
-            samples[k].extend(got)
-    return [tuple(s) for s in samples]
-
-
-def check_and_time(request: RunRequest) -> RunOutcome:
-    """Load, validate and time one config in this worker (in its signature's session)."""
-    session = _require(artifact_signature(request.artifact))
-    start = time.perf_counter()
-    outcome = _check_and_time(session, request)
-    return RunOutcome(**{**outcome.__dict__, "run_s": time.perf_counter() - start})
-
-
-def _check_and_time(session: _Session, request: RunRequest) -> RunOutcome:
-    spec = session.spec
-    try:
-        func = _with_hooks(_load(session, request.artifact), spec, request.artifact)
-    except Exception as exc:  # noqa: BLE001
-        return RunOutcome(TrialStatus.RUN_ERROR, error=f"loading the library failed: {exc}")
-    with own_work(spec.device):
-        ins, in_bufs = padded_clones(session.inputs)
-        outs, out_bufs = padded_outputs(
-            request.artifact.params, request.artifact.out_idx, ins, spec.device
-        )
-    full = interleave(
-        len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
-    )
-    try:
-        func(*full)
-        _sync(spec.device)
-    except Exception as exc:  # noqa: BLE001
-        return RunOutcome(TrialStatus.RUN_ERROR, error=f"{type(exc).__name__}: {exc}")
-    with own_work(spec.device):
-        spilled = [
-            p
-            for p, buf in zip(
-                list(session.in_pos) + list(request.artifact.out_idx), in_bufs + out_bufs
+        if spilled:
+            spilled_names = ", ".join(spec.params[p].name for p in spilled)
+            return RunOutcome(
+                TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {spilled_names}"
             )
-            if buf is not None and not canaries_intact(buf)
+        notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
+        if spec.profile.ref_prog is None and not request.is_reference and session.reference is None:
+            other = self._reference_signature_differs(session)
+            if other is not None:
+                notes += (other,)
+        inplace = session.inplace if session.inplace is not None else mutated
+        results = list(outs) + [ins[k] for k in inplace]
+        names = [spec.params[p].name for p in request.artifact.out_idx] + [
+            spec.params[session.in_pos[k]].name for k in inplace
         ]
-        mutated = tuple(k for k, (a, b) in enumerate(zip(ins, session.inputs)) if not _same(a, b))
-    if spilled:
-        spilled_names = ", ".join(spec.params[p].name for p in spilled)
-        return RunOutcome(
-            TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {spilled_names}"
-        )
-    notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
-    if spec.profile.ref_prog is None and not request.is_reference and session.reference is None:
-        other = _reference_signature_differs(session)
-        if other is not None:
-            notes += (other,)
-    inplace = session.inplace if session.inplace is not None else mutated
-    results = list(outs) + [ins[k] for k in inplace]
-    names = [spec.params[p].name for p in request.artifact.out_idx] + [
-        spec.params[session.in_pos[k]].name for k in inplace
-    ]
-    reference, reference_inplace = None, None
-    if request.is_reference and spec.profile.ref_prog is None:
-        session.reference = [r.detach().clone() for r in results]
-        _REFERENCE_KEY[0] = spec_signature(spec)
-        session.inplace = inplace
-        reference, reference_inplace = [r.cpu() for r in results], inplace
-        # the default config is its own reference; a manual check still sees its results
-        verdict = (
-            _check(session, ins, results, names, mutated)
-            if spec.profile.manual_check_prog is not None
-            else Verdict(True)
-        )
-    else:
-        verdict = _check(session, ins, results, names, mutated)
-    if not verdict.ok:
-        return RunOutcome(TrialStatus.MISMATCH, error=verdict.message, notes=notes)
-    samples: tuple[float, ...] = ()
-    if request.time_it:
-        timer = session.timer
-        assert timer is not None
-        n_warmup, n_rep = iterations(spec, func, full)
-        session.iters[_config_key(request.config)] = (n_warmup, n_rep)
-        waited, start = runqueue_wait_s(), time.perf_counter()
-        samples = tuple(
-            timer(
-                func,
-                full,
-                warmup=n_warmup,
-                rep=n_rep,
-                config=request.config,
-                device=spec.device,
+        reference, reference_inplace = None, None
+        if request.is_reference and spec.profile.ref_prog is None:
+            session.reference = [r.detach().clone() for r in results]
+            self.reference_key = spec_signature(spec)
+            session.inplace = inplace
+            reference, reference_inplace = [r.cpu() for r in results], inplace
+            # the default config is its own reference; a manual check still sees its results
+            verdict = (
+                _check(session, ins, results, names, mutated)
+                if spec.profile.manual_check_prog is not None
+                else Verdict(True)
             )
+        else:
+            verdict = _check(session, ins, results, names, mutated)
+        if not verdict.ok:
+            return RunOutcome(TrialStatus.MISMATCH, error=verdict.message, notes=notes)
+        samples: tuple[float, ...] = ()
+        if request.time_it:
+            samples, busy = _time(session, func, full, request.config)
+            notes += busy
+        return RunOutcome(
+            TrialStatus.OK,
+            samples_ns=samples,
+            notes=notes,
+            reference=reference,
+            reference_inplace=reference_inplace,
         )
-        busy = _busy_note(waited, time.perf_counter() - start)
-        if busy is not None:
-            notes += (busy,)
-    return RunOutcome(
-        TrialStatus.OK,
-        samples_ns=samples,
-        notes=notes,
-        reference=reference,
-        reference_inplace=reference_inplace,
+
+    def _reference_signature_differs(self, session: _Session) -> str | None:
+        """A note when the default config ran with other buffers: no reference for these."""
+        key = self.reference_key
+        if key is None or key == spec_signature(session.spec):
+            return None
+        ref = self.sessions.get(key)
+        theirs = {p.name: (list(p.shape), p.dtype) for p in (ref.spec.params if ref else ())}
+        diffs = [
+            f"{p.name} {list(p.shape)} {p.dtype} (default: {theirs[p.name][0]} {theirs[p.name][1]})"
+            for p in session.spec.params
+            if p.name in theirs and theirs[p.name] != (list(p.shape), p.dtype)
+        ]
+        what = "; ".join(diffs) if diffs else "other parameters"
+        return (
+            f"{NOT_COMPARED_NOTE}, whose buffers differ ({what}): only checked "
+            "for unwritten outputs; give a ref_prog to check it"
+        )
+
+    def _require(self, key: str | None = None) -> _Session:
+        """The session of signature ``key`` (the only one when ``key`` is None)."""
+        if key is None and len(self.sessions) == 1:
+            return next(iter(self.sessions.values()))
+        session = self.sessions.get(key) if key is not None else None
+        if session is None:
+            raise RuntimeError("run worker has no session for this kernel: setup() was not called")
+        return session
+
+    @staticmethod
+    def _load(session: _Session, artifact: KernelArtifact) -> Any:
+        """The kernel's function, its library loaded once per session with TVM's runtime
+        alone: a run worker started without the compiler (a Ray run actor) stays without it."""
+        from tileauto.jit import runtime
+
+        key = str(artifact.lib_path)
+        if key not in session.modules:
+            session.modules[key] = runtime.load_module(key, artifact.device_type)
+            if artifact.device_type == "cpu":
+                launcher.install(key)  # timed on the pool JITKernel runs it on
+        return session.modules[key][artifact.func_name]
+
+
+def _time(
+    session: _Session, func: Any, full: list, config: dict[str, Any]
+) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    """Time one checked config: its samples (ns) and a busy-machine note, if it earned one."""
+    spec, timer = session.spec, session.timer
+    assert timer is not None, "set up before any run"
+    n_warmup, n_rep = iterations(spec.profile, func, full, spec.device)
+    session.iters[_config_key(config)] = (n_warmup, n_rep)
+    waited, start = runqueue_wait_s(), time.perf_counter()
+    samples = tuple(
+        timer(func, full, warmup=n_warmup, rep=n_rep, config=config, device=spec.device)
     )
+    note = busy_note(waited, time.perf_counter() - start)
+    return samples, (() if note is None else (note,))
 
 
 def _check(
@@ -403,12 +486,10 @@ def own_work(device: str) -> Iterator[None]:
     """tileauto's own tensor work around a kernel call (copies, canaries, comparisons) on one
     torch thread, whatever the tuning's thread count.
 
-    The work is a few passes over memory, small next to the kernel's runs. Split over torch's
-    OpenMP threads, each operation waits at a barrier for every thread, and on a machine whose
-    other processes want the cores one of them waits a time slice for a CPU: copying,
-    checking and comparing a 256x256 result took 0.25 ms median but 1.4-10 ms mean on two
-    threads with two busy processes, 0.4-0.8 ms on one. The user's own programs (``ref_prog``,
-    ``supply_prog``, hooks) keep the tuning's threads.
+    The work is a few passes over memory; split over torch's OpenMP threads, each operation
+    waits at a barrier for every thread, which on a busy machine costs a time slice (see
+    docs/performance.md, "run worker"). The user's own programs (``ref_prog``, ``supply_prog``,
+    hooks) keep the tuning's threads.
     """
     before = torch.get_num_threads() if device == "cpu" else 1
     if before == 1:
@@ -449,135 +530,8 @@ def _with_hooks(func: Any, spec: SessionSpec, artifact: KernelArtifact) -> Any:
     return hooked
 
 
-MIN_REP_ITERS = 3  # a median and a spread need a few samples, however slow the kernel
-ESTIMATE_CALLS = 3
-
-
-def iterations(spec: SessionSpec, func: Any, args: Sequence[Any]) -> tuple[int, int]:
-    """Warm-up and timed iteration counts for one kernel, as TileLang and Triton resolve them.
-
-    ``warmup_iters``/``rep_iters`` are used as given; otherwise the counts are ``warmup`` and
-    ``rep`` milliseconds divided by a first estimate of one call (the median of a few calls),
-    at least ``MIN_REP_ITERS`` timed runs and at most ``MAX_ITERATIONS`` of each, so a slow
-    config costs bounded time and a fast one is timed long enough to be measured.
-    """
-    if spec.profile.warmup_iters is not None and spec.profile.rep_iters is not None:
-        return spec.profile.warmup_iters, spec.profile.rep_iters
-    one_ms = max(_estimate_ms(func, args, spec.device), 1e-5)
-    n_warmup = spec.profile.warmup_iters
-    if n_warmup is None:
-        n_warmup = (
-            min(MAX_ITERATIONS, math.ceil(spec.profile.warmup / one_ms))
-            if spec.profile.warmup > 0
-            else 0
-        )
-    n_rep = spec.profile.rep_iters
-    if n_rep is None:
-        n_rep = min(MAX_ITERATIONS, max(MIN_REP_ITERS, math.ceil(spec.profile.rep / one_ms)))
-    return n_warmup, n_rep
-
-
-def _estimate_ms(func: Any, args: Sequence[Any], device: str) -> float:
-    """The median wall time of a few calls, in ms (the kernel ran once already, in the check)."""
-    times = []
-    for _ in range(ESTIMATE_CALLS):
-        start = time.perf_counter_ns()
-        func(*args)
-        _sync(device)
-        times.append(time.perf_counter_ns() - start)
-    return sorted(times)[len(times) // 2] / 1e6
-
-
 def _config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=repr)
-
-
-_REFERENCE_KEY: list[str | None] = [None]  # the signature of the default config's run
-
-
-def _reference_signature_differs(session: _Session) -> str | None:
-    """A note when the default config ran with other buffers, so these results have no reference."""
-    key = _REFERENCE_KEY[0]
-    if key is None or key == spec_signature(session.spec):
-        return None
-    ref = _SESSIONS.get(key)
-    theirs = {p.name: (list(p.shape), p.dtype) for p in (ref.spec.params if ref else ())}
-    diffs = [
-        f"{p.name} {list(p.shape)} {p.dtype} (default: {theirs[p.name][0]} {theirs[p.name][1]})"
-        for p in session.spec.params
-        if p.name in theirs and theirs[p.name] != (list(p.shape), p.dtype)
-    ]
-    what = "; ".join(diffs) if diffs else "other parameters"
-    return (
-        f"{NOT_COMPARED_NOTE}, whose buffers differ ({what}): only checked "
-        "for unwritten outputs; give a ref_prog to check it"
-    )
-
-
-def _require(key: str | None = None) -> _Session:
-    """The session of signature ``key`` (the only one when ``key`` is None)."""
-    if key is None and len(_SESSIONS) == 1:
-        return next(iter(_SESSIONS.values()))
-    session = _SESSIONS.get(key) if key is not None else None
-    if session is None:
-        raise RuntimeError("run worker has no session for this kernel: setup() was not called")
-    return session
-
-
-def _load(session: _Session, artifact: KernelArtifact) -> Any:
-    """The kernel's function, its library loaded once per session with TVM's runtime alone:
-    a run worker that did not start with the compiler imported (a Ray run actor) does not
-    import it for its first kernel (1.6 s here)."""
-    from tileauto.jit import runtime
-
-    key = str(artifact.lib_path)
-    if key not in session.modules:
-        session.modules[key] = runtime.load_module(key, artifact.device_type)
-        if artifact.device_type == "cpu":
-            launcher.install(key)  # timed on the pool JITKernel runs it on (jit/launcher.py)
-    return session.modules[key][artifact.func_name]
-
-
-# A timing whose threads waited for a CPU this long, as a share of its wall time, measured
-# the machine's load as much as the kernel: quiet, a 2-thread GEMM's threads wait 0-3% of the
-# time here; with two busy processes on the 2 cores, 185% (both threads, nearly always).
-BUSY_WAIT_SHARE = 0.25
-_MIN_JUDGED_S = 0.02  # shorter timings are not judged (the share is noise there)
-
-
-def runqueue_wait_s() -> float | None:
-    """Seconds this process's threads have spent runnable but waiting for a CPU, summed
-    (Linux: ``/proc/self/task/*/schedstat``); None where the kernel does not say."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    total, seen = 0, False
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[1])
-            seen = True
-        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
-            continue
-    return total / 1e9 if seen else None
-
-
-def _busy_note(waited_before: float | None, wall_s: float) -> str | None:
-    """A note when the threads waited for a CPU for BUSY_WAIT_SHARE of the timing or more."""
-    if waited_before is None or wall_s < _MIN_JUDGED_S:
-        return None
-    now = runqueue_wait_s()
-    if now is None:
-        return None
-    waited = max(0.0, now - waited_before)
-    if waited < BUSY_WAIT_SHARE * wall_s:
-        return None
-    return (
-        f"{BUSY_NOTE}: its threads waited {waited * 1e3:.0f} ms for a CPU during "
-        f"{wall_s * 1e3:.0f} ms of timing (other processes held the cores; the latency "
-        f"measures the load as much as the kernel)"
-    )
 
 
 def _positional_arity(fn: Callable[..., Any]) -> int:

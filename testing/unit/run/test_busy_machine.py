@@ -17,14 +17,14 @@ import pytest
 
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import BUSY_NOTE, RunOutcome, TrialStatus
-from tileauto.run import worker as run_worker
+from tileauto.run.busy import busy_note, runqueue_wait_s
 from tileauto.settings import Settings
 from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.session import TuningSession
 
 needs_schedstat = pytest.mark.skipif(
-    run_worker.runqueue_wait_s() is None,
+    runqueue_wait_s() is None,
     reason="this kernel does not report run-queue waits (/proc/self/task/*/schedstat)",
 )
 
@@ -41,10 +41,10 @@ def test_a_timing_that_shared_its_cpu_with_a_busy_process_gets_the_note():
     try:
         assert busy.stdout is not None and busy.stdout.read(1) == b"x"  # it spins there now
         os.sched_setaffinity(0, {cpu})  # this thread, on the same CPU: it gets about half
-        before, start = run_worker.runqueue_wait_s(), time.perf_counter()
+        before, start = runqueue_wait_s(), time.perf_counter()
         while time.perf_counter() - start < 0.3:
             pass
-        note = run_worker._busy_note(before, time.perf_counter() - start)
+        note = busy_note(before, time.perf_counter() - start)
     finally:
         os.sched_setaffinity(0, allowed)
         busy.kill()
@@ -54,8 +54,8 @@ def test_a_timing_that_shared_its_cpu_with_a_busy_process_gets_the_note():
 
 
 def test_no_note_without_the_kernel_s_figures_or_for_a_timing_too_short_to_judge():
-    assert run_worker._busy_note(None, 1.0) is None
-    assert run_worker._busy_note(0.0, 0.001) is None  # 1 ms: too short to judge
+    assert busy_note(None, 1.0) is None
+    assert busy_note(0.0, 0.001) is None  # 1 ms: too short to judge
 
 
 def test_a_tuning_with_busy_timings_warns_and_keeps_the_notes(tmp_path):

@@ -1,7 +1,7 @@
 """The run worker's side, called in this process: inputs, the reference, checks and timing.
 
-The run worker runs these functions in an isolated process; here they run in the test's own
-process (on kernels that do not crash), so each verdict is checked without a worker.
+A run worker process runs these jobs on its one RunWorker; here each test makes its own, in
+the test's process (on kernels that do not crash), so each verdict is checked without a worker.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from scale_builds import build_modes  # noqa: E402
 from tileauto.options import ProfileArgs
 from tileauto.records import TrialStatus
 from tileauto.run import worker as run_worker
-from tileauto.run.worker import RunRequest, SessionSpec
+from tileauto.run.worker import RunRequest, RunWorker, SessionSpec
 
 N = 256
 
@@ -25,9 +25,9 @@ def built(tmp_path_factory):
     )
 
 
-@pytest.fixture(autouse=True)
-def fresh_sessions(monkeypatch):
-    monkeypatch.setattr(run_worker, "_SESSIONS", {})
+@pytest.fixture
+def worker():
+    return RunWorker()
 
 
 def spec_for(artifact, **profile) -> SessionSpec:
@@ -40,16 +40,16 @@ def spec_for(artifact, **profile) -> SessionSpec:
     )
 
 
-def run(artifact, *, reference=False, time_it=True):
+def run(worker, artifact, *, reference=False, time_it=True):
     request = RunRequest(artifact, dict(artifact.config), is_reference=reference, time_it=time_it)
-    return run_worker.check_and_time(request)
+    return worker.check_and_time(request)
 
 
-def test_the_default_is_the_reference_and_a_correct_config_passes_with_samples(built):
-    run_worker.setup(spec_for(built["ok"]), reference=False)
-    first = run(built["ok"], reference=True)
+def test_the_default_is_the_reference_and_a_correct_config_passes_with_samples(worker, built):
+    worker.setup(spec_for(built["ok"]), reference=False)
+    first = run(worker, built["ok"], reference=True)
     assert first.status is TrialStatus.OK and first.reference is not None
-    again = run(built["ok"])
+    again = run(worker, built["ok"])
     assert again.status is TrialStatus.OK and len(again.samples_ns) == 3
 
 
@@ -61,32 +61,32 @@ def test_the_default_is_the_reference_and_a_correct_config_passes_with_samples(b
         ("spill", TrialStatus.OUT_OF_BOUNDS, "wrote outside the bounds of B"),
     ],
 )
-def test_each_wrong_kernel_gets_its_verdict(built, mode, status, says):
-    run_worker.setup(spec_for(built["ok"]), reference=False)
-    run(built["ok"], reference=True)
-    got = run(built[mode])
+def test_each_wrong_kernel_gets_its_verdict(worker, built, mode, status, says):
+    worker.setup(spec_for(built["ok"]), reference=False)
+    run(worker, built["ok"], reference=True)
+    got = run(worker, built[mode])
     assert got.status is status, got
     assert says in (got.error or ""), got.error
 
 
-def test_a_ref_prog_is_the_reference_and_a_kernel_that_writes_its_input_is_noted(built):
+def test_a_ref_prog_is_the_reference_and_a_kernel_that_writes_its_input_is_noted(worker, built):
     spec = spec_for(built["ok"], ref_prog=lambda a: a * 2)
-    run_worker.setup(spec, reference=False)
-    run_worker.compute_reference()
-    assert run(built["ok"]).status is TrialStatus.OK
-    inplace = run(built["inplace"])
+    worker.setup(spec, reference=False)
+    worker.compute_reference()
+    assert run(worker, built["ok"]).status is TrialStatus.OK
+    inplace = run(worker, built["inplace"])
     assert any("writes into input 'A'" in note for note in inplace.notes)
 
 
-def test_the_user_inputs_are_never_touched(built):
+def test_the_user_inputs_are_never_touched(worker, built):
     import torch
 
     a = torch.arange(N, dtype=torch.float32)
     spec = spec_for(built["inplace"])
     spec.captured = [a.clone()]
-    run_worker.setup(spec, reference=False)
-    run(built["inplace"], reference=True)
-    run(built["inplace"])
+    worker.setup(spec, reference=False)
+    run(worker, built["inplace"], reference=True)
+    run(worker, built["inplace"])
     assert torch.equal(spec.captured[0], a)  # the session works on its own copies
 
 
@@ -120,7 +120,7 @@ def test_a_fresh_process_checks_and_times_a_kernel_without_importing_the_compile
 
 
 def test_own_work_runs_on_one_torch_thread_and_the_users_programs_on_the_tunings(
-    built, monkeypatch
+    worker, built, monkeypatch
 ):
     """Copies and comparisons split over torch's threads wait at its barrier for a thread that
     other processes keep off the CPU (milliseconds per config on a busy machine): they run on
@@ -150,9 +150,9 @@ def test_own_work_runs_on_one_torch_thread_and_the_users_programs_on_the_tunings
     spec.threads = 2
     torch_before, pool_before = torch.get_num_threads(), launcher.threads()
     try:
-        run_worker.setup(spec, reference=False)
-        run_worker.compute_reference()
-        assert run(built["ok"]).status is TrialStatus.OK
+        worker.setup(spec, reference=False)
+        worker.compute_reference()
+        assert run(worker, built["ok"]).status is TrialStatus.OK
         after = torch.get_num_threads()
     finally:
         torch.set_num_threads(torch_before)

@@ -44,13 +44,15 @@ def test_a_crash_and_a_hang_replace_the_worker_and_the_next_config_runs(runner, 
     runner.start()
     runner.prepare(built["ok"])
     assert run(runner, built["ok"], reference=True).status is TrialStatus.OK
+    first_pid = runner.worker.pid
     crash = run(runner, built["segfault"])
     assert crash.status is TrialStatus.CRASH and "replaced" in crash.error
     hang = run(runner, built["hang"])
     assert hang.status is TrialStatus.TIMEOUT and "timed out after 5 s" in hang.error
-    assert runner.replacements == 2
+    assert "killed and replaced" in hang.error
     # the replacement worker was set up again, with the default config's reference
     assert run(runner, built["wrong"]).status is TrialStatus.MISMATCH
+    assert runner.worker.pid not in (None, first_pid)
     ok = run(runner, built["ok"])
     assert ok.status is TrialStatus.OK and len(ok.samples_ns) == 3
     assert ok.reference is None  # the reference stays with the runner, not in outcomes
