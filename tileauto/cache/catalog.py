@@ -162,7 +162,7 @@ def clear(
         size += info.size_bytes
     if KIND_TUNED in kinds:
         for problem_dir in _children(Path(root) / MEASUREMENTS):
-            if older_than_s is None or now - _newest_mtime(problem_dir) >= older_than_s:
+            if older_than_s is None or now - disk.newest_mtime(problem_dir) >= older_than_s:
                 size += disk.dir_size(problem_dir)
                 disk.remove_tree(problem_dir)
     for kind in KINDS:
@@ -175,11 +175,6 @@ def _children(path: Path) -> list[Path]:
         return [p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")]
     except OSError:
         return []
-
-
-def _newest_mtime(path: Path) -> float:
-    times = [p.stat().st_mtime for p in path.rglob("*") if p.is_file()]
-    return max(times, default=path.stat().st_mtime)
 
 
 @dataclass(frozen=True)

@@ -337,7 +337,7 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
         _replace(staged, final, parent)
     except BaseException:
         if moved is not None:
-            _discard(moved)  # a partial or unpublished copy must not stay in the cache
+            discard(moved)  # a partial or unpublished copy must not stay in the cache
         raise
     _fsync_dir(parent)
 
@@ -351,15 +351,15 @@ def _replace(staged: Path, final: Path, parent: Path) -> None:
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
             raise
     if _exchange(staged, final):
-        _discard(staged)  # it now holds the old entry (or the stray file)
+        discard(staged)  # it now holds the old entry (or the stray file)
     else:  # no atomic swap here: a crash between these renames leaves no entry (a miss)
         trash = parent / f".trash-{uuid.uuid4().hex[:12]}"
         os.rename(final, trash)
         os.rename(staged, final)
-        _discard(trash)
+        discard(trash)
 
 
-def _discard(path: Path) -> None:
+def discard(path: Path) -> None:
     """Delete a folder, file or link; gone already is fine."""
     try:
         if stat.S_ISDIR(os.lstat(path).st_mode):
@@ -381,7 +381,7 @@ def remove_tree(path: Path) -> None:
         os.rename(path, trash)
     except FileNotFoundError:
         return
-    _discard(trash)
+    discard(trash)
 
 
 def stage_dir(tmp_root: Path) -> Path:
@@ -616,11 +616,28 @@ def warn(message: str) -> None:
 
 
 def dir_size(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (or of ``path`` itself); links not followed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
     total = 0
-    for p in Path(path).rglob("*"):
-        try:
-            if p.is_file():
-                total += p.stat().st_size
-        except OSError:
-            pass
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                fst = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISREG(fst.st_mode):
+                    total += fst.st_size
     return total
+
+
+def newest_mtime(path: Path) -> float:
+    """The latest modification time of ``path`` and anything under it; links not followed."""
+    newest = 0.0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in (*dirnames, *filenames, "."):
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+    return newest

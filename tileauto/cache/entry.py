@@ -32,12 +32,6 @@ KIND_KERNEL = "kernels"
 KINDS = (KIND_TUNED, KIND_KERNEL)
 REQUIRED = (f"{KERNEL_DIR}/{KernelArtifact.LIB_NAME}", f"{KERNEL_DIR}/{KernelArtifact.META}")
 REQUIRED_TUNED = (*REQUIRED, "best_config.json", "latency.json", "trials.json")
-_KERNEL_FILES = (
-    KernelArtifact.LIB_NAME,
-    KernelArtifact.KERNEL_SOURCE,
-    KernelArtifact.HOST_SOURCE,
-    KernelArtifact.SCRIPT,
-)
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,7 @@ def write_kernel_dir(artifact: KernelArtifact, out: Path) -> None:
     kernel_dir = out / KERNEL_DIR
     kernel_dir.mkdir()
     _check_own(artifact.directory, os.lstat(artifact.directory))
-    for name in _KERNEL_FILES:
+    for name in KernelArtifact.FILES:
         try:
             fd = os.open(artifact.directory / name, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:

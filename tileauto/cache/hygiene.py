@@ -203,14 +203,16 @@ def remove_leftovers(staging: Path, *, dry_run: bool = False, now: float | None 
         if _SCRATCH.match(name) and stat.S_ISDIR(st.st_mode):
             item = _scratch_leftover(child, now, dry_run)
         elif _TRASH.match(name):
-            item = Leftover(child, _tree_size(child), "an interrupted delete")
+            item = Leftover(child, disk.dir_size(child), "an interrupted delete")
             if not dry_run:
-                _delete(child)
+                with contextlib.suppress(OSError):
+                    disk.discard(child)
         elif _AGED.match(name) and now - st.st_mtime >= disk.STALE_S:
             age = _age_text(now - st.st_mtime)
-            item = Leftover(child, _tree_size(child), f"an interrupted write, {age} old")
+            item = Leftover(child, disk.dir_size(child), f"an interrupted write, {age} old")
             if not dry_run:
-                _delete(child)
+                with contextlib.suppress(OSError):
+                    disk.discard(child)
         else:
             continue
         if item is None:
@@ -226,7 +228,7 @@ def _scratch_leftover(path: Path, now: float, dry_run: bool) -> Leftover | None:
     Returns None when the folder is in use (or cannot be judged).
     """
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
-    newest = _newest_mtime(path)  # before a lock file made here changes it
+    newest = disk.newest_mtime(path)  # before a lock file made here changes it
     try:
         fd = os.open(path / OWNER, flags)
     except FileNotFoundError:
@@ -250,7 +252,7 @@ def _scratch_leftover(path: Path, now: float, dry_run: bool) -> Leftover | None:
             why = _unclaimed_leftover(path, newest, now)
         if why is None:
             return None
-        size = _tree_size(path)
+        size = disk.dir_size(path)
         trash = None
         if not dry_run:
             trash = path.parent / f".trash-{uuid.uuid4().hex[:12]}"
@@ -261,12 +263,13 @@ def _scratch_leftover(path: Path, now: float, dry_run: bool) -> Leftover | None:
     finally:
         os.close(fd)
     if trash is not None:
-        _delete(trash)
+        with contextlib.suppress(OSError):
+            disk.discard(trash)
     return Leftover(path, size, why)
 
 
 def _leftover(path: Path, why: str | None) -> Leftover | None:
-    return None if why is None else Leftover(path, _tree_size(path), why)
+    return None if why is None else Leftover(path, disk.dir_size(path), why)
 
 
 def _read_claim(fd: int) -> dict[str, Any] | None:
@@ -318,43 +321,6 @@ def process_start(pid: int) -> float | None:
         return None
     except psutil.Error:
         return 0.0
-
-
-def _newest_mtime(path: Path) -> float:
-    newest = 0.0
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in (*dirnames, *filenames, "."):
-            with contextlib.suppress(OSError):
-                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
-    return newest
-
-
-def _tree_size(path: Path) -> int:
-    """Bytes of the regular files under ``path`` (or of ``path`` itself); links not followed."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return 0
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_size if stat.S_ISREG(st.st_mode) else 0
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        for name in filenames:
-            with contextlib.suppress(OSError):
-                fst = os.lstat(os.path.join(dirpath, name))
-                if stat.S_ISREG(fst.st_mode):
-                    total += fst.st_size
-    return total
-
-
-def _delete(path: Path) -> None:
-    try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
 
 
 def _age_text(seconds: float) -> str:
