@@ -1,31 +1,11 @@
 """The optional C++ helper (``libtileauto_native``), with a Python fallback for each use.
 
-The helper is built from ``src/timer.cc`` and ``src/caller.cc`` by CMake when the package is
-pip-installed and is installed as ``tileauto/_lib/libtileauto_native.so``. Loading it
-registers two global FFI functions:
-
-* ``tileauto.native.time_function`` times each call of a function with
-  ``std::chrono::steady_clock`` and no Python in the timed region;
-* ``tileauto.native.output_caller`` makes a kernel's call that allocates its output in C++
-  (:func:`output_caller`), which :class:`tileauto.jit.kernel.JITKernel` uses for ``k(a)``.
-
-A second native piece, the CPython extension module ``tileauto._kernel_call``
-(``src/kernel_call.c``, :func:`kernel_call_base`), is JITKernel's base class: its call slot
-calls that output caller with no Python frame in between.
-
-Where the library is looked for, in order:
-
-1. Already registered in this process (someone loaded it): used as is.
-2. ``<dir>/_lib/`` for every directory of the ``tileauto`` package's ``__path__``. For a
-   regular install that is ``site-packages/tileauto``; for a scikit-build-core editable install
-   (redirect mode) ``__path__`` lists the source tree *and* ``site-packages/tileauto``, where
-   CMake installed the library.
-3. ``_lib/`` next to this file (the same place when ``__path__`` was not available).
-4. The library file listed in the installed ``tileauto`` distribution's RECORD. This finds the
-   installed helper when a source checkout shadows the installed package on ``sys.path``
-   (``python -m pytest`` run from the repository root after ``pip install .``).
-
-Importing this module is cheap: ``tvm_ffi`` and ``numpy`` are imported inside the functions.
+The helper (``src/timer.cc``, ``src/caller.cc``, built by CMake at install time) registers two
+FFI functions: ``tileauto.native.time_function`` times calls with no Python in the timed region,
+and ``tileauto.native.output_caller`` allocates a kernel's output in C++ for ``k(a)``. The
+extension ``tileauto._kernel_call`` (``src/kernel_call.c``) is JITKernel's base class, whose
+call slot reaches that caller with no Python frame between. Importing this module is cheap:
+``tvm_ffi`` and ``numpy`` are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -93,6 +73,12 @@ def _installed_library_files() -> list[Path]:
 
 def native_library_candidates() -> list[Path]:
     """Every path where the native library is looked for, in search order.
+
+    A library already registered in this process is used before any of these. Then
+    ``<dir>/_lib/`` for each directory of the package's ``__path__`` (a scikit-build-core
+    editable install lists the source tree and ``site-packages/tileauto``, where CMake put the
+    library), and last the library listed in the installed distribution's RECORD (a source
+    checkout that shadows the installed package on ``sys.path``).
 
     Returns:
         Candidate file paths; they need not exist.

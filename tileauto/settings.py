@@ -359,12 +359,7 @@ def _affinity() -> frozenset[int] | None:
         return None
 
 
-# The CPUs this process may run on, read when tileauto is imported. TVM's thread pool narrows
-# the affinity of the thread that starts it to the cores of its size (its kBig mode: the first
-# TVM_NUM_THREADS cores, half of them on x86 when the variable is unset: one on a 2-core
-# machine), and os.sched_getaffinity(0) reads the calling thread's mask: read later, in a
-# thread that ran a TVM kernel, it undercounts, and every process that thread starts inherits
-# the narrowed mask.
+# read at import: TVM's pool later narrows its starting thread's mask (docs/tuning.md, threads)
 _IMPORT_CPUS = _affinity()
 
 

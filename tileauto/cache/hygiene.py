@@ -1,24 +1,10 @@
 """Leftovers of killed runs and old logs: what ``tileauto cache clear`` and a tuning remove.
 
-**Scratch folders.** A tuning stages its builds in ``<staging>/tune-<pid>-<hex>/`` and a
-process its ``@jit`` and winning kernels in ``<staging>/proc-<pid>-<hex>/``. The producer
-makes each with :func:`claim_scratch_dir`, which holds an exclusive ``flock`` on the
-folder's ``.owner`` file for as long as the folder is in use; the system drops the lock when
-the process dies, however it dies (``SIGKILL``, out of memory). :func:`remove_leftovers`
-takes that lock before it decides anything and renames the folder away while it holds it,
-so a folder whose lock is held is never touched, and a producer that meets a cleaner at
-creation time sees its folder vanish before it is used and makes another. A folder made by
-an older tileauto (no claim in its ``.owner``) is removed only once nothing in it has changed
-for :data:`~tileauto.cache.disk.STALE_S` and the process named in it is gone.
-
-**Logs.** Tuning logs (``autotune-*.log``, ``autotune-*.jsonl``) and worker logs
-(``workers/*.log``) are pruned by age and total size (``TILEAUTO_LOG_MAX_AGE_DAYS``,
-``TILEAUTO_LOG_MAX_MB``) when a tuning starts (:func:`prune_logs`), and all of them by
-``tileauto cache clear --logs`` (:func:`clear_logs`). A log counts as in use, and is kept,
-while it was written in the last :data:`IN_USE_S` seconds or the process whose id is in its
-name is still running (and started before the log was last written).
-
-Reads and deletes files only: no torch, no TVM.
+A scratch folder is claimed by an ``flock`` on its ``.owner`` file (:func:`claim_scratch_dir`),
+which the system drops however its process dies; :func:`remove_leftovers` takes that lock
+before it decides, so a folder in use is never touched. Logs are pruned by age and total size
+(:func:`prune_logs`, :func:`clear_logs`), never one in use. The rules, with their thresholds:
+``docs/cache_format.md`` ("Leftovers and logs"). Reads and deletes files only: no torch, no TVM.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Cache keys: everything that changes the answer, nothing that does not.
 
-A factory's key covers everything it can reach, found by walking its code and values:
-
-- a function counts by its normalized source (the AST with comments, docstrings, formatting
-  and its own decorators removed; decorators of functions nested in it stay), or by its
-  bytecode when it has no source (lambdas); plus its default arguments (positional and
-  keyword-only), its closure cells, and the module globals its code reads at any depth
-  (names read by nested functions, lambdas, comprehensions and classes included);
-- what those values are, in turn: the user's functions and classes are walked the same way
-  (a class by its bases and its attributes: methods, class attributes), a user module by the
-  attributes the code reads from it (``cfg.OFFSET``: ``OFFSET``, not the whole module);
-- installed code (the standard library, third-party packages, tileauto) is not walked: it
-  counts by qualified name and the version of the distribution that provides it;
-- tensors and arrays by layout and a hash of their bytes; containers by their items; other
-  objects by their type and their attributes (the user's classes), or by what pickle would save
-  of them (``__reduce_ex__``: the installed libraries' objects).
-
-Every object met gets a number; meeting it again (a helper used twice, a recursive function,
-a self-referencing list) is a reference to that number, so the walk ends and the key does not
-depend on ids, addresses, set order or the hash seed. A value that has no stable description
-(an open file, a lock, an object whose only description names a memory address) raises
-:class:`UnkeyableError`: the stores then cache nothing for that call rather than guess.
-
-Nothing here imports torch or TVM: the TVM version is read from the loaded module.
+A factory counts by everything it can reach, walked as it would run: user functions by their
+normalized source, their defaults, closure cells and the globals they read; installed code by
+qualified name and distribution version; data by value, tensors by layout and a hash. Objects met
+again are references, so the key has no ids, addresses or hash-seed order; a value with no
+stable description raises :class:`UnkeyableError` and nothing is cached. What counts, part by
+part: ``docs/cache_format.md`` ("The key"). No torch or TVM import: TVM's version is read from
+the loaded module.
 """
 
 from __future__ import annotations
@@ -47,7 +31,7 @@ from typing import Any, TypeVar
 from tileauto._logging import get_logger
 from tileauto.errors import TileautoError
 
-FORMAT_VERSION = 3  # 2: size variables keyed apart; 3: tileauto's modules moved into packages
+FORMAT_VERSION = 3  # in every key: a bump makes older entries misses (docs/cache_format.md)
 
 _MAX_HASHED_BYTES = 256 << 20  # bigger captured arrays count by layout only
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")

@@ -406,7 +406,7 @@ class TuningStore:
             Path(tmp).unlink(missing_ok=True)
 
 
-MEASUREMENT_FORMAT = 2  # 2: with the sha256 of its config and trial
+MEASUREMENT_FORMAT = 2  # a file of another format is not a measurement (docs/cache_format.md)
 
 
 def _measured_part(trial: Trial) -> dict[str, Any]:
