@@ -4,15 +4,19 @@ A strategy never builds, runs or reads files: :func:`run_search` asks it for ind
 space, has them measured, and tells it each trial; the tuning session and :func:`replay` both
 drive strategies through that one loop. Configs never proposed are reported as never tried.
 
-- :class:`Exhaustive`: every config; :class:`RandomSearch`: a uniform sample;
-  :class:`GuidedSearch`: model-guided (random forests of good and of failing configs; needs
-  the ``search`` extra); :class:`AutoSearch` (``"auto"``): exhaustive up to
-  :data:`AUTO_EXHAUSTIVE_MAX` configs, guided above; :class:`OptunaSearch`: Optuna's TPE
-  alone, the baseline.
-- :class:`RecordedSpace` and :func:`replay`: score a strategy on a space measured before.
+    base.py            SearchStrategy: the contract (start, ask, tell, describe)
+    strategies.py      Exhaustive (every config, in order) and RandomSearch (a seeded sample)
+    guided.py          GuidedSearch: random forests of good and of failing configs (scikit-learn)
+    optuna_sampler.py  OptunaSearch: Optuna's TPE alone, the baseline (needs optuna)
+    features.py        configs as rows of numbers for the guided search's models
+    sampling.py        the untried configs of a space, and uniform draws among them
+    resolve.py         resolve_search (names to strategies) and AutoSearch, the default
+    loop.py            run_search: ask, measure, tell, stop on a budget
+    recorded.py        RecordedSpace: a space measured before, loaded from a file
+    replay.py          replay: a strategy scored on a recorded space, nothing compiled
 """
 
-from tileauto.search.base import LegacyStrategy, SearchStrategy
+from tileauto.search.base import SearchStrategy
 from tileauto.search.guided import GuidedSearch
 from tileauto.search.loop import SearchOutcome, StopReason, run_search
 from tileauto.search.optuna_sampler import OptunaSearch
@@ -31,7 +35,6 @@ __all__ = [
     "AutoSearch",
     "Exhaustive",
     "GuidedSearch",
-    "LegacyStrategy",
     "OptunaSearch",
     "RandomSearch",
     "RecordedSpace",
@@ -40,13 +43,7 @@ __all__ = [
     "SearchStrategy",
     "StopReason",
     "auto_budget",
-    "not_proposed",
     "replay",
     "resolve_search",
     "run_search",
 ]
-
-
-def not_proposed(indices: list[int], proposed: set[int]) -> list[int]:
-    """The indices a strategy never proposed."""
-    return [i for i in indices if i not in proposed]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tileauto.space import Param, Space, _is_number
+from tileauto.space import Param, Space
+from tileauto.space.values import is_number
 
 _ONE_HOT_MAX = 12
 
@@ -55,7 +56,7 @@ def _table(param: Param) -> Any:
     if len(param.names) > 1:  # tied: each component that is a number, as a number
         for k in range(len(param.names)):
             part = [v[k] for v in values]
-            if all(_is_number(x) for x in part) and len(set(part)) > 1:
+            if all(is_number(x) for x in part) and len(set(part)) > 1:
                 columns.append(_numbers([float(x) for x in part]))
     if len(values) <= _ONE_HOT_MAX:
         columns.append(np.eye(len(values)) if len(values) > 2 else np.arange(2.0)[:, None])

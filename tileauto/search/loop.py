@@ -137,7 +137,7 @@ def run_search(
 
     Args:
         strategy: a started or fresh strategy (it is started here; see
-            :func:`tileauto.search.resolve_search` for names and old-style strategies).
+            :func:`tileauto.search.resolve_search` for names).
         space: the configs (a :class:`tileauto.space.Space`, or a list of dicts).
         measure: measures a batch of indices and yields ``(index, trial)`` for each, in any
             order, as each is done. It may be a generator: when a budget runs out in the middle

@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 from tileauto.records import Trial
-from tileauto.search.base import LegacyStrategy, SearchStrategy, SpaceLike, is_legacy
+from tileauto.search.base import SearchStrategy, SpaceLike
 from tileauto.search.guided import GuidedSearch, require_sklearn
 from tileauto.search.strategies import Exhaustive, RandomSearch
 
@@ -91,8 +91,8 @@ def resolve_search(search: Any) -> SearchStrategy:
     - ``"exhaustive"``: :class:`Exhaustive`;
     - None or ``"auto"`` (the default): :class:`AutoSearch`; ``"guided"``: :class:`GuidedSearch` (needs the
       ``search`` extra); ``"random"``: :class:`RandomSearch` with no budget of its own;
-    - a strategy object as it is; one written for the first interface (``propose`` and
-      ``observe``) wrapped in :class:`LegacyStrategy`.
+    - a strategy object (a :class:`SearchStrategy`, or any object with ``start``, ``ask``,
+      ``tell`` and ``describe``) as it is.
 
     Raises:
         TypeError: anything else (the message lists the names).
@@ -107,8 +107,6 @@ def resolve_search(search: Any) -> SearchStrategy:
         return GuidedSearch()
     if search == "random":
         return RandomSearch()
-    if not isinstance(search, str) and is_legacy(search):
-        return LegacyStrategy(search)
     if isinstance(search, SearchStrategy):
         return search
     if all(callable(getattr(search, m, None)) for m in ("start", "ask", "tell", "describe")):

@@ -14,7 +14,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from tileauto.space import ProductSpace, Space, baseline_config, config_id, full_config
+from tileauto.space.product import ProductSpace
+from tileauto.space.resolve import baseline_config, full_config
+from tileauto.space.types import Space
+from tileauto.space.values import config_id
 
 NEVER_TRIED_LISTED = 10_000  # a larger space counts its never-tried configs instead of listing them
 

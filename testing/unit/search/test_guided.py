@@ -15,7 +15,7 @@ from tileauto.search import (
     run_search,
 )
 from tileauto.search.resolve import AUTO_EXHAUSTIVE_MAX, auto_budget
-from tileauto.space import product
+from tileauto.space import ListSpace, product
 
 
 def best_after(strategy, space, latency, trials, seed):
@@ -61,7 +61,7 @@ def test_a_space_larger_than_the_pool_samples_candidates_and_neighbours():
 
 def test_a_space_without_parameters_is_sampled_at_random():
     strategy = GuidedSearch()
-    strategy.start(50, parallelism=4, seed=0)  # the first interface: a number of configs
+    strategy.start(ListSpace([{}] * 50), parallelism=4, seed=0)  # 50 configs of no parameter
     assert len(strategy.ask()) == 8
 
 

@@ -1,5 +1,5 @@
-"""tileauto.search through the first interface (start(n), propose(), observe()), which callers
-of the first search API still use, and strategies by name (resolve_search)."""
+"""tileauto.search strategies driven by hand (start, ask, tell), custom strategies in the loop,
+and strategies by name (resolve_search)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from tileauto.search import (
     AutoSearch,
     Exhaustive,
     GuidedSearch,
-    LegacyStrategy,
     RandomSearch,
     SearchStrategy,
     resolve_search,
@@ -20,10 +19,9 @@ from tileauto.space import product
 
 
 def drain(strategy: SearchStrategy, n: int) -> list[list[int]]:
-    strategy.start(n)
+    strategy.start(product(x=list(range(n))))
     rounds = []
-    while picks := strategy.propose():
-        strategy.observe({})
+    while picks := strategy.ask():
         rounds.append(picks)
     return rounds
 
@@ -76,42 +74,47 @@ def test_resolve_search():
         resolve_search(42)
 
 
-class FirstApi(SearchStrategy):
-    """A custom strategy written for the first interface: halves, told in one dict."""
+class Halves(SearchStrategy):
+    """A custom strategy: the even indices, then the odd ones, learning from each trial told."""
 
-    def start(self, n):
-        self.n, self.seen = n, []
+    def start(self, space, *, parallelism=1, seed=0):
+        super().start(space, parallelism=parallelism, seed=seed)
+        n = len(self.space)
+        self.seen: list[int] = []
         self.rounds = [list(range(0, n, 2)), list(range(1, n, 2))]
 
-    def propose(self):
+    def ask(self):
         return self.rounds.pop(0) if self.rounds else []
 
-    def observe(self, trials):
-        self.seen.append(sorted(trials))
+    def tell(self, index, trial):
+        self.seen.append(index)
 
     def describe(self):
-        return "FirstApi()"
+        return "Halves()"
 
 
 class Duck:
-    """Not a SearchStrategy, the first interface by duck typing."""
+    """Not a SearchStrategy: the interface by duck typing (start, ask, tell, describe)."""
 
-    def start(self, n):
-        self.left = list(range(n))
+    def start(self, space, *, parallelism=1, seed=0):
+        self.left = list(range(len(space)))
 
-    def propose(self):
+    def ask(self):
         out, self.left = self.left[:2], self.left[2:]
         return out
 
-    def observe(self, trials):
+    def tell(self, index, trial):
         pass
 
+    def describe(self):
+        return "Duck()"
 
-@pytest.mark.parametrize("make", [FirstApi, Duck])
-def test_a_strategy_of_the_first_interface_runs_in_the_loop(make):
+
+@pytest.mark.parametrize("make", [Halves, Duck])
+def test_a_custom_strategy_runs_in_the_loop_as_it_is(make):
     inner = make()
     strategy = resolve_search(inner)
-    assert isinstance(strategy, LegacyStrategy)
+    assert strategy is inner
     space = product(x=list(range(6)))
 
     def measure(indices):
@@ -119,6 +122,16 @@ def test_a_strategy_of_the_first_interface_runs_in_the_loop(make):
 
     out = run_search(strategy, space, measure)
     assert sorted(out.trials) == list(range(6)) and out.never_tried == 0
-    if make is FirstApi:
-        assert inner.seen == [[0, 2, 4], [1, 3, 5]]
-        assert strategy.describe() == "FirstApi()"
+    if make is Halves:
+        assert inner.seen == [0, 2, 4, 1, 3, 5]
+        assert strategy.describe() == "Halves()"
+
+
+class Unfinished(SearchStrategy):
+    """A strategy that forgot ask()."""
+
+
+def test_a_strategy_without_ask_names_what_it_must_implement():
+    strategy = resolve_search(Unfinished())
+    with pytest.raises(NotImplementedError, match=r"Unfinished must implement ask\(\)"):
+        run_search(strategy, product(x=[1, 2]), lambda indices: [])

@@ -1,0 +1,165 @@
+"""Config resolution: what ``configs=`` names, checked against the factory before any compile.
+
+A list is checked entry by entry and kept as a list; a product is checked by its names and
+kept lazy. Configs are then filled with the factory's defaults, and the default config found.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from tileauto.errors import ConfigSpaceError
+from tileauto.space.pass_configs import PASS_CONFIGS
+from tileauto.space.product import ProductSpace
+from tileauto.space.types import Space
+from tileauto.space.values import config_id, not_plain, plain
+
+
+def tunable_parameters(factory: Callable[..., Any]) -> dict[str, Any]:
+    """Parameters of the factory that have defaults: the ones a config may set."""
+    return {
+        name: p.default
+        for name, p in inspect.signature(factory).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+
+
+def resolve_configs(
+    configs: Any, factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
+) -> list[dict[str, Any]] | ProductSpace:
+    """Turn ``configs`` (a list of dicts, a :class:`Space`, or a callable of the factory's
+    arguments returning one) into a list, or a :class:`ProductSpace` kept as it is (lazy).
+
+    A product is checked by its parameter names, never expanded; a product that sets a
+    tunable the call passes explicitly is expanded, as a list would be, so that the call's
+    value wins and each remaining config is tuned once.
+
+    Raises:
+        ConfigSpaceError: the space is empty, an entry is not a dict, or a key is not a
+            parameter of the factory (all before anything compiles).
+    """
+    if callable(configs):
+        try:
+            produced = configs(*args, **kwargs)
+        except TypeError as exc:
+            raise ConfigSpaceError(
+                f"configs is a callable but calling it with the kernel's arguments failed: {exc}; "
+                f"it must accept the same arguments as the factory"
+            ) from None
+        configs = produced
+    if isinstance(configs, ProductSpace):
+        lazy = _checked_product(configs, factory, args, kwargs)
+        if lazy is not None:
+            return lazy
+    if (
+        configs is None
+        or isinstance(configs, (str, bytes, dict))
+        or not isinstance(configs, Iterable)
+    ):
+        raise ConfigSpaceError(
+            f"configs must be a list of dicts (or a callable returning one), got {type(configs).__name__}"
+        )
+    items = list(configs)
+    if not items:
+        raise ConfigSpaceError("the config space is empty: configs produced no config to tune")
+    params = inspect.signature(factory).parameters
+    try:
+        passed = set(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
+    except TypeError as exc:
+        raise ConfigSpaceError(
+            f"the call does not fit {getattr(factory, '__qualname__', factory)}: {exc}"
+        ) from None
+    name = getattr(factory, "__qualname__", repr(factory))
+    for i, cfg in enumerate(items):
+        if not isinstance(cfg, dict):
+            raise ConfigSpaceError(
+                f"configs[{i}] must be a dict of parameter values, got {type(cfg).__name__}: {cfg!r}"
+            )
+        if PASS_CONFIGS in cfg and not (
+            isinstance(cfg[PASS_CONFIGS], dict)
+            and all(isinstance(k, str) for k in cfg[PASS_CONFIGS])
+        ):
+            raise ConfigSpaceError(
+                f"configs[{i}]['pass_configs'] must be a dict of TVM pass options, "
+                f"got {cfg[PASS_CONFIGS]!r}"
+            )
+        unknown = [k for k in cfg if k not in params and k != PASS_CONFIGS]
+        if unknown:
+            raise ConfigSpaceError(
+                f"configs[{i}] = {cfg!r} sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
+                f"a parameter of {name}{inspect.signature(factory)}"
+            )
+        for k, v in cfg.items():
+            problem = not_plain(v)
+            if problem is not None:
+                raise ConfigSpaceError(
+                    f"configs[{i}][{k!r}] is {problem}: config values must be plain data (None, "
+                    "bool, int, float, str, or lists, tuples and dicts of them), because the best "
+                    "config is stored as JSON and must come back equal from the cache; pass a name "
+                    "(a string) and look the function or object up inside the factory"
+                )
+    # A tunable the call passes explicitly is fixed to that value, as in TileLang: the configs
+    # keep only the rest, each distinct remainder once, in the order of the list.
+    remainders: dict[str, dict[str, Any]] = {}
+    for cfg in items:
+        rest = {k: plain(v) for k, v in cfg.items() if k not in passed}
+        remainders.setdefault(config_id(rest), rest)
+    return list(remainders.values())
+
+
+def _checked_product(
+    space: ProductSpace, factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
+) -> ProductSpace | None:
+    """The product when its names are tunables the call leaves open; None to expand it."""
+    params = inspect.signature(factory).parameters
+    name = getattr(factory, "__qualname__", repr(factory))
+    unknown = [n for n in space.names if n not in params]
+    if unknown:
+        raise ConfigSpaceError(
+            f"the space sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
+            f"a parameter of {name}{inspect.signature(factory)}"
+        )
+    try:
+        passed = set(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
+    except TypeError as exc:
+        raise ConfigSpaceError(f"the call does not fit {name}: {exc}") from None
+    if passed & set(space.names):
+        return None
+    if len(space) == 0:
+        raise ConfigSpaceError(
+            f"the config space is empty: its constraints pruned every config ({space.pruned})"
+        )
+    return space
+
+
+def materialize(configs: Any) -> Any:
+    """A one-shot iterator (a generator) of configs, read once into a list; else unchanged.
+
+    A generator would be used up by the first tuning and be empty for the next call.
+    """
+    if isinstance(configs, Iterator):
+        return list(configs)
+    return configs
+
+
+def baseline_config(
+    configs: Sequence[dict[str, Any]] | Space, defaults: dict[str, Any], keys: Iterable[str]
+) -> dict[str, Any]:
+    """The default config, filled: the factory's defaults, or the first config of the list.
+
+    A tunable without a default (TileLang style, ``def kernel(threads): ...``) has no default
+    config to compare with, so the first config of the list stands in for it.
+    """
+    keys = set(keys)
+    if keys - set(defaults) and configs:
+        return full_config(configs[0], defaults, keys)
+    return full_config({}, defaults, keys)
+
+
+def full_config(
+    config: dict[str, Any], defaults: dict[str, Any], keys: Iterable[str]
+) -> dict[str, Any]:
+    """The config with factory defaults filled in for every tuned key."""
+    return {k: config.get(k, defaults.get(k)) for k in sorted(set(keys))}

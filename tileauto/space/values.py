@@ -1,0 +1,95 @@
+"""Config values: plain data only, one stable id per config, and arrays of values.
+
+A config is stored as JSON and must come back equal from the cache, so its values are plain
+data (numpy scalars become Python numbers); its id is its sorted JSON. numpy is imported only
+by the functions that need it, so importing the space stays cheap for the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+
+def config_id(config: dict[str, Any]) -> str:
+    """A stable text identity of a config (sorted JSON)."""
+    return json.dumps(config, sort_keys=True, default=repr)
+
+
+def not_plain(value: Any) -> str | None:
+    """Why a config value cannot round-trip through JSON, or None when it can."""
+    if value is None or isinstance(value, (bool, str, numbers.Integral, numbers.Real)):
+        if isinstance(value, numbers.Real) and not isinstance(value, (int, float)):
+            if not hasattr(value, "item"):  # numpy scalars are converted; others are not
+                return f"a {type(value).__name__}"
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((p for p in map(not_plain, value) if p is not None), None)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return "a dict with keys that are not strings"
+        return next((p for p in map(not_plain, value.values()) if p is not None), None)
+    what = getattr(value, "__qualname__", None) or type(value).__qualname__
+    module = getattr(value, "__module__", None) or type(value).__module__
+    return f"{'a function' if callable(value) else 'an object'} ({module}.{what})"
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars as Python numbers (TVM and JSON take those only)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if not isinstance(value, (bool, int, float)) and isinstance(value, numbers.Number):
+        return value.item() if hasattr(value, "item") else value
+    return value
+
+
+class _Absent:
+    """The value of a parameter that a config of a list does not set."""
+
+    def __repr__(self) -> str:
+        return "<not set>"
+
+
+ABSENT: Any = _Absent()
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def numpy_module() -> Any:
+    import numpy
+
+    return numpy
+
+
+def array(values: list[Any]) -> NDArray[Any]:
+    """Values as an array: ints (within int64), floats, bools and strings keep their dtype;
+    anything else, mixed ints and floats included, is an object (exact, as Python holds it)."""
+    np = numpy_module()
+    kinds = {type(v) for v in values}
+    if kinds <= {int} and all(-(1 << 63) < v < 1 << 63 for v in values):
+        return np.array(values, dtype=np.int64)
+    if kinds <= {float} or kinds <= {bool}:
+        return np.array(values)
+    if kinds <= {str} and not any(v.endswith("\0") for v in values):  # numpy drops trailing NULs
+        return np.array(values)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def radix(sizes: Sequence[int]) -> list[int]:
+    """Place values of a mixed-radix number whose first digit is the most significant."""
+    out, acc = [], 1
+    for s in reversed(sizes):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
