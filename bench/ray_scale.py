@@ -128,7 +128,7 @@ def tune_local(size: int, n: int, workers: int, profile: bool = False) -> dict:
 
 
 def tune_ray_session(p: TuningProblem, rc, per_node: int, profile: bool = False) -> dict:
-    from tileauto.scale.ray.stages import RayBuilder, RayRunner
+    from tileauto.scale.ray import RayBuilder, RayRunner
 
     builder = RayBuilder(
         p.factory,
@@ -155,7 +155,7 @@ def tune_ray(size: int, n: int, nodes: int, cores: int, again: int = 0) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from tileauto.scale.ray.stages import LOCAL_SYSTEM_CONFIG, RayCluster
+    from tileauto.scale.ray import LOCAL_SYSTEM_CONFIG, RayCluster
 
     t0 = time.perf_counter()
     cluster = Cluster(

@@ -273,7 +273,6 @@ class BuildResult:
     artifact: KernelArtifact | None = None  # a KernelArtifact, or a scripted stand-in
     error: str | None = None
     compile_s: float = 0.0
-    wall_s: float = 0.0
 
     @property
     def ok(self) -> bool:

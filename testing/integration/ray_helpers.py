@@ -22,7 +22,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from tileauto.build.builder import Builder  # noqa: E402
 from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.run.runner import Runner  # noqa: E402
-from tileauto.scale.ray.stages import RayBuilder, RayCluster, RayRunner  # noqa: E402
+from tileauto.scale.ray import RayBuilder, RayCluster, RayRunner  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
 from tileauto.tune.problem import TuningProblem  # noqa: E402
 from tileauto.tune.session import TuningSession  # noqa: E402

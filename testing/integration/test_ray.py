@@ -19,7 +19,7 @@ import ray_helpers as h  # noqa: E402
 from tileauto import TrialStatus  # noqa: E402
 from tileauto.build.builder import BuildRequest, BuildStatus  # noqa: E402
 from tileauto.errors import TileautoError  # noqa: E402
-from tileauto.scale.ray.stages import (  # noqa: E402
+from tileauto.scale.ray import (  # noqa: E402
     NoMatchingNodeError,
     RayBuilder,
     RayCluster,
@@ -67,7 +67,8 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     around."""
     from tune_kernels import scale_jit
 
-    from tileauto.scale.ray import stages as ray_stages
+    from tileauto.scale.ray import node as ray_node
+    from tileauto.scale.ray import nodes as ray_nodes
 
     rc = RayCluster()
     builder = RayBuilder(h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=rc)
@@ -75,11 +76,11 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     warm = list(builder._warming)
     assert len(warm) == builder.workers == 2  # one per compile slot (1 CPU on each node here)
     compute_nodes = sorted(n for n, r in rc.nodes().items() if r.get("CPU"))
-    assert sorted(ray_stages.matching_nodes(rc, "cpu")) == compute_nodes
+    assert sorted(ray_nodes.matching_nodes(rc, "cpu")) == compute_nodes
     assert rc.take_probes() == {}  # matching_nodes took the builder's
     probed = [rc.probed[n] for n in compute_nodes]
     assert sorted(a["node"] for a in probed) == compute_nodes
-    assert all(a["hardware"] == ray_stages.local_hardware("cpu") for a in probed), probed
+    assert all(a["hardware"] == ray_node.local_hardware("cpu") for a in probed), probed
     answers = ray.get(warm, timeout=120)
     assert sorted(a["node"] for a in answers) == compute_nodes
     # the compiler is imported: a first compile there does not import it (over a second)
@@ -99,7 +100,7 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     again = RayBuilder(h.flaky_factory, scale_jit.compile_args, staging_dir=tmp_path, cluster=rc)
     again.start()
     assert again._warming == {}
-    assert sorted(ray_stages.matching_nodes(rc, "cpu")) == compute_nodes  # probed all the same
+    assert sorted(ray_nodes.matching_nodes(rc, "cpu")) == compute_nodes  # probed all the same
     assert all(r.ok for r in again.build(requests))
     again.close()
     node = compute_nodes[0]
@@ -137,9 +138,9 @@ def test_fault_matrix_and_results_match_a_local_run(cluster, tmp_path):
 
 
 def test_no_matching_node_is_an_error_before_anything_compiles(cluster, tmp_path, monkeypatch):
-    from tileauto.scale.ray import stages as ray_stages
+    from tileauto.scale.ray import nodes as ray_nodes
 
-    monkeypatch.setattr(ray_stages, "local_hardware", lambda device: {"device": "elsewhere"})
+    monkeypatch.setattr(ray_nodes, "local_hardware", lambda device: {"device": "elsewhere"})
     session, builder, _ = h.ray_session(h.problem([{"vec": 4}]), tmp_path)
     with pytest.raises(NoMatchingNodeError, match="no node of the Ray cluster matches"):
         session.run()
@@ -189,7 +190,7 @@ def test_an_exception_out_of_a_compile_task_is_a_compile_error_with_its_cause(cl
     the terminal colours of Ray's error text; not a crash."""
     from tune_kernels import scale_jit
 
-    from tileauto.scale.ray.stages import _Job
+    from tileauto.scale.ray.build import _Event, _Job
 
     @ray.remote(num_returns="streaming", max_retries=0)
     def raising():
@@ -201,8 +202,8 @@ def test_an_exception_out_of_a_compile_task_is_a_compile_error_with_its_cause(cl
     )
     job = _Job(0, ref=raising.remote())
     request = BuildRequest(index=0, config={"vec": 4}, args=(1024,))
-    assert builder._next(ray, job, request, tmp_path) == "started"
-    result = builder._next(ray, job, request, tmp_path)
+    assert builder._answer(ray, job, request, tmp_path) is _Event.STARTED
+    result = builder._answer(ray, job, request, tmp_path)
     assert result.status is BuildStatus.ERROR, result
     assert result.error == "ValueError: broken here"
 
@@ -259,7 +260,7 @@ def test_node_loss_mid_run_retries_elsewhere(cluster, tmp_path):
 
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from tileauto.scale.ray.stages import _CoreHold  # an actor that holds its CPUs while it lives
+    from tileauto.scale.ray.cluster import _CoreHold  # an actor that holds its CPUs while it lives
 
     first_nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
     blockers = [
@@ -385,7 +386,7 @@ def test_a_runner_closed_while_its_actors_start_leaves_no_thread_nor_actor(clust
     (Ray may be shut down under it: Ray 2.20 then crashed the process) and no actor
     lives on."""
     from tileauto.options import ProfileArgs
-    from tileauto.scale.ray.stages import RayRunner
+    from tileauto.scale.ray import RayRunner
 
     runner = RayRunner(ProfileArgs(), threads=1, cluster=RayCluster())
     runner.start()  # an actor on each of the 2 nodes, started in the background
@@ -411,7 +412,7 @@ def test_a_runner_closed_while_its_actors_start_leaves_no_thread_nor_actor(clust
 
 @no_real_gpu
 def test_a_gpu_target_without_a_gpu_node_is_an_error_before_anything_compiles(cluster, tmp_path):
-    from tileauto.scale.ray.stages import RayRunner
+    from tileauto.scale.ray import RayRunner
 
     p = h.problem([{"vec": 4}])
     session, builder, _ = h.ray_session(p, tmp_path)
@@ -427,7 +428,7 @@ def test_a_gpu_target_has_a_run_actor_on_each_gpu_of_a_node(cluster):
     """Ray schedules GPUs it is told a node has: a node of 2 (declared, not real) GPUs gets
     two run actors, each holding one; none is left, and the GPUs are free, after a kill."""
     from tileauto.options import ProfileArgs
-    from tileauto.scale.ray.stages import RayRunner
+    from tileauto.scale.ray import RayRunner
 
     gpus = cluster.add_node(num_cpus=0, num_gpus=2)
     cluster.wait_for_nodes()

@@ -16,7 +16,7 @@ import ray_helpers as h  # noqa: E402
 
 from tileauto import TrialStatus  # noqa: E402
 from tileauto.options import ProfileArgs  # noqa: E402
-from tileauto.scale.ray.stages import RayBuilder, RayCluster, RayRunner  # noqa: E402
+from tileauto.scale.ray import RayBuilder, RayCluster, RayRunner  # noqa: E402
 from tileauto.tune.session import TuningSession  # noqa: E402
 
 

@@ -18,7 +18,6 @@ workers running this build's compiles, and only those.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import threading
 import time
@@ -29,9 +28,11 @@ from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
+from tileauto.build.driver import drive
+from tileauto.build.job import compile_job, first_lines, memory_error
 from tileauto.options import CompileArgs
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
-from tileauto.space import merged_pass_configs, split_pass_configs
+from tileauto.utils.threads import signals_to_main_thread
 from tileauto.workers.pool import WorkerPool
 from tileauto.workers.procs import (
     RemoteJobError,
@@ -42,40 +43,14 @@ from tileauto.workers.procs import (
     fork_unsafe_reason,
     kill_workers_on_sigterm,
 )
-from tileauto.utils.threads import background_thread, signals_to_main_thread
 
 log = get_logger("builder")
-
-_WAKE_S = 0.1  # a waiting build looks at its interrupts and cancel this often, at least
-
-
-def _compile_job(
-    factory: Callable[..., Any], request: BuildRequest, compile_args: CompileArgs, out_dir: str
-) -> KernelArtifact:
-    from tileauto.jit.compiler import compile_to_dir
-
-    arguments, own = split_pass_configs(request.config)
-    if own:  # a config's own TVM pass options, over the call's
-        compile_args = dataclasses.replace(
-            compile_args, pass_configs=merged_pass_configs(compile_args.pass_configs, own)
-        )
-    kwargs = {**request.kwargs, **arguments}
-    return compile_to_dir(
-        factory, request.args, kwargs, compile_args, Path(out_dir), config=request.config
-    )
 
 
 def compile_workers(n: int) -> list[Worker]:
     """The shared pool's first ``n`` compile workers, made if missing (for tests and benches:
     a :class:`Builder` leases its own from its pool)."""
     return WorkerPool.shared().grow(n)
-
-
-def first_lines(text: str, n: int = 6) -> str:
-    """The first non-empty lines of a message (compiler errors are long)."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    head = "\n".join(lines[:n])
-    return head + (f"\n... ({len(lines) - n} more lines)" if len(lines) > n else "")
 
 
 class Builder:
@@ -157,8 +132,6 @@ class Builder:
         self._signals.close()
         self._armed = False
 
-    close_forked_workers = close  # the name before the stage protocol
-
     def cancel(self) -> None:
         """Stop this builder's builds now: no new compile starts, and the workers running its
         compiles are killed (their results: ``CANCELLED``). Other builders' compiles go on.
@@ -216,38 +189,30 @@ class Builder:
         requests: Sequence[BuildRequest],
         on_result: Callable[[BuildResult], None] | None,
     ) -> list[BuildResult]:
-        run = _Run(requests, on_result, self.staging_dir / f"build-{uuid.uuid4().hex[:12]}")
-        drivers = min(self.workers, len(requests))
-        leased: list[Worker | None] = (
-            list(self._lease(drivers)) if self.isolation == "process" else [None] * drivers
+        n = min(self.workers, len(requests))
+        slots: list[_WorkerSlot | _ThreadSlot] = (
+            [_WorkerSlot(self, w) for w in self._lease(n)]
+            if self.isolation == "process"
+            else [_ThreadSlot(self) for _ in range(n)]
         )
-        run.drivers = len(leased)
+        changed = threading.Condition()
         with self._lock:
-            self._waiting.add(run.changed)
-        started = 0
+            self._waiting.add(changed)
         try:
-            for worker in leased:
-                # daemon threads: an exit never waits for a compile (a killed worker's driver
-                # ends within a poll; a thread-isolated compile cannot be stopped); and they
-                # leave Ctrl-C to the main thread
-                background_thread(self._drive, run, worker, name=f"tileauto-build-{started}")
-                started += 1
-            run.wait(self._cancelled)
+            return drive(
+                requests,
+                slots,
+                self.staging_dir / f"build-{uuid.uuid4().hex[:12]}",
+                self._cancelled,
+                on_result,
+                changed=changed,
+            )
         except BaseException:
-            self.cancel()  # an interrupt: stop our compiles, not only waiting for them
-            for worker in leased[started:]:  # their drivers never started
-                if worker is not None:
-                    self._give_back(worker)
+            self.cancel()  # an interrupt or a failed on_result: stop our compiles, then raise
             raise
         finally:
             with self._lock:
-                self._waiting.discard(run.changed)
-        if run.errors:
-            self.cancel()
-            raise run.errors[0]
-        for i, request in enumerate(requests):
-            run.finish(i, _cancelled(request, "cancelled before it finished"))
-        return run.results()
+                self._waiting.discard(changed)
 
     # -- drivers -----------------------------------------------------------------------------
     def _pool(self) -> WorkerPool:
@@ -266,32 +231,9 @@ class Builder:
             self._leased.discard(worker)
         self._pool().give_back(worker)
 
-    def _drive(self, run: _Run, worker: Worker | None) -> None:
-        """One driver: takes requests until none is left (or the build is cancelled)."""
-        try:
-            while not self._cancelled.is_set():
-                i = run.next_index()
-                if i is None:
-                    return
-                request = run.requests[i]
-                out_dir = str(run.batch_dir / f"{i:04d}")
-                if worker is None:
-                    result = self._build_one(request, self._in_thread, out_dir)
-                else:
-                    result = self._build_one(
-                        request, functools.partial(self._in_worker, worker), out_dir
-                    )
-                run.finish(i, result)
-        except BaseException as exc:  # noqa: BLE001 - on_result raised: build() raises it
-            run.errors.append(exc)
-        finally:
-            if worker is not None:
-                self._give_back(worker)
-            run.driver_ended()
-
     def _in_worker(self, worker: Worker, request: BuildRequest, out_dir: str) -> KernelArtifact:
         return worker.call(
-            _compile_job,
+            compile_job,
             self.factory,
             request,
             self.compile_args,
@@ -301,7 +243,7 @@ class Builder:
         )
 
     def _in_thread(self, request: BuildRequest, out_dir: str) -> KernelArtifact:
-        return _compile_job(self.factory, request, self.compile_args, out_dir)
+        return compile_job(self.factory, request, self.compile_args, out_dir)
 
     def _build_one(
         self,
@@ -322,11 +264,11 @@ class Builder:
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.CRASH
             error = f"compiler {exc}"
         except RemoteJobError as exc:
-            oom = _memory_error(exc.remote.type_name, exc.remote.message)
+            oom = memory_error(exc.remote.type_name, exc.remote.message)
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
             error = first_lines(exc.remote.message)
         except Exception as exc:  # noqa: BLE001 - thread mode: the compile's own exception
-            oom = _memory_error(type(exc).__name__, str(exc))
+            oom = memory_error(type(exc).__name__, str(exc))
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
             error = first_lines(f"{exc}")
         wall = time.perf_counter() - start
@@ -339,71 +281,31 @@ class Builder:
             artifact=artifact,
             error=error,
             compile_s=(artifact.compile_s + artifact.export_s) if artifact else wall,
-            wall_s=wall,
         )
 
 
-def _memory_error(type_name: str, message: str) -> bool:
-    """A MemoryError in the compile (``compile_to_dir`` reports a factory's exception as a
-    CompileError whose message starts with the original type)."""
-    return type_name == "MemoryError" or message.startswith("MemoryError")
+class _WorkerSlot:
+    """A leased compile worker: compiles in it, gives it back as the build ends."""
+
+    def __init__(self, builder: Builder, worker: Worker) -> None:
+        self.builder, self.worker = builder, worker
+
+    def compile(self, request: BuildRequest, out_dir: str) -> BuildResult:
+        run_one = functools.partial(self.builder._in_worker, self.worker)
+        return self.builder._build_one(request, run_one, out_dir)
+
+    def release(self) -> None:
+        self.builder._give_back(self.worker)
 
 
-def _cancelled(request: BuildRequest, why: str) -> BuildResult:
-    return BuildResult(
-        index=request.index, config=request.config, status=BuildStatus.CANCELLED, error=why
-    )
+class _ThreadSlot:
+    """A thread of this process (``isolation="thread"``): nothing to give back."""
 
+    def __init__(self, builder: Builder) -> None:
+        self.builder = builder
 
-class _Run:
-    """One call of :meth:`Builder.build`: its requests, results and drivers."""
+    def compile(self, request: BuildRequest, out_dir: str) -> BuildResult:
+        return self.builder._build_one(request, self.builder._in_thread, out_dir)
 
-    def __init__(
-        self,
-        requests: Sequence[BuildRequest],
-        on_result: Callable[[BuildResult], None] | None,
-        batch_dir: Path,
-    ) -> None:
-        self.requests = requests
-        self.on_result = on_result
-        self.batch_dir = batch_dir
-        self.changed = threading.Condition()
-        self.drivers = 0
-        self.errors: list[BaseException] = []
-        self._results: list[BuildResult | None] = [None] * len(requests)
-        self._next = 0
-
-    def next_index(self) -> int | None:
-        with self.changed:
-            if self._next >= len(self.requests):
-                return None
-            self._next += 1
-            return self._next - 1
-
-    def finish(self, i: int, result: BuildResult) -> None:
-        """Keep the first result of request ``i`` (a cancel may have given up on it first)."""
-        with self.changed:
-            if self._results[i] is not None:
-                return
-            self._results[i] = result
-        if self.on_result is not None:
-            self.on_result(result)
-
-    def driver_ended(self) -> None:
-        with self.changed:
-            self.drivers -= 1
-            self.changed.notify_all()
-
-    def wait(self, cancelled: threading.Event) -> None:
-        """Until every driver ended or the build is cancelled.
-
-        Wakes up every ``_WAKE_S`` even without news: a Ctrl-C delivered to a thread other
-        than the main one (a native one, say) is then still handled within that time.
-        """
-        with self.changed:
-            while self.drivers > 0 and not cancelled.is_set():
-                self.changed.wait(_WAKE_S)
-
-    def results(self) -> list[BuildResult]:
-        with self.changed:
-            return [r for r in self._results if r is not None]
+    def release(self) -> None:
+        pass

@@ -614,7 +614,7 @@ class TuningSession:
         """The builder of the problem's executor: a local process pool, or Ray tasks."""
         p = self.problem
         if self._executor() == "ray":
-            from tileauto.scale.ray.stages import RayBuilder
+            from tileauto.scale.ray import RayBuilder
 
             return RayBuilder(
                 p.factory,
@@ -638,7 +638,7 @@ class TuningSession:
         """The runner of the problem's executor: an isolated run worker, or a Ray actor."""
         p = self.problem
         if self._executor() == "ray":
-            from tileauto.scale.ray.stages import RayRunner
+            from tileauto.scale.ray import RayRunner
 
             return RayRunner(
                 p.profile_args,
@@ -667,7 +667,7 @@ class TuningSession:
     def _ray_cluster(self) -> Any:
         """One cluster connection for this session's builder and runner."""
         if self._cluster is None:
-            from tileauto.scale.ray.stages import RayCluster
+            from tileauto.scale.ray import RayCluster
 
             self._cluster = RayCluster(
                 self.problem.settings.ray_address, source="TILEAUTO_RAY_ADDRESS"

@@ -5,6 +5,5 @@ pool.py           a pool of workers with per-job time limits, restarted on failu
 forkserver.py     a forkserver that starts workers without importing torch and TVM again
 process_tree.py   finding and killing every descendant of a worker
 entry.py          the entry point a spawned worker runs
-preload.py        what a forkserver imports before it forks
 pickling.py       shipping jobs and results between processes (cloudpickle)
 """

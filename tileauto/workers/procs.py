@@ -505,20 +505,6 @@ class Worker:
         except OSError:
             pass
 
-    def output_tail(self, lines: int = 3) -> str:
-        """The last lines the worker printed (e.g. the signal report of a crash)."""
-        if not self.output_path:
-            return ""
-        try:
-            with open(self.output_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 8192))
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return ""
-        kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        return " | ".join(kept[-lines:])
-
     def _ended(self, proc: ProcessHandle) -> WorkerError:
         """The error for a job whose worker is gone: cancelled (our kill) or crashed."""
         proc.join(timeout=_REAP_S)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tileauto.errors import TileautoError
-from tileauto.scale.ray import stages as ray_stages
-from tileauto.scale.ray.stages import RayCluster
+from tileauto.scale.ray import cluster as ray_cluster
+from tileauto.scale.ray.cluster import RayCluster
 
 
 class FakeRay:
@@ -35,7 +35,7 @@ class FakeRay:
 @pytest.fixture
 def fake_ray(monkeypatch) -> FakeRay:
     fake = FakeRay()
-    monkeypatch.setattr(ray_stages, "import_ray", lambda: fake)
+    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     return fake
 
@@ -103,7 +103,7 @@ def test_ray_address_variable_is_checked_too(fake_ray, closed_port, monkeypatch)
 
 def test_auto_without_a_cluster_says_what_to_do(monkeypatch):
     fake = FakeRay(ConnectionError("Could not find any running Ray instance."))
-    monkeypatch.setattr(ray_stages, "import_ray", lambda: fake)
+    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cluster = RayCluster("auto", source="TILEAUTO_RAY_ADDRESS")
     with pytest.raises(TileautoError) as info:
@@ -121,7 +121,7 @@ def test_an_address_that_answers_but_ray_cannot_join_says_what_to_check(
     """Seen with a `ray start` cluster of Ray 2.60 whose token this process lacked: the port
     answers, Ray retries for 20 s and says only "Failed to connect to Ray cluster"."""
     fake = FakeRay(ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379"))
-    monkeypatch.setattr(ray_stages, "import_ray", lambda: fake)
+    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     address = f"127.0.0.1:{listening_port}"
     with pytest.raises(TileautoError) as info:
@@ -137,7 +137,7 @@ def test_no_address_starts_a_local_ray_with_its_settings(fake_ray):
     RayCluster().connect()
     # "local": a new Ray even where `ray start` runs one (None would join that one)
     assert fake_ray.calls[0]["address"] == "local"
-    assert fake_ray.calls[0]["_system_config"] == ray_stages.LOCAL_SYSTEM_CONFIG
+    assert fake_ray.calls[0]["_system_config"] == ray_cluster.LOCAL_SYSTEM_CONFIG
 
 
 def test_ray_address_variable_is_left_to_ray(fake_ray, listening_port, monkeypatch):

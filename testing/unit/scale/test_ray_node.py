@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from tileauto.scale.ray import node as ray_node
-from tileauto.scale.ray import stages as ray_stages
+from tileauto.scale.ray import nodes as ray_nodes
+from tileauto.scale.ray import run as ray_run
 
 
 def test_a_cpu_probe_imports_neither_torch_nor_tvm():
@@ -35,5 +36,5 @@ def test_a_cpu_probe_imports_neither_torch_nor_tvm():
 
 
 def test_the_driver_and_a_node_name_the_same_hardware_the_same_way():
-    assert ray_stages.local_hardware is ray_node.local_hardware
+    assert ray_nodes.local_hardware is ray_run.local_hardware is ray_node.local_hardware
     assert ray_node.local_hardware("cpu") == ray_node.local_hardware("cpu")

@@ -1,0 +1,544 @@
+"""The run actor (the run worker in Ray) and the memory watcher beside it.
+
+:class:`RayWorker` stands in for :class:`tileauto.workers.procs.Worker` in a runner: a config
+that segfaults kills the actor (a crash), one that hangs is killed past the timeout, one that
+grows past its memory limit is killed by the watcher; the actor is then replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import cloudpickle
+
+from tileauto.artifact import KernelArtifact
+from tileauto.errors import TileautoError, WorkerError
+from tileauto.options import ProfileArgs
+from tileauto.scale.ray.cluster import (
+    START_POLL_S,
+    START_TIMEOUT_S,
+    NodeLost,
+    RayCluster,
+    actor_class,
+    import_ray,
+    on_node,
+)
+from tileauto.scale.ray.files import (
+    apply_settings,
+    run_files,
+    settings_env,
+    shares_files,
+    write_files,
+)
+from tileauto.scale.ray.node import local_hardware, use_path
+from tileauto.scale.ray.nodes import not_loaded
+from tileauto.utils.imports import collector_paused
+from tileauto.workers import pickling
+from tileauto.workers.procs import RemoteError, RemoteJobError, WorkerCrashed, WorkerTimeout
+
+# the driver's variables that change how a kernel runs: the run actor gets them too
+_RUN_ENV = ("TVM_THREAD_POOL_SPIN_COUNT", "TVM_BIND_THREADS")
+
+
+class Placement(Protocol):
+    """What a :class:`RayWorker` asks of its runner: where to start, and what fits."""
+
+    cluster: RayCluster
+    profile: ProfileArgs
+    timer: Any
+    reserve_cores: bool
+
+    def next_node(self) -> str:
+        """The node for a new run actor."""
+        ...
+
+    def hardware_ok(self, node: str, hardware: dict[str, Any]) -> bool:
+        """Whether a new actor's hardware is the target's."""
+        ...
+
+    def loads_on(self, node: str, why_not: str | None) -> bool:
+        """Whether the tuning's functions loaded in a new actor (``why_not``: None)."""
+        ...
+
+    def lost(self, node: str) -> None:
+        """``node`` died."""
+        ...
+
+
+class _RunActor:
+    """The run worker as a Ray actor: :mod:`tileauto.run.worker`'s functions, called by
+    :class:`RayWorker` with the driver's import path and settings, on built folders shipped
+    as bytes."""
+
+    def __init__(self) -> None:
+        self.scratch = Path(tempfile.gettempdir()) / "tileauto-ray" / f"run-{os.getpid()}"
+        _remove_stale_scratch(self.scratch.parent)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.folders: dict[str, Path] = {}
+
+    def ping(
+        self, device: str, path: list[str], token: tuple[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Where the actor runs, and its size with the run worker's code imported: the memory
+        limit counts from there, as for a local run worker (which starts with TVM and torch
+        imported), and the default limit from the node's memory available now; whether it
+        sees the driver's files (``token``: see :meth:`RayCluster.share_files`)."""
+        import psutil
+        import ray
+
+        use_path(path)
+        import tileauto.jit.runtime  # noqa: F401 - TVM's runtime, which loads the kernels
+        import tileauto.run.worker  # noqa: F401 - torch: the first job would import it anyway
+
+        hardware = local_hardware(device)
+        return {
+            "node": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "hardware": hardware,
+            "rss": psutil.Process().memory_info().rss,
+            "available": psutil.virtual_memory().available,
+            "shares_files": shares_files(token),
+        }
+
+    def preload(self, path: list[str], env: dict[str, str], payload: bytes) -> str | None:
+        """Unpickle the tuning's own functions (timer, supply and reference programs), which
+        imports their modules now, while the configs compile, instead of in the first job;
+        why they could not be loaded on this node, if they could not."""
+        import ray
+
+        use_path(path)
+        apply_settings(env)
+        try:
+            with collector_paused():
+                cloudpickle.loads(payload)
+        except BaseException as exc:  # noqa: BLE001 - the node's fault: the driver's to say
+            return not_loaded(exc, ray.util.get_node_ip_address(), "the tuning's functions")
+        return None
+
+    def call(
+        self,
+        path: list[str],
+        env: dict[str, str],
+        payload: bytes,
+        folders: dict[str, dict[str, bytes]],
+    ) -> tuple[str, Any]:
+        use_path(path)
+        apply_settings(env)
+        for key, files in folders.items():
+            local = self.scratch / f"{len(self.folders):05d}"
+            write_files(local, files)
+            self.folders[key] = local
+        try:
+            fn, args = cloudpickle.loads(payload)
+            # a folder not shipped is read where it is (the driver's files are visible here)
+            args = _map_artifacts(
+                args,
+                lambda a: (
+                    a.moved_to(self.folders[key])
+                    if (key := str(a.directory)) in self.folders
+                    else a
+                ),
+            )
+            return ("ok", fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - the job's error is data
+            return ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
+
+
+def _remove_stale_scratch(parent: Path) -> None:
+    """Folders of run actors that died (killed actors leave theirs)."""
+    import psutil
+
+    if not parent.is_dir():
+        return
+    for folder in parent.glob("run-*"):
+        try:
+            pid = int(folder.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if not psutil.pid_exists(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _map_artifacts(value: Any, fn: Callable[[KernelArtifact], KernelArtifact]) -> Any:
+    """``value`` with every artifact in it (alone, in a RunRequest, in a list) mapped."""
+    from tileauto.run.worker import RunRequest
+
+    if isinstance(value, KernelArtifact):
+        return fn(value)
+    if isinstance(value, RunRequest):
+        return dataclasses.replace(value, artifact=fn(value.artifact))
+    if isinstance(value, (list, tuple)):
+        mapped = [_map_artifacts(v, fn) for v in value]
+        return mapped if isinstance(value, list) else tuple(mapped)
+    return value
+
+
+_WATCH_POLL_S = 0.05  # how often a run actor's memory is looked at (as a local worker's)
+_WATCH_SCAN_S = 1.0  # how often for new children (a scan of every process of the node)
+_VERDICT_S = 5.0  # a dead actor's watcher answers within a poll; this only bounds a lost one
+
+
+def _memory_watch_class() -> type:
+    """The memory watcher's actor class, made in a function so that Ray ships it by value:
+    its process imports psutil, not this module (torch, TVM), and starts in about the time
+    of a bare Ray worker. Everything it uses is the standard library's, psutil's or its own."""
+
+    class _MemoryWatch:
+        """An actor beside a run actor (pinned to its node, no CPU): kills it when it grows
+        past its memory limit. The driver may be on another machine, where the actor's
+        process cannot be seen."""
+
+        def __init__(self) -> None:
+            import psutil  # noqa: F401 - once, while the run actor starts
+
+        def ready(self) -> int:
+            return os.getpid()
+
+        def watch(self, pid: int, baseline: int, limit: int) -> int | None:
+            """Poll the resident set of ``pid`` and its children until it is more than
+            ``limit`` bytes above ``baseline``: then kill them and return the growth. None
+            once ``pid`` is gone (it died of something else)."""
+            import psutil
+
+            try:
+                proc = psutil.Process(pid)
+            except psutil.Error:
+                return None
+            children: list[psutil.Process] = []
+            scan_at = 0.0
+            while True:
+                try:
+                    if time.monotonic() >= scan_at:
+                        children = proc.children(recursive=True)
+                        scan_at = time.monotonic() + _WATCH_SCAN_S
+                    rss = proc.memory_info().rss
+                    if rss == 0 and proc.status() == psutil.STATUS_ZOMBIE:
+                        return None  # dead, not reaped yet
+                except psutil.Error:
+                    return None
+                for child in children:
+                    try:
+                        rss += child.memory_info().rss
+                    except psutil.Error:
+                        pass  # ended since the scan
+                if rss - baseline > limit:
+                    for victim in (proc, *children):
+                        try:
+                            victim.kill()
+                        except psutil.Error:
+                            pass
+                    return rss - baseline
+                time.sleep(_WATCH_POLL_S)
+
+    return _MemoryWatch
+
+
+_MemoryWatch = _memory_watch_class()
+
+
+def _grown(ray: Any, watch: Any, wait_s: float) -> int | None:
+    """What the watcher ``watch`` (its answer's ref) says within ``wait_s``: how much the
+    actor grew when it was killed for it; None when it was not (gone otherwise, the watcher
+    lost, or no answer yet)."""
+    if not ray.wait([watch], timeout=wait_s)[0]:
+        return None
+    try:
+        grown: int | None = ray.get(watch)
+    except ray.exceptions.RayError:
+        return None
+    return grown
+
+
+def _out_of_memory(limit: int) -> WorkerCrashed:
+    return WorkerCrashed(
+        f"out of memory: the Ray run actor took more than {limit / 2**30:.1f} GiB and was killed",
+        out_of_memory=True,
+    )
+
+
+class RayWorker:
+    """A run actor that stands in for :class:`tileauto.workers.procs.Worker` in a Runner.
+
+    ``call`` runs a function in the actor and raises what a local worker raises
+    (:class:`WorkerTimeout`, :class:`WorkerCrashed`, :class:`RemoteJobError`), plus
+    :class:`NodeLost` when the actor's node died (not the config's fault).
+    """
+
+    def __init__(
+        self, runner: Placement, device: str, threads: int, memory_limit_mb: int = -1
+    ) -> None:
+        self.runner = runner
+        self.device = device
+        self.threads = threads
+        self.memory_limit_mb = memory_limit_mb  # -1: 90% of the node's memory available
+        self.memory_limit_bytes = 0  # the current actor's limit (known once it started)
+        self.name = f"ray-run-{device}"
+        self.actor: Any = None
+        self.watcher: Any = None  # the actor's memory watcher (see _MemoryWatch)
+        self._watch: Any = None  # its answer: the actor was killed for its memory, or died
+        self.node: str | None = None
+        self.pid: int | None = None
+        self.pids: list[int] = []  # every actor process this worker started (tests look)
+        self.watcher_pids: list[int] = []  # and every watcher's
+        self._shipped: set[str] = set()
+        self.shares_files = False  # the actor reads the driver's kernel folders in place
+        self._busy = False
+        self._lock = threading.RLock()  # one job at a time, as a local worker
+        self._kills = 0  # kill() calls: a start in progress gives up when this moves
+        self.starter: threading.Thread | None = None  # its start ahead of the first job
+
+    @property
+    def alive(self) -> bool:
+        """An actor is running (not killed for its memory, nor dead, as far as its watcher
+        knows)."""
+        if self.actor is None:
+            return False
+        if self._watch is not None and import_ray().wait([self._watch], timeout=0)[0]:
+            self.kill()
+            return False
+        return True
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def start(self) -> RayWorker:
+        """Start the actor on a matching node, with its memory watcher, if it is not running."""
+        if self.actor is not None:
+            return self
+        ray = self.runner.cluster.connect()
+        kills = self._kills
+        while True:
+            node = self.runner.next_node()
+            env = {"TVM_NUM_THREADS": str(self.threads), "OMP_NUM_THREADS": str(self.threads)}
+            env.update({k: os.environ[k] for k in _RUN_ENV if k in os.environ})
+            actor = (
+                actor_class(ray, _RunActor)
+                .options(
+                    num_cpus=0,
+                    num_gpus=1 if self.device == "cuda" else 0,
+                    scheduling_strategy=on_node(ray, node),
+                    max_restarts=0,
+                    max_task_retries=0,
+                    runtime_env={"env_vars": env},
+                )
+                .remote()
+            )
+            # started at the same time (it is ready first): no CPU, so a core hold lets it be
+            watcher = (
+                actor_class(ray, _MemoryWatch)
+                .options(
+                    num_cpus=0,
+                    scheduling_strategy=on_node(ray, node),
+                    max_restarts=0,
+                    max_task_retries=0,
+                )
+                .remote()
+            )
+            refs = [
+                actor.ping.remote(self.device, list(sys.path), self.runner.cluster.token),
+                watcher.ready.remote(),
+            ]
+            try:  # run by the actor after ping (its calls run in order), before any job
+                preload = pickling.dumps((self.runner.profile, self.runner.timer))
+                refs.append(actor.preload.remote(list(sys.path), settings_env(), preload))
+            except Exception:  # noqa: BLE001 - not picklable: the first job says so
+                pass
+            try:
+                info, watcher_pid, *loaded = self._started(ray, refs, kills)
+            except _StartStopped:
+                ray.kill(actor, no_restart=True)
+                ray.kill(watcher, no_restart=True)
+                raise WorkerError(
+                    "the run actor's start was stopped: the runner was closed"
+                ) from None
+            except ray.exceptions.RayError as exc:
+                ray.kill(actor, no_restart=True)
+                ray.kill(watcher, no_restart=True)
+                self.runner.cluster.check_own_node(ask_gcs=True)
+                if self.runner.cluster.node_alive(node):
+                    raise TileautoError(f"the Ray run actor could not start: {exc}") from exc
+                self.runner.lost(node)
+                continue
+            if not self.runner.hardware_ok(node, info["hardware"]) or not self.runner.loads_on(
+                node, loaded[0] if loaded else None
+            ):
+                ray.kill(actor, no_restart=True)
+                ray.kill(watcher, no_restart=True)
+                continue
+            mb = self.memory_limit_mb
+            limit = mb * 2**20 if mb > 0 else int(info["available"] * 0.9)
+            self._watch = watcher.watch.remote(info["pid"], info["rss"], limit)
+            self.actor, self.watcher, self.node, self.pid = actor, watcher, node, info["pid"]
+            self.memory_limit_bytes = limit
+            self.pids.append(info["pid"])
+            self.watcher_pids.append(watcher_pid)
+            self._shipped = set()
+            self.shares_files = bool(info.get("shares_files"))
+            return self
+
+    def _started(self, ray: Any, refs: list[Any], kills: int) -> list[Any]:
+        """The answers of a new actor and its watcher; :class:`_StartStopped` as soon as
+        :meth:`kill` is called meanwhile (a thread must not wait in Ray for minutes after
+        its session ended: Ray may be shut down under it)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=START_POLL_S)
+            if self._kills != kills:
+                raise _StartStopped
+            self.runner.cluster.check_own_node()
+            if len(ready) == len(refs):
+                return list(ray.get(refs))
+            if time.monotonic() > deadline:
+                raise ray.exceptions.GetTimeoutError(
+                    f"the run actor did not answer within {START_TIMEOUT_S:g} s"
+                )
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
+        with self._lock:
+            return self._call(fn, args, timeout_s)
+
+    def _call(self, fn: Callable[..., Any], args: tuple, timeout_s: float | None) -> Any:
+        self.start()
+        ray = self.runner.cluster.connect()
+        if self.device == "cpu" and self.runner.reserve_cores and fn in _TIMING:
+            assert self.node is not None
+            try:
+                self.runner.cluster.hold_cores(self.node)
+            except NodeLost:
+                self.kill()  # the watcher (the actor is gone with its node)
+                self.runner.cluster.check_own_node(ask_gcs=True)
+                self._lost()
+                raise
+        folders: dict[str, dict[str, bytes]] = {}
+
+        def ship(artifact: KernelArtifact) -> KernelArtifact:
+            key = str(artifact.directory)
+            if not self.shares_files and key not in self._shipped:
+                folders[key] = run_files(Path(artifact.directory))
+            return artifact
+
+        _map_artifacts(args, ship)
+        payload = pickling.dumps((fn, args))
+        watch, limit = self._watch, self.memory_limit_bytes
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._busy = True
+        try:
+            ref = self.actor.call.remote(list(sys.path), settings_env(), payload, folders)
+            waiting = [ref, watch]
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                # in short waits: a job on a node that died is not a config that timed out
+                wait = START_POLL_S if left is None else min(left, START_POLL_S)
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=wait)
+                if not ready and self.runner.cluster.own_node_lost():
+                    self.kill()
+                    self.runner.cluster.check_own_node()
+                if not ready and (deadline is None or time.monotonic() < deadline):
+                    continue
+                if not ready:
+                    self.kill()
+                    raise WorkerTimeout(
+                        f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                    )
+                if ref in ready:
+                    break
+                if _grown(ray, watch, 0) is not None:
+                    self.kill()
+                    raise _out_of_memory(limit)
+                waiting = [ref]  # the actor died otherwise (its job says how), or the watcher
+            try:
+                status, value = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                node = self.node
+                if self.runner.cluster.own_node_lost(ask_gcs=True):
+                    self.kill()
+                    self.runner.cluster.check_own_node(ask_gcs=True)
+                if not self.runner.cluster.node_alive(node):
+                    self.kill()  # the watcher (the actor is gone with its node)
+                    self._lost()
+                    raise NodeLost(f"node {str(node)[:12]} was lost during {fn.__name__}") from exc
+                killed_for_memory = _grown(ray, watch, _VERDICT_S) is not None
+                self.kill()
+                if killed_for_memory:
+                    raise _out_of_memory(limit) from None
+                oom = "memory" in str(exc).lower() and "OutOfMemory" in type(exc).__name__
+                raise WorkerCrashed(
+                    f"crashed: the Ray run actor died ({_actor_reason(exc)})",
+                    out_of_memory=oom,
+                ) from None
+        finally:
+            self._busy = False
+        self._shipped.update(folders)
+        if ray.wait([watch], timeout=0)[0]:
+            # the watcher answered after the job did: the actor is gone; a new one (its
+            # sessions set up again) runs the next job
+            self.kill()
+        if status == "ok":
+            return value
+        raise RemoteJobError(value)
+
+    def _lost(self) -> None:
+        node = self.node
+        self.actor, self.node = None, None
+        if node is not None:
+            self.runner.lost(node)
+
+    def kill(self) -> None:
+        """Kill the actor (its process and what it runs) and its watcher now; a start in
+        progress kills the ones it started and gives up."""
+        self._kills += 1
+        actors = [a for a in (self.actor, self.watcher) if a is not None]
+        self.actor, self.watcher, self._watch = None, None, None
+        for actor in actors:
+            ray = import_ray()
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - its node may be gone
+                pass
+
+    close = kill
+
+
+class _StartStopped(Exception):
+    """A run actor's start gave up: its worker was killed meanwhile."""
+
+
+def start_quietly(worker: RayWorker) -> None:
+    """Start a run actor ahead of its first job; a failure is met again by that job."""
+    with worker._lock:
+        try:
+            worker.start()
+        except Exception:  # noqa: BLE001 - the first job starts it again and raises
+            pass
+
+
+def _actor_reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if "exit detail:" in text:
+        text = text.split("exit detail:", 1)[1]
+    return text.split(" Some common causes", 1)[0][:200].strip()
+
+
+def _timing_functions() -> tuple[Any, ...]:
+    from tileauto.run import worker as run_worker
+
+    return (run_worker.check_and_time, run_worker.retime, run_worker.time_reference)
+
+
+class _Timing:
+    def __contains__(self, fn: Any) -> bool:
+        return fn in _timing_functions()
+
+
+_TIMING = _Timing()

@@ -1,0 +1,58 @@
+"""What travels from the driver to a node: its settings, and kernel folders as bytes.
+
+A node that sees the driver's files (:meth:`RayCluster.share_files`) reads and writes kernel
+folders in place; another gets them as bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# files of a kernel folder a run does not need
+_READ_ONLY_FILES = ("_source.txt", "kernel_script.py")
+
+
+def settings_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
+
+
+def apply_settings(env: dict[str, str]) -> None:
+    for key in [k for k in os.environ if k.startswith("TILEAUTO_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+
+
+def folder_files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def shares_files(token: tuple[str, str] | None) -> bool:
+    """On a node: whether it sees the driver's files (the token file reads back)."""
+    if token is None:
+        return False
+    try:
+        return Path(token[0]).read_text() == token[1]
+    except OSError:
+        return False
+
+
+def run_files(directory: Path) -> dict[str, bytes]:
+    """What a run needs of a kernel folder: the library and its record, not the sources
+    (kept for people to read: most of the folder's bytes)."""
+    return {
+        name: data
+        for name, data in folder_files(directory).items()
+        if not name.endswith(_READ_ONLY_FILES)
+    }
+
+
+def write_files(directory: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        target = directory / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
