@@ -82,7 +82,7 @@ def compile_phase(size: int, workers: int) -> dict[str, float | list[float]]:
         workers=workers,
         staging_dir=Path(tempfile.mkdtemp(prefix="tileauto-bench-")),
     )
-    builder.start_workers()
+    builder.start()
     pool = compile_workers(workers)
     for w in pool:
         w.start()
@@ -100,7 +100,7 @@ def compile_phase(size: int, workers: int) -> dict[str, float | list[float]]:
     cpu0, start = cpu(), time.perf_counter()
     results = builder.build(requests)
     wall, cpu_s = time.perf_counter() - start, cpu() - cpu0
-    builder.close_forked_workers()
+    builder.close()
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     return {
         "wall": wall,

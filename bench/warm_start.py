@@ -75,7 +75,7 @@ def child(mode: str, size: int) -> None:
         "first_call_s": ready - got,
         "ready_cpu_s": ready_cpu - loaded_cpu,  # every thread of the process
         "cache_hit": result.cache_hit,
-        "compiles": compiler.COMPILE_COUNT,
+        "compiles": compiler.COMPILES.count,
         "worker_processes": len(psutil.Process().children(recursive=True)),
         "correct": bool(torch.allclose(c, a @ b, atol=1e-3, rtol=1e-3)),
         "tvm_num_threads_env": env_before,

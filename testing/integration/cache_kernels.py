@@ -130,7 +130,7 @@ def child_main(argv=None) -> None:
         config=result.config,
         key=result.key,
         ok=bool(torch.allclose(result.kernel(a), ref_scale_add(a))),
-        compiles=compiler.COMPILE_COUNT,
+        compiles=compiler.COMPILES.count,
         workers=len(WorkerPool.shared().workers) + len(psutil.Process().children(recursive=True)),
     )
     print("RESULT " + json.dumps(out), flush=True)

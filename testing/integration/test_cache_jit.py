@@ -21,7 +21,7 @@ _modules = itertools.count()
 
 
 def compiles() -> int:
-    return compiler.COMPILE_COUNT
+    return compiler.COMPILES.count
 
 
 def fresh(factory=matmul):

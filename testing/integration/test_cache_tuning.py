@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def compiles() -> int:
     """Compiles run in this process so far (``compile_to_dir`` calls)."""
-    return compiler.COMPILE_COUNT
+    return compiler.COMPILES.count
 
 
 def forbid_tuning(monkeypatch) -> None:

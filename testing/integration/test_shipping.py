@@ -90,7 +90,7 @@ CHILD_CHECK = """
 a = torch.randn(256)
 torch.testing.assert_close(kernel(a), a * 2)
 from tileauto.jit import compiler
-print("COMPILES", compiler.COMPILE_COUNT)
+print("COMPILES", compiler.COMPILES.count)
 """
 
 

@@ -180,7 +180,7 @@ WARM_HIT = """
     a = torch.rand(wk.N)
     ok = bool(torch.allclose(kernel(a), 2 * a))
     result = wk.tuned_double.get_tuner_result(wk.N)
-    _report(ok=ok, hit=result.cache_hit, compiles=compiler.COMPILE_COUNT)
+    _report(ok=ok, hit=result.cache_hit, compiles=compiler.COMPILES.count)
 """
 
 
@@ -212,7 +212,7 @@ def test_a_jit_cache_hit_loads_the_kernel_without_the_compiler(warm_cache):
         from tileauto.jit import compiler
         kernel = wk.jit_double(wk.N, block=64)
         a = torch.rand(wk.N)
-        _report(ok=bool(torch.allclose(kernel(a), 2 * a)), compiles=compiler.COMPILE_COUNT)
+        _report(ok=bool(torch.allclose(kernel(a), 2 * a)), compiles=compiler.COMPILES.count)
         """,
         warm_cache,
     )

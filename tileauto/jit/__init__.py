@@ -1,11 +1,21 @@
 """The kernel JIT: elaborate a factory, compile with TVM, call with torch tensors.
 
+impl.py            ``@jit`` and JITImpl: compile once per arguments, ``par_compile`` through a Builder
+kernel.py          JITKernel: a compiled kernel called with torch tensors
+call_plan.py       what a call needs (inputs, outputs, allocation paths), worked out at load
+kernel_threads.py  the thread count a parallel CPU kernel runs with, on tileauto's or TVM's pool
+compiler.py        elaborate, compile and export a kernel (the one place that builds)
+target.py          resolving targets (TVM's compiler); target_memo.py the same without TVM
+thread_pool.py     whether TVM's pool spins: the busy-machine rule
+launcher.py        tileauto's thread pool for the parallel loops of CPU kernels
+runtime.py         loading kernels with TVM's runtime alone
+dtypes.py          TVM dtype names to torch dtypes
+elf.py             checking a kernel library's ELF headers before it is mapped
+
 ``tileauto.jit`` is this subpackage and the ``@jit`` decorator at once: the module is
-callable, and calling it is :func:`tileauto.jit.impl.jit`. Python binds ``tileauto.jit`` to
-the subpackage whenever it is first imported (``import tileauto.jit.kernel`` does), so the
-decorator has to be the module itself for ``@tileauto.jit(...)`` to work whatever was
-imported first. The names below load on first use, so importing the package (or
-:mod:`tileauto.jit.runtime`, which loads kernels) imports neither torch nor TVM's compiler.
+callable (:func:`tileauto.jit.impl.jit`), because Python binds ``tileauto.jit`` to the
+subpackage whenever one of its modules is imported. The names below load on first use, so
+importing the package imports neither torch nor TVM's compiler.
 """
 
 from __future__ import annotations

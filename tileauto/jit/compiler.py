@@ -7,6 +7,7 @@ kernel built anywhere ends up as the same :class:`~tileauto.artifact.KernelArtif
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +20,8 @@ from tileauto.options import CompileArgs
 if TYPE_CHECKING:
     import tvm
 
-# TVM's compiler is imported by the functions that compile, not by importing this module: a
-# process that loads tuned kernels reads COMPILE_COUNT and resolve_out_idx without it.
+# TVM's compiler is imported by the functions that compile: a process that loads tuned kernels
+# reads COMPILES and resolve_out_idx without it.
 
 
 def load_compiler() -> None:
@@ -36,8 +37,25 @@ def load_compiler() -> None:
         import tileauto.jit.target  # noqa: F401
 
 
-# Calls of compile_to_dir in this process (tests use it to prove a cache hit compiled nothing).
-COMPILE_COUNT = 0
+class CompileCounter:
+    """How many kernels this process compiled: what tells a cache hit (none) from a miss."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # JITImpl compiles on the caller's threads
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        """Calls of :func:`compile_to_dir` in this process so far."""
+        return self._count
+
+    def add(self) -> None:
+        """Count one compile."""
+        with self._lock:
+            self._count += 1
+
+
+COMPILES = CompileCounter()
 
 
 def elaborate(
@@ -211,8 +229,7 @@ def compile_to_dir(
 
     from tileauto.jit.target import device_type_of, resolve_target, target_json
 
-    global COMPILE_COUNT
-    COMPILE_COUNT += 1
+    COMPILES.add()
     start = time.perf_counter()
     target = resolve_target(compile_args.target, compile_args.target_host)
     try:

@@ -24,8 +24,8 @@ from tileauto.settings import Settings
 # Decorating a factory imports neither torch nor TVM: the kernel (torch), the builder and the
 # compiler (TVM) are imported by the calls that need them.
 if TYPE_CHECKING:
-    from tileauto.build.builder import BuildStatus
     from tileauto.jit.kernel import JITKernel
+    from tileauto.records import BuildResult, BuildStatus
 
 log = get_logger("jit")
 
@@ -162,8 +162,9 @@ class JITImpl:
         ones). A config that fails to compile comes back as a :class:`CompileFailure`.
         ``num_workers`` defaults to the CPU-fraction settings (``TILEAUTO_AUTO_TUNING_*``).
         """
-        from tileauto.build.builder import Builder, BuildRequest
+        from tileauto.build.builder import Builder
         from tileauto.jit.kernel import JITKernel
+        from tileauto.records import BuildRequest
 
         settings = Settings.from_env()
         items = list(configs)
@@ -186,13 +187,19 @@ class JITImpl:
             timeout_s=timeout_s or settings.compile_timeout_s,
             staging_dir=process_scratch_dir(settings),
         )
-        builder.start_workers()  # forked from this process when that is safe
+        results: dict[int, BuildResult] = {}
+
+        def collect(result: BuildResult) -> None:  # called from the build's driver threads
+            results[result.index] = result
+
+        builder.start()  # the workers forked from this process when that is safe
         try:
-            results = builder.build(requests)
+            builder.build(requests, collect)
         finally:
-            builder.close_forked_workers()
+            builder.close()
         out: list[JITKernel | CompileFailure] = []
-        for request, result in zip(requests, results):
+        for request in requests:
+            result = results[request.index]
             if result.ok and result.artifact is not None:
                 out.append(JITKernel(result.artifact))
             else:

@@ -5,14 +5,12 @@ points at TVM's thread pool when it loads the library. :func:`install` points it
 instead, in the tuning's run worker and in your process alike, so that a kernel is timed and
 run by the same pool.
 
-Why: TVM's pool waits for its workers with ``sched_yield``: on a busy machine each yield gives
-the core away for a whole scheduler time slice, and a tuned 512³ GEMM of 0.8 ms ran at 1.4 to
-11 ms per call under two busy processes on 2 cores, process to process. This pool waits as an
-OpenMP runtime does (it spins on the core it has, then sleeps on a futex), and it follows the
-machine's load: every 20 ms while it runs it reads how many threads are runnable
-(``/proc/loadavg``); on a busy machine its workers sleep as soon as a region ends and may run on
-any CPU, on a quiet one they spin briefly and each keeps to a CPU other than the calling
-thread's. ``docs/tuning.md`` ("Thread count", "On a shared machine") has the measurements.
+Why: TVM's pool waits for its workers with ``sched_yield``, and on a busy machine each yield
+gives the core away for a whole time slice. This pool waits as an OpenMP runtime does (spin,
+then sleep on a futex) and follows the machine's load (``/proc/loadavg``, read every 20 ms
+while it runs): busy, its workers sleep as soon as a region ends; quiet, they spin briefly,
+each on a CPU of its own. ``docs/tuning.md`` ("Thread count", "On a shared machine") and
+``docs/performance.md`` have the measurements.
 
 One pool per process: its thread count is the last one set (:func:`set_threads`, which
 :meth:`tileauto.JITKernel.use_threads` calls with the count the kernel was tuned with).

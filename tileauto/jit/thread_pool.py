@@ -1,20 +1,15 @@
 """Whether TVM's CPU thread pool should spin: the busy-machine rule, decided once per process.
 
-TVM's pool threads spin after each parallel region (``TVM_THREAD_POOL_SPIN_COUNT``, 300,000
-yields by default) so that the next region finds them awake. On a machine whose cores other
-threads want, a spinning worker is one more CPU-bound thread: the scheduler gives it time
-slices like any busy loop, and a parallel region then waits a whole slice for its slowest
-thread (a 256³ GEMM: 0.12 ms quiet, 8 ms under two busy processes on 2 cores; 0.12 ms again with
-the spin off, which costs up to 1.3x on a quiet machine: a wake-up per region). TVM reads the
-variable once per process, when its first pool thread starts.
+TVM's pool threads spin after each parallel region (``TVM_THREAD_POOL_SPIN_COUNT``) so that
+the next region finds them awake; on a machine whose cores other threads want, a spinning
+worker is one more CPU-bound thread, and a parallel region waits a time slice for its slowest
+thread. TVM reads the variable once per process, when its first pool thread starts.
 
-So tileauto decides once per process, before it starts a pool (a tuning's run worker, or a
-CPU kernel loaded in the caller's thread), unless the variable is set: when the threads
-already runnable on the machine plus the pool's own would be more than its CPUs, it sets
-``TVM_THREAD_POOL_SPIN_COUNT=0`` in this process's environment (so the pools this process
-starts, and the workers it starts, do not spin); otherwise it leaves TVM's default. A value
-you set, ``0`` or TVM's default ``300000`` included, is never changed. ``docs/tuning.md``,
-"On a shared machine", has the measurements.
+So before a pool starts, unless the variable is set: when the threads already runnable on the
+machine plus the pool's own would be more than its CPUs, this sets it to 0 in this process's
+environment (its pools and the workers it starts then do not spin); otherwise TVM's default
+stays. A value you set is never changed. ``docs/tuning.md`` ("On a shared machine") and
+``docs/performance.md`` have the measurements.
 """
 
 from __future__ import annotations
@@ -40,7 +35,7 @@ class SpinDecision:
     """What the rule saw and chose. ``spin``: the variable's value now (None: TVM's default)."""
 
     spin: str | None
-    source: str  # "set" (the variable was set: by you, or by a parent process), "busy", "quiet", "unknown" (no /proc/loadavg)
+    source: str  # "set" (by you or a parent process), "busy", "quiet", "unknown" (no loadavg)
     others: int | None = None  # runnable threads besides the caller (the median of the reads)
     cpus: int | None = None
     threads: int | None = None

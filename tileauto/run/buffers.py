@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from tileauto.artifact import ParamSpec
+from tileauto.jit.dtypes import torch_dtype
 
 PAD = 64  # canary elements on each side; 64 elements keep 64-byte alignment for every dtype
 
@@ -57,8 +58,6 @@ def padded_clones(tensors: Sequence[Any]) -> tuple[list[Any], list[torch.Tensor 
 def padded_outputs(
     params: Sequence[ParamSpec], out_idx: Sequence[int], ins: list, device: str
 ) -> tuple[list, list]:
-    from tileauto.jit.kernel import torch_dtype
-
     bindings: dict[str, int] = {}
     for spec, t in zip([p for i, p in enumerate(params) if i not in set(out_idx)], ins):
         if spec.scalar:  # a length passed by value binds its size variable

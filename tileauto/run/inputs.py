@@ -13,6 +13,7 @@ import torch
 
 from tileauto.artifact import ParamSpec
 from tileauto.errors import InputSupplyError
+from tileauto.jit.dtypes import torch_dtype
 from tileauto.options import TensorSupplyType
 
 _CAPTURED: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
@@ -48,12 +49,6 @@ def captured_inputs() -> tuple[Any, ...] | None:
     return _CAPTURED.get()
 
 
-def _dtype(name: str) -> torch.dtype:
-    from tileauto.jit.kernel import torch_dtype
-
-    return torch_dtype(name)
-
-
 def generate(
     spec: ParamSpec, supply: TensorSupplyType, generator: torch.Generator, device: str
 ) -> torch.Tensor:
@@ -66,7 +61,7 @@ def generate(
             f"static shapes; supply concrete tensors with `with tileauto.set_autotune_inputs(...)` "
             f"or set_profile_args(supply_prog=...)"
         )
-    dtype = _dtype(spec.dtype)
+    dtype = torch_dtype(spec.dtype)
     is_float = dtype.is_floating_point
     if supply is TensorSupplyType.Zero:
         t = torch.zeros(shape, dtype=dtype)
@@ -116,7 +111,7 @@ def kernel_params(params: Sequence[ParamSpec], in_pos: Sequence[int]) -> list[Ke
     return [
         KernelParam(
             p.name,
-            _dtype(p.dtype),
+            torch_dtype(p.dtype),
             tuple(p.shape),
             is_output=i not in inputs,
             is_scalar=p.scalar,

@@ -406,6 +406,7 @@ def test_output_shaped_like_a_non_tensor_input_is_an_argument_error(dyn_add):
 def no_python_allocation(monkeypatch):
     """The native helper's caller is there, and JITKernel may not allocate from Python."""
     from tileauto import _native
+    from tileauto.jit import call_plan
     from tileauto.jit import kernel as kernel_mod
 
     if _native.output_caller() is None:
@@ -415,6 +416,7 @@ def no_python_allocation(monkeypatch):
         raise AssertionError("the kernel call allocated its output from Python")
 
     monkeypatch.setattr(kernel_mod, "_empty_like", refuse)
+    monkeypatch.setattr(call_plan, "_empty_like", refuse)
 
 
 def test_a_static_output_is_allocated_in_cpp_fresh_each_call(add64, no_python_allocation):
