@@ -96,16 +96,180 @@ class CompileArgs:
         }
 
 
+# -- the checks of the profile options: each returns the value to keep, or raises naming it --
+Check = Callable[[str, Any], Any]
+
+
+def _milliseconds(most: float, *, positive: bool = False) -> Check:
+    def check(name: str, value: Any) -> float:
+        if (
+            not _is_real(value)
+            or not math.isfinite(value)
+            or value < 0
+            or (positive and not value > 0)
+        ):
+            raise ValueError(
+                f"{name} must be a number of milliseconds {'> 0' if positive else '>= 0'}"
+                f" (iteration counts go in {name}_iters), got {value!r}"
+            )
+        if value > most:
+            raise ValueError(
+                f"{name}={value!r} ms is more than {most:,.0f} ms per config; for a count of "
+                f"iterations use {name}_iters"
+            )
+        return float(value)
+
+    return check
+
+
+def _iterations(low: int) -> Check:
+    def check(name: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        if not _is_int(value) or not (low <= value <= MAX_ITERATIONS):
+            raise ValueError(
+                f"{name} must be None or an int in [{low}, {MAX_ITERATIONS:,}], got {value!r}"
+            )
+        return int(value)
+
+    return check
+
+
+def _seconds(name: str, value: Any) -> Any:
+    if not _is_real(value) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def _tolerance(name: str, value: Any) -> Any:
+    # NaN compares False with everything, so a NaN bound would let any result pass
+    if not _is_real(value) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _ratio(name: str, value: Any) -> Any:
+    if not _is_real(value) or not (0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return value
+
+
+def _budget(name: str, value: Any) -> Any:
+    if value is not None and (not _is_int(value) or value < 1):
+        raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
+    return value
+
+
+def _budget_seconds(name: str, value: Any) -> Any:
+    if value is not None and (not _is_real(value) or not math.isfinite(value) or not value > 0):
+        raise ValueError(f"{name} must be None or a number of seconds > 0, got {value!r}")
+    return value
+
+
+def _executor(name: str, value: Any) -> Any:
+    if value not in (None, *EXECUTORS):
+        raise ValueError(
+            f"{name} must be None (TILEAUTO_EXECUTOR), 'local' or 'ray', got {value!r}"
+        )
+    return value
+
+
+def _backend(name: str, value: Any) -> Any:
+    if value not in TIMER_BACKENDS:
+        raise ValueError(f"{name} must be one of {TIMER_BACKENDS}, got {value!r}")
+    return value
+
+
+def _seed(name: str, value: Any) -> int:
+    if not _is_int(value) or not (0 <= value < 2**63):
+        raise ValueError(f"{name} must be an int in [0, 2**63), got {value!r}")
+    return int(value)
+
+
+def _retime_top_k(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0 (0 or 1: off), got {value!r}")
+    return int(value)
+
+
+def _positions(name: str, value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    items = value
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        items = [items] if _is_int(items) else None
+    if items is None or not all(_is_int(k) for k in items):
+        raise TypeError(f"{name} must be None or a list of input positions (ints), got {value!r}")
+    return tuple(int(k) for k in items)
+
+
+def _threads(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{name} must be None (the settings' thread count) or an int >= 1, got {value!r}"
+        )
+    from tileauto.settings import too_many_threads
+
+    too_many = too_many_threads(value)
+    if too_many is not None:
+        raise ValueError(f"{name}={value!r}: {too_many}")
+    return value
+
+
+def _prune_configs_by(name: str, value: Any) -> Any:
+    from tileauto.space import check_prune_configs_by
+
+    check_prune_configs_by(value)
+    return value
+
+
+def _supply_type(name: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, TensorSupplyType):
+        raise TypeError(
+            f"{name} must be None or a tileauto.TensorSupplyType (e.g. "
+            f"TensorSupplyType.Randn), got {value!r}"
+        )
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _optional_flag(name: str, value: Any) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{name} must be None, True or False, got {value!r}")
+    return value
+
+
+def _program(name: str, value: Any) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+    return value
+
+
 KEY_KINDS = ("value", "text", "program", "describe", "strategy", "ms")
 
 
 def option(
-    default: Any, *, key: str | None = None, worker: bool = False, search: bool = False
+    default: Any,
+    check: Check | None = None,
+    *,
+    key: str | None = None,
+    worker: bool = False,
+    search: bool = False,
 ) -> Any:
-    """Declare a profile option once: its default, its part in the cache key, its destination.
+    """Declare a profile option once: its default, its check, its part in the cache key, its
+    destination.
 
     Args:
         default: the default value, or a zero-argument callable making a fresh one (``dict``).
+        check: ``check(name, value)`` returns the value to keep (normalized: numpy numbers
+            become Python's) or raises an error that names the option.
         key: how the option enters the tuning cache key (None: it does not change which config
             wins, e.g. ``timeout``): ``"value"`` as it is, ``"text"`` as ``str(value)``,
             ``"program"`` a callable by its source and what it reaches, ``"describe"`` any
@@ -119,7 +283,7 @@ def option(
     """
     if key is not None and key not in KEY_KINDS:
         raise ValueError(f"key must be None or one of {KEY_KINDS}, got {key!r}")
-    meta = {"key": key, "worker": worker, "search": search}
+    meta = {"key": key, "worker": worker, "search": search, "check": check}
     if callable(default):
         return field(default_factory=default, metadata=meta)
     return field(default=default, metadata=meta)
@@ -132,42 +296,43 @@ class ProfileArgs:
     See the tuning guide in ``docs/tuning.md`` for each field.
     """
 
-    # Each option is declared once, here: its default, how it enters the cache key
+    # Each option is declared once, here: its default, its check, how it enters the cache key
     # (``key``, see :func:`option`) and whether the run worker needs it (``worker``). The
-    # cache fingerprint and the worker's copy are derived from these declarations.
-    warmup: float = option(25, key="ms", worker=True)  # ms of warm-up per config
-    rep: float = option(100, key="ms", worker=True)  # ms of timed repetitions per config
-    timeout: float = option(60.0)  # s per config (validate + time); not in the key
-    supply_type: Any = option(None, key="text", worker=True)
-    supply_prog: Callable[..., Any] | None = option(None, key="program", worker=True)
-    ref_prog: Callable[..., Any] | None = option(None, key="program", worker=True)
-    manual_check_prog: Callable[..., Any] | None = option(None, key="program", worker=True)
-    skip_check: bool = option(False, key="value", worker=True)
-    rtol: float = option(1e-2, key="value", worker=True)
-    atol: float = option(1e-2, key="value", worker=True)
-    max_mismatched_ratio: float = option(0.01, key="value", worker=True)
-    cache_input_tensors: bool = option(True)
-    inplace_args: tuple[int, ...] | None = option(None, key="value", worker=True)
-    flush_cache: bool | None = option(None, key="value", worker=True)  # None: L2 on CUDA only
-    seed: int = option(0, key="value", worker=True)
-    retime_top_k: int = option(3, key="value")  # re-time the best few, interleaved (0: off)
+    # checks, the cache fingerprint and the worker's copy are derived from these declarations.
+    warmup: float = option(25, _milliseconds(MAX_WARMUP_MS), key="ms", worker=True)
+    rep: float = option(100, _milliseconds(MAX_REP_MS, positive=True), key="ms", worker=True)
+    timeout: float = option(60.0, _seconds)  # per config (validate + time); not in the key
+    supply_type: Any = option(None, _supply_type, key="text", worker=True)
+    supply_prog: Callable[..., Any] | None = option(None, _program, key="program", worker=True)
+    ref_prog: Callable[..., Any] | None = option(None, _program, key="program", worker=True)
+    manual_check_prog: Callable[..., Any] | None = option(
+        None, _program, key="program", worker=True
+    )
+    skip_check: bool = option(False, _flag, key="value", worker=True)
+    rtol: float = option(1e-2, _tolerance, key="value", worker=True)
+    atol: float = option(1e-2, _tolerance, key="value", worker=True)
+    max_mismatched_ratio: float = option(0.01, _ratio, key="value", worker=True)
+    cache_input_tensors: bool = option(True, _flag)
+    inplace_args: tuple[int, ...] | None = option(None, _positions, key="value", worker=True)
+    flush_cache: bool | None = option(
+        None, _optional_flag, key="value", worker=True
+    )  # None: L2 on CUDA only
+    seed: int = option(0, _seed, key="value", worker=True)
+    retime_top_k: int = option(3, _retime_top_k, key="value")  # the best few again (0: off)
     search: Any = option("auto", key="strategy", search=True)  # a name / a SearchStrategy
-    max_trials: int | None = option(None, key="value", search=True)  # the most configs measured
-    max_seconds: float | None = option(None, key="value", search=True)  # wall clock, whole tuning
-    plateau: int | None = option(None, key="value", search=True)  # N trials without improvement
-    num_threads: int | None = option(
-        None
-    )  # CPU threads (None: the settings'); keyed as run_threads
-    backend: str = option("event", key="value")  # TileLang's timer name
-    warmup_iters: int | None = option(None, key="value", worker=True)  # counts instead of ms
-    rep_iters: int | None = option(None, key="value", worker=True)
+    max_trials: int | None = option(None, _budget, key="value", search=True)
+    max_seconds: float | None = option(None, _budget_seconds, key="value", search=True)
+    plateau: int | None = option(None, _budget, key="value", search=True)  # trials, no gain
+    num_threads: int | None = option(None, _threads)  # None: the settings'; keyed as run_threads
+    backend: str = option("event", _backend, key="value")  # TileLang's timer name
+    warmup_iters: int | None = option(None, _iterations(0), key="value", worker=True)
+    rep_iters: int | None = option(None, _iterations(1), key="value", worker=True)
     # on_trial(trial), in the caller: a detached copy of each trial, and a cache hit's marker
-    on_trial: Callable[..., Any] | None = option(None)
-    pre_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
-    post_hook: Callable[..., Any] | None = option(None, key="program", worker=True)
-    prune_configs_by: dict[str, Any] | None = option(None)  # changes the space, which is keyed
-    executor: str | None = option(None)  # "local" / "ray" (None: TILEAUTO_EXECUTOR); same results
-    extra: dict[str, Any] = option(dict, key="describe")
+    on_trial: Callable[..., Any] | None = option(None, _program)
+    pre_hook: Callable[..., Any] | None = option(None, _program, key="program", worker=True)
+    post_hook: Callable[..., Any] | None = option(None, _program, key="program", worker=True)
+    prune_configs_by: dict[str, Any] | None = option(None, _prune_configs_by)  # the space's
+    executor: str | None = option(None, _executor)  # None: TILEAUTO_EXECUTOR; same results
 
     @classmethod
     def from_arguments(cls, arguments: dict[str, Any]) -> ProfileArgs:
@@ -199,108 +364,7 @@ class ProfileArgs:
         )
 
     def __post_init__(self) -> None:
-        for name, most in (("warmup", MAX_WARMUP_MS), ("rep", MAX_REP_MS)):
-            value = getattr(self, name)
-            positive = value > 0 if _is_real(value) and name == "rep" else True
-            if not _is_real(value) or not math.isfinite(value) or value < 0 or not positive:
-                raise ValueError(
-                    f"{name} must be a number of milliseconds {'> 0' if name == 'rep' else '>= 0'}"
-                    f" (iteration counts go in {name}_iters), got {value!r}"
-                )
-            if value > most:
-                raise ValueError(
-                    f"{name}={value!r} ms is more than {most:,.0f} ms per config; for a count of "
-                    f"iterations use {name}_iters"
-                )
-            object.__setattr__(self, name, float(value))
-        for name, low in (("warmup_iters", 0), ("rep_iters", 1)):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if not _is_int(value) or not (low <= value <= MAX_ITERATIONS):
-                raise ValueError(
-                    f"{name} must be None or an int in [{low}, {MAX_ITERATIONS:,}], got {value!r}"
-                )
-            object.__setattr__(self, name, int(value))
-        if not _is_real(self.timeout) or not self.timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        for name in ("rtol", "atol"):
-            value = getattr(self, name)
-            # NaN compares False with everything, so a NaN bound would let any result pass
-            if not _is_real(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        ratio = self.max_mismatched_ratio
-        if not _is_real(ratio) or not (0.0 <= ratio <= 1.0):
-            raise ValueError(f"max_mismatched_ratio must be a number in [0, 1], got {ratio!r}")
-        for name in ("max_trials", "plateau"):
-            value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 1):
-                raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
-        seconds = self.max_seconds
-        if seconds is not None and (
-            not _is_real(seconds) or not math.isfinite(seconds) or not seconds > 0
-        ):
-            raise ValueError(
-                f"max_seconds must be None or a number of seconds > 0, got {seconds!r}"
-            )
-        if self.executor not in (None, *EXECUTORS):
-            raise ValueError(
-                f"executor must be None (TILEAUTO_EXECUTOR), 'local' or 'ray', got {self.executor!r}"
-            )
-        if self.backend not in TIMER_BACKENDS:
-            raise ValueError(f"backend must be one of {TIMER_BACKENDS}, got {self.backend!r}")
-        if not _is_int(self.seed) or not (0 <= self.seed < 2**63):
-            raise ValueError(f"seed must be an int in [0, 2**63), got {self.seed!r}")
-        object.__setattr__(self, "seed", int(self.seed))
-        if not _is_int(self.retime_top_k) or self.retime_top_k < 0:
-            raise ValueError(
-                f"retime_top_k must be an int >= 0 (0 or 1: off), got {self.retime_top_k!r}"
-            )
-        object.__setattr__(self, "retime_top_k", int(self.retime_top_k))
-        if self.inplace_args is not None:
-            items = self.inplace_args
-            if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-                items = [items] if _is_int(items) else None
-            if items is None or not all(_is_int(k) for k in items):
-                raise TypeError(
-                    "inplace_args must be None or a list of input positions (ints), "
-                    f"got {self.inplace_args!r}"
-                )
-            object.__setattr__(self, "inplace_args", tuple(int(k) for k in items))
-        threads = self.num_threads
-        if threads is not None and (
-            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-        ):
-            raise ValueError(
-                f"num_threads must be None (the settings' thread count) or an int >= 1, got {threads!r}"
-            )
-        if threads is not None:
-            from tileauto.settings import too_many_threads
-
-            too_many = too_many_threads(threads)
-            if too_many is not None:
-                raise ValueError(f"num_threads={threads!r}: {too_many}")
-        from tileauto.space import check_prune_configs_by
-
-        check_prune_configs_by(self.prune_configs_by)
-        if self.supply_type is not None and not isinstance(self.supply_type, TensorSupplyType):
-            raise TypeError(
-                "supply_type must be None or a tileauto.TensorSupplyType (e.g. "
-                f"TensorSupplyType.Randn), got {self.supply_type!r}"
-            )
-        for name in ("skip_check", "cache_input_tensors"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.flush_cache is not None and not isinstance(self.flush_cache, bool):
-            raise TypeError(f"flush_cache must be None, True or False, got {self.flush_cache!r}")
-        for name in (
-            "supply_prog",
-            "ref_prog",
-            "manual_check_prog",
-            "on_trial",
-            "pre_hook",
-            "post_hook",
-        ):
-            value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+        for f in fields(self):
+            check = f.metadata.get("check")
+            if check is not None:
+                object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))

@@ -129,9 +129,9 @@ def test_the_api_builds_profile_args_from_its_own_arguments_only():
     tuner = tileauto.AutoTuner(lambda block=1: None, [{"block": 1}])
     tuner.set_profile_args(5, 10, rep_iters=3, seed=4)
     args = tuner.profile_args
-    assert (args.warmup, args.rep, args.rep_iters, args.seed, args.extra) == (5, 10, 3, 4, {})
+    assert (args.warmup, args.rep, args.rep_iters, args.seed) == (5, 10, 3, 4)
     decorated = tileauto.autotune(configs=[{}], rep=7, seed=2)(tileauto.jit(lambda: None))
-    assert decorated.profile_args.rep == 7 and decorated.profile_args.extra == {}
+    assert decorated.profile_args.rep == 7 and decorated.profile_args.seed == 2
 
 
 def test_every_profile_option_is_an_argument_of_both_apis():
@@ -139,9 +139,10 @@ def test_every_profile_option_is_an_argument_of_both_apis():
     import dataclasses
     import inspect
 
-    from tileauto.api.autotuner import _POSITIONAL, AutoTuner, autotune
+    from tileauto.api.builder import _POSITIONAL, AutoTuner
+    from tileauto.api.decorator import autotune
 
-    options = {f.name for f in dataclasses.fields(ProfileArgs)} - {"extra"}
+    options = {f.name for f in dataclasses.fields(ProfileArgs)}
     missing = options - set(inspect.signature(autotune).parameters)
     assert not missing, f"autotune() does not take {sorted(missing)}"
     positional = list(inspect.signature(AutoTuner.set_profile_args).parameters)[1:-1]
