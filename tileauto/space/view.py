@@ -16,7 +16,7 @@ from typing import Any
 
 from tileauto.space.product import ProductSpace
 from tileauto.space.resolve import baseline_config, full_config
-from tileauto.space.types import Space
+from tileauto.space.types import ListSpace, Space
 from tileauto.space.values import config_id
 
 NEVER_TRIED_LISTED = 10_000  # a larger space counts its never-tried configs instead of listing them
@@ -26,8 +26,8 @@ class SpaceView:
     """Configs of the space by search index, each with its config id.
 
     Attributes:
-        search_space: what the search strategy is given (the product itself, or the list of
-            distinct filled configs).
+        search_space: what the search strategy is given, a :class:`Space` (the product
+            itself, or a :class:`ListSpace` of the distinct filled configs).
         default: the default config, filled (the factory's defaults, or the first config).
         default_id: its config id.
         lazy: whether the space is a product decoded on demand.
@@ -37,8 +37,9 @@ class SpaceView:
         self.lazy = isinstance(configs, ProductSpace)
         self._by_id: dict[str, dict[str, Any]] = {}
         self._position: dict[str, int] = {}  # config id -> position (trial index)
+        self._product = configs if isinstance(configs, ProductSpace) else None
         if isinstance(configs, ProductSpace):
-            self.search_space: Space | list[dict[str, Any]] = configs
+            self.search_space: Space = configs
             keys: set[str] = set(configs.names)
             self._ids: list[str] | None = None
             self._full: list[dict[str, Any]] | None = None
@@ -51,7 +52,7 @@ class SpaceView:
                 self._position.setdefault(cid, i)
             self._by_id = {cid: c for cid, c in zip(ids, self._full)}
             self._ids = list(dict.fromkeys(ids))  # the space in order, each config once
-            self.search_space = [self._by_id[cid] for cid in self._ids]
+            self.search_space = ListSpace([self._by_id[cid] for cid in self._ids])
             self._size = len(self._ids)
         self.default = baseline_config(configs, defaults, keys)
         self.default_id = config_id(self.default)
@@ -66,8 +67,8 @@ class SpaceView:
         """The config id at a search index (and remember its config and position)."""
         if self._ids is not None:
             return self._ids[index]
-        assert isinstance(self.search_space, ProductSpace)
-        config = self.search_space.config(index)
+        assert self._product is not None
+        config = self._product.config(index)
         cid = config_id(config)
         self._by_id.setdefault(cid, config)
         self._position.setdefault(cid, index)
@@ -84,9 +85,9 @@ class SpaceView:
             return found
         if self._ids is not None:
             return -1
-        assert isinstance(self.search_space, ProductSpace)
+        assert self._product is not None
         config = self._by_id.get(cid)
-        index = self.search_space.find(config if config is not None else json.loads(cid))
+        index = self._product.find(config if config is not None else json.loads(cid))
         if index >= 0:
             self._position[cid] = index
         return index
