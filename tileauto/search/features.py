@@ -4,10 +4,8 @@ Each parameter gives a few columns, looked up by value position (so encoding a b
 configs is one fancy-indexing per parameter):
 
 - numbers: the value; and, for positive integers of which some are powers of two and some
-  are not, a 0/1 column "is a power of two" (kernel tiles, threads and vector widths are fast
-  at powers of two: on the recorded convolution, the 12 configs within 5% of the optimum all
-  have power-of-two blocks and tiles, and the model finds them in half the trials with this
-  column than without);
+  are not, a 0/1 column "is a power of two" (tiles, threads and vector widths are fast at
+  powers of two; ``docs/search.md`` has the measurement);
 - choices (strings, bools, tied tuples of values): one 0/1 column per value, or the value's
   position when there are more than 12 values; tied numbers also give each component's value.
 

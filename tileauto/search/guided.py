@@ -1,24 +1,10 @@
 """A model-guided search for discrete, constrained spaces whose configs can fail.
 
-Each batch, a random forest (scikit-learn) learns from the trials so far which configs are
-*good* (the fastest fifth of the configs that passed, and at least the five fastest),
-weighting each good config by how much faster it is than the threshold; a second forest learns
-which configs *fail* (compile error, crash, mismatch), when any has. Every untried config of the
-space (or, in a space of more than ``pool`` configs, a random sample of them plus every
-one-parameter change of the best configs) is scored by P(good) x P(passes), and the batch is
-chosen greedily by score, halving the score of the configs within two parameters of each pick
-(so a batch is not eight copies of one idea). Each tree splits on a random 30% of the feature
-columns, so the trees disagree where the data is thin. Two configs of each batch are the
-best-scored untried one-parameter changes of the best config so far (a local search, ranked by
-the model), and when the best has not improved for two batches, the configs within two
-parameters of the 8 best ones score a tenth and P(passes) counts twice (the search steps out of
-a basin it has exhausted, and away from what it knows, failures are likelier).
-A share of each batch is drawn at random.
-
-It proposes configs of the space only (constraints hold by construction), never one twice, and
-the first batch is random, until the models have something to learn from. Chosen by
-measurement on four recorded GPU spaces against random sampling and Optuna's TPE: see
-``docs/search.md`` and ``bench/search_quality.py``.
+Each batch, one random forest learns which configs are good (fast) and another which fail; the
+untried configs of the space (or a sample, plus the neighbours of the best) are scored
+P(good) x P(passes) and picked greedily, spread apart, with a few local and random picks.
+Only configs of the space are proposed, never one twice. The algorithm, its settings and the
+measurements that chose it are in ``docs/search.md`` ("The guided search").
 """
 
 from __future__ import annotations

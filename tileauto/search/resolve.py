@@ -23,12 +23,10 @@ def auto_budget(n: int) -> int:
 
 class AutoSearch(SearchStrategy):
     """Exhaustive up to :data:`AUTO_EXHAUSTIVE_MAX` configs; guided above, with a budget of
-    :func:`auto_budget` (5% of the space, at least 256 configs: on the four recorded spaces, the
-    median seed found the optimum at 5%, see ``docs/search.md``). Under a ``max_trials`` smaller
-    than the space (:meth:`within`), the guided search gets that budget at any space size.
-
-    Without scikit-learn (the ``search`` extra), a space above the exhaustive size is sampled at
-    random with the same budget, after one warning that names the extra.
+    :func:`auto_budget` (5% of the space, at least 256 configs; why 5%: ``docs/search.md``).
+    Under a ``max_trials`` smaller than the space (:meth:`within`), the guided search gets that
+    budget at any space size. Without scikit-learn, a space above the exhaustive size is sampled
+    at random with the same budget, after one warning.
     """
 
     warned = False  # one warning per process
