@@ -7,7 +7,8 @@ register and cache tilings times ``unroll`` and ``block_K`` choices: 256 configs
 scripted timer (each config "takes" a fixed time: the bench measures compiles, not kernels),
 the tuning cache off, in one process, three ways:
 
-- local: ``TuningSession``'s own stages (a pool of compile processes, one run worker);
+- local: the problem's own stages (``tileauto.tune.defaults``: a pool of compile processes,
+  one run worker);
 - ray 1 node: ``RayBuilder`` + ``RayRunner`` on a loopback cluster of one node with every
   core of this machine (a head without CPUs, the driver joined to it);
 - ray 2 nodes: the same cores split over two nodes (each with half of them);
@@ -51,6 +52,7 @@ from _cpu_by_process import CpuByProcess  # noqa: E402
 
 from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
+from tileauto.tune import defaults  # noqa: E402
 from tileauto.tune.problem import TuningProblem  # noqa: E402
 from tileauto.tune.session import TuningSession  # noqa: E402
 
@@ -103,25 +105,21 @@ def timed(session: TuningSession) -> dict:
 
 
 def tune_local(size: int, n: int, workers: int, profile: bool = False) -> dict:
-    session = TuningSession(problem(size, n, workers))
+    p = problem(size, n, workers)
     if not profile:
-        return timed(session)
-    made = session._local_runner  # the session makes its run worker: learn its pid
+        return timed(defaults.session(p))
     cpu = CpuByProcess()
+    stage = defaults.default_runner(p)  # the problem's own run worker: learn its pid
+    close = stage.close
 
-    def runner():
-        stage = made()
-        close = stage.close
+    def closed():
+        if stage.worker is not None and stage.worker.pid is not None:
+            cpu.runs.add(stage.worker.pid)
+        close()
 
-        def closed():
-            if stage.worker is not None and stage.worker.pid is not None:
-                cpu.runs.add(stage.worker.pid)
-            close()
-
-        stage.close = closed
-        return stage
-
-    session._local_runner = runner
+    stage.close = closed
+    # the problem's own builder, which applies the busy-machine rule for this runner too
+    session = defaults.session(p, builder=defaults.default_builder(p), runner=stage)
     with cpu:
         out = timed(session)
     return {**out, "cpu": cpu.classify()}
@@ -137,7 +135,7 @@ def tune_ray_session(p: TuningProblem, rc, per_node: int, profile: bool = False)
         cluster=rc,
     )
     runner = RayRunner(p.profile_args, threads=per_node, timer=p.timer, cluster=rc)
-    session = TuningSession(p, builder=builder, runner=runner)
+    session = defaults.session(p, builder=builder, runner=runner)
     if not profile:
         return timed(session)
     with CpuByProcess() as cpu:

@@ -60,8 +60,9 @@ from tileauto.build.builder import Builder, BuildRequest, compile_workers  # noq
 from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
 from tileauto.space import config_id  # noqa: E402
+from tileauto.tune import defaults  # noqa: E402
 from tileauto.tune.problem import TuningProblem  # noqa: E402
-from tileauto.tune.session import RETIME_ROUNDS, TuningSession  # noqa: E402
+from tileauto.tune.session import RETIME_ROUNDS  # noqa: E402
 
 COMPILE_TARGET = 1.6
 EFFICIENCY_TARGET = COMPILE_TARGET / 2  # of the machine's own 2-process speedup
@@ -180,7 +181,7 @@ def tune_once(size: int, workers: int, warmup: int, rep: int) -> dict:
         name="gemm",
     )
     start = time.perf_counter()
-    session = TuningSession(problem)
+    session = defaults.session(problem)
     outcome = session.run()
     wall = time.perf_counter() - start
     trials = {config_id(t.config): t for t in outcome.trials}

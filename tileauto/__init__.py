@@ -24,9 +24,9 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it (imported on first use)
 _EXPORTS = {
-    "AutoTuneImpl": "tileauto.api.autotuner",
-    "AutoTuner": "tileauto.api.autotuner",
-    "autotune": "tileauto.api.autotuner",
+    "AutoTuneImpl": "tileauto.api.decorator",
+    "AutoTuner": "tileauto.api.builder",
+    "autotune": "tileauto.api.decorator",
     "CacheError": "tileauto.errors",
     "CompileError": "tileauto.errors",
     "ConfigSpaceError": "tileauto.errors",
@@ -58,7 +58,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from typing import Any
 
     from tileauto import jit
-    from tileauto.api.autotuner import AutoTuneImpl, AutoTuner, autotune
+    from tileauto.api.builder import AutoTuner
+    from tileauto.api.decorator import AutoTuneImpl, autotune
     from tileauto.errors import (
         CacheError,
         CompileError,

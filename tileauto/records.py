@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tileauto.artifact import KernelArtifact
 
 
@@ -277,3 +279,27 @@ class BuildResult:
     @property
     def ok(self) -> bool:
         return self.status is BuildStatus.OK
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """How a tuning session ended, as its reporters get it (``Reporter.finished``).
+
+    ``best`` is None when no config passed or the run was interrupted (``error`` says why);
+    ``never_tried`` counts the configs of a large product that have no trial; ``pruned`` is
+    the configs each constraint removed before compiling. ``log_path`` is the trial log a
+    reporter before this one wrote (set by the fan-out).
+    """
+
+    name: str
+    trials: tuple[Trial, ...] = ()
+    best: Trial | None = None
+    default: Trial | None = None
+    ref_latency_ms: float | None = None
+    elapsed_s: float = 0.0
+    stop_reason: str | None = None
+    key: str | None = None
+    error: str | None = None
+    never_tried: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)
+    log_path: Path | None = None

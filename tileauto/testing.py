@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tileauto.records import BuildRequest, BuildResult, BuildStatus, RunOutcome, TrialStatus
+from tileauto.records import (
+    BuildRequest,
+    BuildResult,
+    BuildStatus,
+    RunOutcome,
+    SessionSummary,
+    Trial,
+    TrialStatus,
+)
 
 Script = Callable[[dict[str, Any]], Any]
 
@@ -103,7 +111,7 @@ class ScriptedBuilder:
     def _one(self, request: BuildRequest) -> BuildResult:
         got = self.fails(dict(request.config)) if self.fails is not None else None
         if got is None:
-            # stands in for a KernelArtifact: the session reads only its device and config
+            # stands in for a KernelArtifact: the session reads only its device_type
             artifact: Any = ScriptedArtifact(dict(request.config), self.device_type)
             return BuildResult(
                 request.index, request.config, BuildStatus.OK, artifact, compile_s=self.compile_s
@@ -217,13 +225,13 @@ class RecordingReporter:
     def step(self) -> None:
         self.events.append(("step", None))
 
-    def trial(self, trial: Any) -> None:
+    def trial(self, trial: Trial) -> None:
         self.events.append(("trial", trial))
 
     def note(self, message: str) -> None:
         self.events.append(("note", message))
 
-    def finished(self, summary: dict[str, Any]) -> Path | None:
+    def finished(self, summary: SessionSummary) -> Path | None:
         self.events.append(("finished", summary))
         return None
 

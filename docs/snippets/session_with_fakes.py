@@ -1,5 +1,6 @@
 from tileauto import CompileArgs, MemoryStore, ProfileArgs, Settings, TuningProblem, TuningSession
 from tileauto.testing import ScriptedBuilder, ScriptedRunner
+from tileauto.tune import defaults
 
 
 def scale(n, block=32):  # a kernel factory; scripted stages never call it
@@ -28,5 +29,6 @@ result = TuningSession(
 assert result.config == {"block": 64}
 assert [t.status.value for t in result.trials] == ["ok", "ok", "ok", "compile_error"]
 
-again = TuningSession(problem, store=store).run()  # the store answers: nothing runs
+# the problem's own builder and runner: the store answers, so they never start
+again = defaults.session(problem, store=store).run()
 assert again.cache_hit and again.config == {"block": 64}

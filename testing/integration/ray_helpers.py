@@ -24,8 +24,8 @@ from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.run.runner import Runner  # noqa: E402
 from tileauto.scale.ray import RayBuilder, RayCluster, RayRunner  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
+from tileauto.tune import defaults  # noqa: E402
 from tileauto.tune.problem import TuningProblem  # noqa: E402
-from tileauto.tune.session import TuningSession  # noqa: E402
 
 ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before
 
@@ -132,13 +132,13 @@ def ray_session(p: TuningProblem, staging: Path, cluster: RayCluster | None = No
         timer=p.timer,
         cluster=cluster,
     )
-    return TuningSession(p, builder=builder, runner=runner, **kw), builder, runner
+    return defaults.session(p, builder=builder, runner=runner, **kw), builder, runner
 
 
 def local_session(p: TuningProblem, staging: Path, **kw: Any):
     builder = Builder(p.factory, p.compile_args, workers=2, staging_dir=staging, timeout_s=60.0)
     runner = Runner(p.profile_args, threads=1, device=p.device_type, timer=p.timer)
-    return TuningSession(p, builder=builder, runner=runner, **kw)
+    return defaults.session(p, builder=builder, runner=runner, **kw)
 
 
 def comparable(trials) -> list[tuple]:

@@ -79,7 +79,7 @@ def test_manual_check_prog_receives_lists(ref_prog, tmp_path):
 # -- TILEAUTO_DISABLE_AUTOTUNE on both paths ---------------------------------------------------
 def test_disable_autotune_runs_only_the_default_config_in_the_builder(monkeypatch, caplog):
     monkeypatch.setenv("TILEAUTO_DISABLE_AUTOTUNE", "1")
-    monkeypatch.setattr("tileauto.api.autotuner._said", set())
+    monkeypatch.setattr("tileauto.api.tune._said", set())
     space = [{"vec": 4}, {"vec": 16}]
     with caplog.at_level(logging.WARNING, logger="tileauto"):
         results = [

@@ -17,7 +17,7 @@ import ray_helpers as h  # noqa: E402
 from tileauto import TrialStatus  # noqa: E402
 from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.scale.ray import RayBuilder, RayCluster, RayRunner  # noqa: E402
-from tileauto.tune.session import TuningSession  # noqa: E402
+from tileauto.tune import defaults  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_a_config_exhausting_memory_in_the_actor_is_reported_and_the_actor_repla
         timer=p.timer,
         cluster=rc,
     )
-    result = TuningSession(p, builder=builder, runner=runner).run()
+    result = defaults.session(p, builder=builder, runner=runner).run()
     assert [t.status for t in result.trials] == [
         TrialStatus.OK,
         TrialStatus.OUT_OF_MEMORY,

@@ -8,11 +8,12 @@ logger: the application decides what to show. A reporter never raises into the s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tileauto._logging import get_logger
-from tileauto.records import Trial
+from tileauto.records import SessionSummary, Trial
 from tileauto.report.log import TrialLog
 from tileauto.report.table import format_config, format_ms, summary_table
 
@@ -35,8 +36,8 @@ class Reporter(Protocol):
     def trial(self, trial: Trial) -> None:
         """One config is measured (its trial is complete: index, status, latency, times)."""
 
-    def finished(self, summary: dict[str, Any]) -> Path | None:
-        """The session ended (``summary``: see ``TuningSession``); the log file it wrote."""
+    def finished(self, summary: SessionSummary) -> Path | None:
+        """The session ended (how: ``summary``); the log file it wrote."""
 
 
 class ConsoleReporter:
@@ -88,16 +89,16 @@ class ConsoleReporter:
                 f"best {best:.4f} ms" if best is not None else "no valid config yet"
             )
 
-    def finished(self, summary: dict[str, Any]) -> Path | None:
+    def finished(self, summary: SessionSummary) -> Path | None:
         """Close the bar; with ``verbose`` and a winner, print the table (and the log's path)."""
         bar, self._bar = self._bar, None
         if bar is not None:
             bar.close()
-        log_path = summary.get("log_path")
-        best: Trial | None = summary.get("best")
+        log_path = summary.log_path
+        best = summary.best
         if best is None:
             # no winner: the session raises NoValidConfigError, which carries the failures
-            why = (summary.get("error") or "no config passed").strip().splitlines()
+            why = (summary.error or "no config passed").strip().splitlines()
             log.info("autotune %s: no winner: %s (log: %s)", self.name, why[0], log_path)
             return None
         log.info(
@@ -106,7 +107,7 @@ class ConsoleReporter:
             best.index,
             format_config(best.config),
             format_ms(best.latency_ms) if best.latency_ms is not None else "-",
-            summary.get("elapsed_s") or 0.0,
+            summary.elapsed_s,
             log_path,
         )
         if self.verbose:
@@ -131,7 +132,7 @@ class Reporters:
 
     A reporter that raises is logged (one warning per reporter) and the others go on: a
     report never stops tuning. :meth:`finished` returns the first log path a reporter returns,
-    and hands it to the reporters after it as ``summary["log_path"]``.
+    and hands it to the reporters after it as ``summary.log_path``.
     """
 
     def __init__(self, *reporters: Reporter) -> None:
@@ -150,10 +151,10 @@ class Reporters:
     def trial(self, trial: Trial) -> None:
         self._each("trial", trial)
 
-    def finished(self, summary: dict[str, Any]) -> Path | None:
-        path = summary.get("log_path")
+    def finished(self, summary: SessionSummary) -> Path | None:
+        path = summary.log_path
         for reporter in self.reporters:
-            got = self._call(reporter, "finished", {**summary, "log_path": path})
+            got = self._call(reporter, "finished", replace(summary, log_path=path))
             if path is None and isinstance(got, Path):
                 path = got
         return path

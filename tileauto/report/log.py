@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tileauto._logging import get_logger
-from tileauto.records import Trial
+from tileauto.records import SessionSummary, Trial
 from tileauto.report.table import summary_table
 
 log = get_logger("report")
@@ -70,29 +70,29 @@ class TrialLog:
             self._write({"event": "trial", **trial.to_json()})
             self._logged[trial.index] = trial
 
-    def finished(self, summary: dict[str, Any]) -> Path | None:
+    def finished(self, summary: SessionSummary) -> Path | None:
         """Write the trials not logged yet and the finish line, close; the file's path."""
         if self._file is None:
             return None
-        for t in summary.get("trials", ()):
+        for t in summary.trials:
             if self._logged.get(t.index) != t:
                 self.trial(t)
-        best, default = summary.get("best"), summary.get("default")
-        trials = summary.get("trials", ())
+        best, default = summary.best, summary.default
+        trials = summary.trials
         self._write(
             {
                 "event": "finish",
-                "name": summary.get("name", self.name),
+                "name": summary.name,
                 "configs": len(trials),
                 "passed": sum(t.ok for t in trials),
                 "best": best.to_json() if best is not None else None,
                 "default": default.to_json() if default is not None else None,
-                "ref_latency_ms": summary.get("ref_latency_ms"),
-                "elapsed_s": summary.get("elapsed_s"),
-                "stop_reason": summary.get("stop_reason"),
-                "key": summary.get("key"),
-                "error": summary.get("error"),
-                "table": summary_table(summary.get("name", self.name), summary),
+                "ref_latency_ms": summary.ref_latency_ms,
+                "elapsed_s": summary.elapsed_s,
+                "stop_reason": summary.stop_reason,
+                "key": summary.key,
+                "error": summary.error,
+                "table": summary_table(summary.name, summary),
                 "time": _now(),
             }
         )

@@ -7,9 +7,8 @@ and ``tileauto show`` print the same table.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from tileauto.records import Trial, is_never_tried
+from tileauto.records import SessionSummary, Trial, is_never_tried
 
 
 def format_ms(value: float) -> str:
@@ -94,25 +93,25 @@ def failure_summary(trials: Sequence[Trial]) -> str:
     return "\n".join(lines)
 
 
-def summary_table(name: str, summary: dict[str, Any]) -> str:
+def summary_table(name: str, summary: SessionSummary) -> str:
     """The table of a finished session (``summary``: what ``Reporter.finished`` gets), titled."""
-    trials = summary.get("trials", ())
-    best: Trial | None = summary.get("best")
+    trials = summary.trials
+    best = summary.best
     passed = sum(t.ok for t in trials)
-    never = summary.get("never_tried") or 0  # not listed as trials (a large product)
+    never = summary.never_tried  # not listed as trials (a large product)
     measured = sum(not is_never_tried(t) for t in trials)
     size = len(trials) + never
     title = f"autotune {name}: {size} configs"
     if measured < size:
         title += f", {measured} measured ({size - measured} never tried)"
     title += f", {passed} passed"
-    title += f", {summary.get('elapsed_s') or 0.0:.1f} s" + (", no winner" if best is None else "")
-    if summary.get("stop_reason"):
-        title += f" (stopped: {summary['stop_reason']})"
-    table = format_table(trials, best.index if best else None, summary.get("default"), title=title)
+    title += f", {summary.elapsed_s:.1f} s" + (", no winner" if best is None else "")
+    if summary.stop_reason:
+        title += f" (stopped: {summary.stop_reason})"
+    table = format_table(trials, best.index if best else None, summary.default, title=title)
     if never:
         table += f"\n{never:,} config(s) of the space never tried (not failures; not listed)"
-    pruned = summary.get("pruned") or {}
+    pruned = summary.pruned
     if pruned:
         rules = ", ".join(f"{rule!r}: {n:,}" for rule, n in pruned.items())
         table += (

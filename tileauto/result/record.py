@@ -50,8 +50,8 @@ class AutotuneResult:
     cache_hit: bool = False
     key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # compiles the best config again (set by the tuner; None for a loaded folder): used when
-    # the kernel's files are gone (a cache entry another process removed) and must be saved
+    # compiles the best config again when the kernel's files are gone and it must be saved
+    # (None for a loaded folder)
     rebuild: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -158,8 +158,19 @@ class AutotuneResult:
         return load_result(cls, path, compile_args, factory=factory)
 
     @classmethod
-    def from_stored(cls, stored: Any, kernel: Any) -> AutotuneResult:
-        """A result from a :class:`~tileauto.cache.entry.StoredResult` and its loaded kernel."""
+    def from_stored(
+        cls,
+        stored: Any,
+        kernel: Any,
+        *,
+        key: str | None = None,
+        rebuild: Callable[[], Any] | None = None,
+    ) -> AutotuneResult:
+        """A result from a :class:`~tileauto.cache.entry.StoredResult` and its loaded kernel.
+
+        ``key``: the entry's key (default: the one its manifest records); ``rebuild``: see
+        the attribute.
+        """
         return cls(
             config=dict(stored.config),
             latency=stored.latency_ms,
@@ -169,6 +180,7 @@ class AutotuneResult:
             default_trial=stored.default_trial,
             tuning_s=stored.tuning_s,
             cache_hit=True,
-            key=stored.manifest.get("key"),
+            key=key if key is not None else stored.manifest.get("key"),
             extra={"problem": stored.problem} if stored.problem is not None else {},
+            rebuild=rebuild,
         )

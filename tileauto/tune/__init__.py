@@ -1,7 +1,10 @@
-"""The tuning run: one session drives injected stages over one problem.
+"""The tuning run: one session drives finished stages over one problem.
 
 session.py   TuningSession: cache lookup and lock, the search loop, the pick, the save
-stages.py    the stage protocols (builder, runner, store, reporter) the session drives
+defaults.py  every stage resolved before the run: the problem's own builder, runner, store...
+stages.py    the stage protocols the session drives, and their optional capabilities
 stores.py    DiskStore (the cache entry of one problem) and MemoryStore (tests)
+winner.py    the winner as a callable kernel: loaded from its artifact, or compiled again
+trials.py    a trial from a build and a run outcome; what it was validated against
 problem.py   TuningProblem: the factory, its arguments, the space and the options
 """

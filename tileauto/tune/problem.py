@@ -43,3 +43,8 @@ class TuningProblem:
     name: str = "kernel"
     device_type: str = "cpu"
     jit_impl: Any = None
+
+    @property
+    def pruned(self) -> dict[str, int]:
+        """How many configs each constraint of a product removed before compiling."""
+        return self.configs.pruned if isinstance(self.configs, ProductSpace) else {}

@@ -7,47 +7,40 @@
         default config first (the reference and the baseline)
         loop: search.ask() -> builder.build() -> runner.run() -> reporter.trial() -> search.tell()
         retime the best few, interleaved; pick the fastest that passed
-        result = AutotuneResult(...) -> store.save(result) -> reporter.finished()
+        result = AutotuneResult(...) -> store.save(result) -> reporter.finished(summary)
 
-The stages are injected (:mod:`tileauto.tune.stages`): the API layer passes the local ones (a
-process pool builder, the isolated run worker, the disk store); tests and replays pass
-:class:`tileauto.testing.ScriptedBuilder`, :class:`tileauto.testing.ScriptedRunner` and
-:class:`tileauto.tune.stores.MemoryStore`.
-
-On a CPU target nothing is timed while compile jobs load the same cores: a round is built,
-then run. On a GPU configs run as soon as they are built.
+The session is handed its builder and runner (:mod:`tileauto.tune.defaults` makes the problem's
+own); it never chooses one. On a CPU target nothing is timed while compile jobs load the same
+cores: a round is built, then run. On a GPU configs run as soon as they are built.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
-import shutil
 import time
-import uuid
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
+from tileauto.artifact import KernelArtifact
 from tileauto.errors import NoValidConfigError
-from tileauto.jit.thread_pool import decide_spin
 from tileauto.records import (
-    BUSY_NOTE,
     NEVER_TRIED,
-    NOT_COMPARED_NOTE,
     BuildRequest,
     BuildResult,
-    BuildStatus,
     LatencyStats,
     RunOutcome,
+    SessionSummary,
     Trial,
     TrialStatus,
     Validation,
     is_never_tried,
 )
+from tileauto.report.console import default_reporter
 from tileauto.report.notes import note
 from tileauto.report.observer import TrialObserver
 from tileauto.report.table import failure_summary
@@ -56,7 +49,19 @@ from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import config_id, tunable_parameters
 from tileauto.space.view import SpaceView
 from tileauto.tune.problem import TuningProblem
-from tileauto.tune.stages import BuildStage, Reporter, RunStage, Store
+from tileauto.tune.stages import (
+    BuilderMaker,
+    BuildStage,
+    KernelLoader,
+    LoadingBuildStage,
+    MultiSlotRunStage,
+    NotingReporter,
+    Reporter,
+    RunStage,
+    Store,
+    TrialStore,
+)
+from tileauto.tune.trials import trial_of, validation_of, warn_if_busy
 from tileauto.utils.threads import background_thread
 
 log = get_logger("session")
@@ -65,36 +70,25 @@ log = get_logger("session")
 # rep / RETIME_ROUNDS timed ones per config; see tileauto.run.worker.retime)
 RETIME_ROUNDS = 10
 
-_BUILD_STATUS = {
-    BuildStatus.ERROR: TrialStatus.COMPILE_ERROR,
-    BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
-    BuildStatus.CRASH: TrialStatus.COMPILE_CRASH,
-    BuildStatus.OUT_OF_MEMORY: TrialStatus.COMPILE_OUT_OF_MEMORY,  # measured again next time
-    BuildStatus.CANCELLED: TrialStatus.CANCELLED,  # measured again next time
-}
-
-
-# the default config's run statuses after which the run worker holds its outputs (a mismatch
-# of a manual check on the default is found after they are kept)
-_REFERENCE_KEPT = frozenset({TrialStatus.OK, TrialStatus.MISMATCH})
-
 
 class TuningSession:
     """Runs one :class:`TuningProblem` to an :class:`~tileauto.result.record.AutotuneResult`.
 
     Args:
         problem: the factory, its arguments, the space and the options.
-        builder: compiles configs (default: :class:`tileauto.build.builder.Builder`, a pool of
-            killable processes).
-        runner: checks and times them (default: :class:`tileauto.run.runner.Runner`, an
-            isolated run worker).
+        builder: compiles configs; or a :data:`~tileauto.tune.stages.BuilderMaker` that makes
+            one in this run's scratch folder when it tunes (the default builders).
+        runner: checks and times them.
         store: the cache entry of this problem (None: nothing is read or stored).
-        search: which configs to measure (default: the problem's ``search`` option).
-        reporter: progress, table and the trial log (default: the console and a JSON-lines
-            log in the settings' logs folder).
-        load_kernel: makes the callable kernel of the winner from its built artifact, or
-            compiles the winner when it was measured by an earlier run (default: loads a
-            :class:`tileauto.jit.JITKernel`).
+        search: which configs to measure (None: the problem's ``search`` option).
+        reporter: progress, table and the trial log (None: the console and a JSON-lines log
+            in the settings' logs folder).
+        load_kernel: makes the winner's callable kernel (None: the builder's own; the
+            ``@jit`` loader is :func:`tileauto.tune.winner.kernel_loader`).
+        rebuild: compiles a config of this problem again; a result keeps it, so that saving
+            it still works when its files are gone (None: such a result cannot be saved).
+
+    The problem's defaults for every stage: :func:`tileauto.tune.defaults.session`.
 
     After :meth:`run`, ``compile_wall_s`` (from the start until the last compile ended) and
     ``workers`` tell how the builds went.
@@ -104,12 +98,13 @@ class TuningSession:
         self,
         problem: TuningProblem,
         *,
-        builder: BuildStage | None = None,
-        runner: RunStage | None = None,
+        builder: BuildStage | BuilderMaker,
+        runner: RunStage,
         store: Store | None = None,
         search: SearchStrategy | None = None,
         reporter: Reporter | None = None,
-        load_kernel: Callable[[Any, dict[str, Any]], Any] | None = None,
+        load_kernel: KernelLoader | None = None,
+        rebuild: Callable[[TuningProblem, dict[str, Any]], Any] | None = None,
     ) -> None:
         self.problem = problem
         p = problem
@@ -117,25 +112,31 @@ class TuningSession:
         self.defaults = tunable_parameters(p.factory)
         self.view = SpaceView(p.configs, self.defaults)
         self.default_id = self.view.default_id
-        self.workers = (
-            builder.workers
-            if builder is not None
-            else max(1, min(p.settings.compile_workers(), len(self.view) + 1))
-        )
         self.builder = builder
+        # a builder made when the run tunes tells its worker count then
+        self.workers = builder.workers if isinstance(builder, BuildStage) else 0
         self.runner = runner
         self.store = store
         self.search = search if search is not None else resolve_search(p.profile_args.search)
-        self.reporter = reporter if reporter is not None else _default_reporter(p)
-        self.load_kernel = load_kernel or getattr(builder, "load_kernel", None) or _load_kernel(p)
+        if reporter is None:
+            reporter = default_reporter(p.settings.logs_dir, p.name, p.verbose)
+        self.reporter = reporter
+        if load_kernel is None:
+            if not isinstance(builder, LoadingBuildStage):
+                raise TypeError(
+                    "TuningSession(load_kernel=None) needs a builder that loads its own kernels;"
+                    " give load_kernel=, or make the session with tileauto.tune.defaults.session"
+                )
+            load_kernel = builder.load_kernel
+        self.load_kernel: KernelLoader = load_kernel
+        self.rebuild = rebuild
         self.compile_wall_s = 0.0
         self.known: dict[str, Trial] = {}
         self._measured: dict[str, Trial] = {}
-        self._artifacts: dict[str, Any] = {}
+        self._artifacts: dict[str, KernelArtifact] = {}
         self._prepared = False
         self.observer = TrialObserver(p.profile_args.on_trial, p.name)  # the user's on_trial
         self._started = 0.0
-        self._cluster: Any = None  # the Ray cluster, when the executor is Ray
         self.stop: Any = None  # the search's SearchOutcome (why it stopped), after run()
 
     # -- the whole run ------------------------------------------------------------------------
@@ -159,9 +160,8 @@ class TuningSession:
             message = (
                 f"tileauto: using cached tuning {hit.key} ({hit.config}, {hit.latency:.4f} ms)"
             )
-            reporter_note = getattr(self.reporter, "note", None)
-            if reporter_note is not None:
-                reporter_note(message)
+            if isinstance(self.reporter, NotingReporter):
+                self.reporter.note(message)
             else:
                 note(message, show=self.problem.verbose)
         return hit
@@ -185,15 +185,9 @@ class TuningSession:
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
-        if self.runner is None and p.device_type == "cpu" and self._executor() == "local":
-            # before this run starts a process or a thread: the run worker's pool spins as
-            # this process's will (tileauto.jit.thread_pool)
-            spin = decide_spin(p.settings.run_threads())
-            if spin.source == "busy":
-                note(f"tileauto: autotune {p.name}: {spin.describe()}", show=p.verbose)
+        builder = self._builder(scratch.path)
+        runner = self.runner
         self.reporter.started(p.name, len(self.view))
-        builder = self.builder if self.builder is not None else self._local_builder()
-        runner = self.runner if self.runner is not None else self._local_runner()
         ref_latency = None
         stop_reason = None
         try:
@@ -326,7 +320,7 @@ class TuningSession:
                 pending[cid] = result
                 if result.ok and result.artifact is not None:
                     self._artifacts[cid] = result.artifact
-                    device = getattr(result.artifact, "device_type", "cpu")
+                    device = result.artifact.device_type
                     if not self._prepared:
                         runner.prepare(result.artifact)
                         self._prepared = True
@@ -382,28 +376,29 @@ class TuningSession:
                 self.reporter.step()
                 recorded += 1
 
-        run_many = getattr(runner, "run_many", None)
-        if run_many is not None and len(built) > 1:
-            for k, run in run_many([(pending[c].artifact, pending[c].config) for c in built]):
+        if isinstance(runner, MultiSlotRunStage) and len(built) > 1:
+            items = [(self._artifacts[c], pending[c].config) for c in built]
+            for k, run in runner.run_many(items):
                 outcomes[built[k]] = run
                 record_ready()
         while recorded < len(jobs):
             cid = jobs[recorded]
             if cid in built and cid not in outcomes:
                 outcomes[cid] = runner.run(
-                    pending[cid].artifact, pending[cid].config, is_reference=False
+                    self._artifacts[cid], pending[cid].config, is_reference=False
                 )
             record_ready()
 
     def _run_default(self, runner: RunStage, cid: str, result: BuildResult) -> None:
         """The default config: it makes the reference outputs the others are checked against."""
         reuse = self.known.get(cid)
+        artifact = self._artifacts[cid]
         if reuse is not None:
             # measured before (cache): run once only to produce the reference outputs
-            run = runner.run(result.artifact, result.config, is_reference=True, time_it=False)
+            run = runner.run(artifact, result.config, is_reference=True, time_it=False)
             self._record(cid, reuse if run.status.ok else self._trial(result, run))
         else:
-            run = runner.run(result.artifact, result.config, is_reference=True)
+            run = runner.run(artifact, result.config, is_reference=True)
             self._record(cid, self._trial(result, run))
         self.reporter.step()
 
@@ -448,69 +443,20 @@ class TuningSession:
         """Keep a config's trial, complete (its index in the space), and report it."""
         trial = trial.at_index(self.view.position(cid))
         self._measured[cid] = trial
-        self._save_trial(trial)
+        if isinstance(self.store, TrialStore):  # an interrupted or killed run keeps it
+            self.store.save_trial(trial)
         self.reporter.trial(trial)
         self.observer.trial(trial)  # a detached copy; a failing callback is switched off
 
-    def _save_trial(self, trial: Trial) -> None:
-        """Store a trial as soon as it is measured: an interrupted or killed run keeps it."""
-        # a store written before save_trial existed keeps its trials at save() only
-        save_trial = getattr(self.store, "save_trial", None)
-        if save_trial is not None:
-            save_trial(trial)
-
     def _trial(self, build: BuildResult, run: RunOutcome | None) -> Trial:
-        index = self.view.position(config_id(build.config))
-        if not build.ok:
-            return Trial(
-                index,
-                build.config,
-                _BUILD_STATUS.get(build.status, TrialStatus(build.status.value)),
-                compile_s=build.compile_s,
-                error=build.error,
-            )
-        if run is None:
-            return Trial(
-                index,
-                build.config,
-                TrialStatus.NOT_RUN,
-                compile_s=build.compile_s,
-                error="no run worker was available",
-            )
-        latency = (
-            LatencyStats.from_samples_ns(run.samples_ns)
-            if run.status.ok and run.samples_ns
-            else None
-        )
-        status, error = run.status, run.error
-        if status.ok and latency is None:
-            status, error = TrialStatus.RUN_ERROR, "the timer returned no samples"
-        return Trial(
-            index,
-            build.config,
-            status,
-            latency,
-            build.compile_s,
-            run.run_s,
-            error,
-            run.notes,
-            validation=self._validation(config_id(build.config), run),
-        )
-
-    def _validation(self, cid: str, run: RunOutcome) -> Validation:
-        """What the run worker checked this config's outputs against (its rules, restated)."""
-        pa = self.problem.profile_args
-        if pa.skip_check:
-            return Validation.SKIPPED
-        if pa.ref_prog is not None:
-            return Validation.REFERENCE
-        default = self._measured.get(self.default_id)
-        # the default config is the reference; when its run failed there is nothing to compare
-        if cid == self.default_id or default is None or default.status not in _REFERENCE_KEPT:
-            return Validation.SKIPPED
-        if any(n.startswith(NOT_COMPARED_NOTE) for n in run.notes):
-            return Validation.SKIPPED
-        return Validation.DEFAULT
+        cid = config_id(build.config)
+        validation = Validation.SKIPPED
+        if run is not None:
+            default = self._measured.get(self.default_id)
+            is_default = cid == self.default_id
+            pa = self.problem.profile_args
+            validation = validation_of(pa, run, is_default=is_default, default=default)
+        return trial_of(self.view.position(cid), build, run, validation)
 
     # -- the end --------------------------------------------------------------------------------
     def _finish(self, ref_latency: float | None, stop_reason: str | None) -> AutotuneResult:
@@ -530,35 +476,43 @@ class TuningSession:
                 message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
             )
         best = min(candidates, key=lambda t: (t.latency_ms, t.index))
-        _warn_if_busy(p.name, candidates)
-        cid = config_id(best.config)
-        kernel = self.load_kernel(self._artifacts.get(cid), dict(best.config))
-        result = AutotuneResult(
-            config=dict(best.config),
+        warn_if_busy(p.name, candidates)
+        config = dict(best.config)
+        measured_result = AutotuneResult(
+            config=config,
             latency=float(best.latency_ms or 0.0),
             ref_latency=ref_latency,
-            kernel=kernel,
+            kernel=self.load_kernel(self._artifacts.get(config_id(config)), dict(config)),
             trials=trials,
             default_trial=default_trial,
             tuning_s=time.perf_counter() - self._started,
+            extra=self._extra(),
+            rebuild=functools.partial(self.rebuild, p, config) if self.rebuild else None,
         )
-        if self.stop is not None:  # how the search ended: plain data, kept with the entry
-            result.extra["search"] = {
+        key = self.store.save(measured_result) if self.store is not None else None
+        log_path = self._report_end(
+            trials, best, stop_reason, None, default_trial, ref_latency, key
+        )
+        # what the caller gets: the stored record, with where it was stored and logged
+        return replace(measured_result, key=key, log_path=log_path)
+
+    def _extra(self) -> dict[str, Any]:
+        """Plain facts kept with the entry: how the search ended, and the problem's call
+        (which lets ``load_from_disk(factory=...)`` compile the winner elsewhere)."""
+        p = self.problem
+        extra: dict[str, Any] = {}
+        if self.stop is not None:
+            extra["search"] = {
                 "strategy": self.search.describe(),
                 "stop_reason": self.stop.stop_reason.value,
                 "measured": len(self.stop.trials),
                 "never_tried": self.stop.never_tried,
-                "pruned": dict(getattr(p.configs, "pruned", None) or {}),
+                "pruned": p.pruned,
             }
         call = {"args": list(p.args), "kwargs": dict(p.kwargs)}
-        if _plain(call):  # lets load_from_disk(factory=...) compile the winner elsewhere
-            result.extra["problem"] = call
-        if self.store is not None:
-            result.key = self.store.save(result)
-        result.log_path = self._report_end(
-            trials, best, stop_reason, None, default_trial, ref_latency, result.key
-        )
-        return result
+        if _plain(call):
+            extra["problem"] = call
+        return extra
 
     def _no_winner_message(self, trials: tuple[Trial, ...], default_trial: Trial) -> str:
         """NoValidConfigError's message: the measured configs' failures; configs a budget left
@@ -588,19 +542,19 @@ class TuningSession:
             trials = tuple(sorted(self._measured.values(), key=lambda t: t.index))
         default = default_trial or self._measured.get(self.default_id)
         return self.reporter.finished(
-            {
-                "name": self.problem.name,
-                "trials": trials,
-                "best": best,
-                "default": default,
-                "ref_latency_ms": ref_latency,
-                "elapsed_s": time.perf_counter() - self._started,
-                "stop_reason": stop_reason,
-                "key": key,
-                "error": error,
-                "never_tried": self._never_listed(trials),
-                "pruned": getattr(self.problem.configs, "pruned", None) or {},
-            }
+            SessionSummary(
+                name=self.problem.name,
+                trials=trials,
+                best=best,
+                default=default,
+                ref_latency_ms=ref_latency,
+                elapsed_s=time.perf_counter() - self._started,
+                stop_reason=stop_reason,
+                key=key,
+                error=error,
+                never_tried=self._never_listed(trials),
+                pruned=self.problem.pruned,
+            )
         )
 
     def _never_listed(self, trials: tuple[Trial, ...]) -> int:
@@ -609,85 +563,13 @@ class TuningSession:
             return 0
         return max(0, len(self.view) - sum(t.index >= 0 for t in trials))
 
-    # -- the local stages ---------------------------------------------------------------------
-    def _local_builder(self) -> BuildStage:
-        """The builder of the problem's executor: a local process pool, or Ray tasks."""
-        p = self.problem
-        if self._executor() == "ray":
-            from tileauto.scale.ray import RayBuilder
-
-            return RayBuilder(
-                p.factory,
-                p.compile_args,
-                staging_dir=self.staging,
-                timeout_s=p.settings.compile_timeout_s,
-                cluster=self._ray_cluster(),
-            )
-        from tileauto.build.builder import Builder
-
-        return Builder(
-            p.factory,
-            p.compile_args,
-            workers=self.workers,
-            isolation=p.settings.compile_isolation,
-            timeout_s=p.settings.compile_timeout_s,
-            staging_dir=self.staging,
-        )
-
-    def _local_runner(self) -> RunStage:
-        """The runner of the problem's executor: an isolated run worker, or a Ray actor."""
-        p = self.problem
-        if self._executor() == "ray":
-            from tileauto.scale.ray import RayRunner
-
-            return RayRunner(
-                p.profile_args,
-                threads=p.settings.run_threads(),
-                memory_limit_mb=p.settings.run_memory_limit_mb,
-                device=p.device_type,
-                captured=p.captured_inputs,
-                timer=p.timer,
-                cluster=self._ray_cluster(),
-            )
-        from tileauto.run.runner import Runner
-
-        return Runner(
-            p.profile_args,
-            threads=p.settings.run_threads(),
-            memory_limit_mb=p.settings.run_memory_limit_mb,
-            device=p.device_type,
-            captured=p.captured_inputs,
-            timer=p.timer,
-        )
-
-    def _executor(self) -> str:
-        """``executor=`` of the tuning, else ``TILEAUTO_EXECUTOR``."""
-        return self.problem.profile_args.executor or self.problem.settings.executor
-
-    def _ray_cluster(self) -> Any:
-        """One cluster connection for this session's builder and runner."""
-        if self._cluster is None:
-            from tileauto.scale.ray import RayCluster
-
-            self._cluster = RayCluster(
-                self.problem.settings.ray_address, source="TILEAUTO_RAY_ADDRESS"
-            )
-        return self._cluster
-
-
-def _warn_if_busy(name: str, timed: Sequence[Trial]) -> None:
-    """Say so when configs were timed while other processes held the cores (their notes)."""
-    busy = [t for t in timed if any(n.startswith(BUSY_NOTE) for n in t.notes)]
-    if not busy:
-        return
-    message = (
-        f"tileauto: autotune {name}: {len(busy)} of {len(timed)} configs were {BUSY_NOTE} "
-        "(their threads waited for a CPU during a quarter of their timing or more; see each "
-        "trial's notes): the ranking may be the scheduler's. Tune on a quiet machine, or with "
-        "num_threads=1 (docs: tuning, 'On a shared machine')."
-    )
-    warnings.warn(message, RuntimeWarning, stacklevel=2)
-    log.debug("%s", message)
+    def _builder(self, staging_dir: Path) -> BuildStage:
+        """The builder of this run: the one given, or made now in the run's scratch folder."""
+        if isinstance(self.builder, BuildStage):
+            return self.builder
+        builder = self.builder(staging_dir, len(self.view))
+        self.workers = builder.workers
+        return builder
 
 
 def _claim_staging(staging_dir: Path) -> Any:
@@ -703,49 +585,6 @@ def _claim_staging(staging_dir: Path) -> Any:
         scratch = ScratchDir(Path(tempfile.mkdtemp(prefix="tileauto-tune-")), None)
     remove_on_sigterm(scratch)
     return scratch
-
-
-def _default_reporter(problem: TuningProblem) -> Reporter:
-    from tileauto.report.console import default_reporter
-
-    return default_reporter(problem.settings.logs_dir, problem.name, problem.verbose)
-
-
-def _load_kernel(problem: TuningProblem) -> Callable[[Any, dict[str, Any]], Any]:
-    """The winner as a callable kernel: its built library loaded, or compiled now."""
-
-    def load(artifact: Any, config: dict[str, Any]) -> Any:
-        from tileauto.jit.impl import JITImpl, process_scratch_dir
-        from tileauto.jit.kernel import JITKernel
-
-        if artifact is not None:
-            keep = process_scratch_dir(problem.settings) / f"best-{uuid.uuid4().hex[:12]}"
-            shutil.copytree(artifact.directory, keep)
-            return JITKernel(artifact.moved_to(keep))
-        # the best config was measured by an earlier run (cache): compile it now
-        impl = problem.jit_impl or JITImpl(problem.factory, problem.compile_args)
-        return impl(*problem.args, **{**problem.kwargs, **config})
-
-    return load
-
-
-def rebuild_best(problem: TuningProblem, config: dict[str, Any]) -> Any:
-    """Compile ``config`` of the problem's factory into this process's scratch folder."""
-    from tileauto.cache.args import plain_arguments
-    from tileauto.jit.compiler import compile_to_dir
-    from tileauto.jit.impl import process_scratch_dir
-    from tileauto.space import merged_pass_configs, split_pass_configs
-
-    args, kwargs = plain_arguments(problem.args, problem.kwargs)
-    compile_args = problem.compile_args
-    out_dir = process_scratch_dir(problem.settings) / f"rebuild-{uuid.uuid4().hex[:12]}"
-    arguments, own = split_pass_configs(config)
-    if own:
-        merged = merged_pass_configs(compile_args.pass_configs, own)
-        compile_args = dataclasses.replace(compile_args, pass_configs=merged)
-    return compile_to_dir(
-        problem.factory, args, {**kwargs, **arguments}, compile_args, out_dir, config=dict(config)
-    )
 
 
 def _plain(value: Any) -> bool:

@@ -1,26 +1,21 @@
-"""The stages a :class:`~tileauto.tune.session.TuningSession` is assembled from, as small protocols.
+"""The stages a tuning session drives, as small protocols, with their optional capabilities.
 
-A session owns the loop (what to measure next, what wins, what is stored) and nothing else:
-
-* a **builder** compiles configs (today: :class:`tileauto.build.builder.Builder`, a pool of killable
-  worker processes; tomorrow also a builder on a remote engine);
-* a **runner** checks and times built configs (today: :class:`tileauto.run.runner.Runner`, one
-  isolated run worker; in tests and replays: :class:`tileauto.testing.ScriptedRunner`);
-* a **store** remembers results and per-config measurements (the disk cache,
-  :class:`tileauto.tune.stores.DiskStore`, or :class:`tileauto.tune.stores.MemoryStore`);
-* a **search** strategy says which configs to measure (``tileauto.search``);
-* a **reporter** tells the user (progress, the table, the streaming trial log); its protocol
-  is :class:`tileauto.report.console.Reporter`.
-
-Every method here is called from the session's thread unless it says otherwise. None of these
-imports torch or TVM, so fakes of them are cheap to write and to import.
+A session owns the loop (what to measure next, what wins, what is stored); it is handed a
+**builder** (compiles configs), a **runner** (checks and times them), a **store** (results and
+measurements), a **search** strategy and a **reporter**, finished (:mod:`tileauto.tune.defaults`
+makes them from the options). A capability only some stages have is a protocol of its own
+here, so a stage says what it can do and the session asks by type, never by attribute name.
+None of these imports torch or TVM: fakes of them are cheap to write and to import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+
+from tileauto.artifact import KernelArtifact
 
 # the reporter protocol lives with the reporters; the session sees it here with the others
 from tileauto.report.console import Reporter as Reporter
@@ -46,7 +41,8 @@ class BuildStage(Protocol):
     ) -> object:
         """Compile every request; call ``on_result`` (from any thread) as each one ends.
 
-        What it returns is not used (the local builder returns the results in order too).
+        The session uses ``on_result`` only: what this returns is the builder's own business
+        (the local builder returns the results in order, for its direct callers).
         """
 
     def cancel(self) -> None:
@@ -62,27 +58,26 @@ class BuildStage(Protocol):
 
 @runtime_checkable
 class RunStage(Protocol):
-    """Checks and times built configs, isolated from the session's process.
-
-    A run stage with several device slots (Ray actors on several nodes or GPUs) may also have
-    ``run_many(items) -> Iterator[(position, RunOutcome)]``, where ``items`` are
-    ``(artifact, config)`` pairs, yielded as each ends; the session then runs the configs
-    after the default through it, in parallel, and records them in order.
-    """
+    """Checks and times built configs, isolated from the session's process."""
 
     def start(self) -> None:
         """Get ready before the session starts any thread (for example: fork the run worker)."""
 
-    def prepare(self, artifact: Any) -> None:
+    def prepare(self, artifact: KernelArtifact) -> None:
         """The first built config: make inputs and the reference (may work in the background)."""
 
     def run(
-        self, artifact: Any, config: dict[str, Any], *, is_reference: bool, time_it: bool = True
+        self,
+        artifact: KernelArtifact,
+        config: dict[str, Any],
+        *,
+        is_reference: bool,
+        time_it: bool = True,
     ) -> RunOutcome:
         """Check one config against the reference (``is_reference``: it *is* the reference)."""
 
     def retime(
-        self, items: Sequence[tuple[Any, dict[str, Any]]], rounds: int
+        self, items: Sequence[tuple[KernelArtifact, dict[str, Any]]], rounds: int
     ) -> list[tuple[float, ...]] | None:
         """Time configs again, interleaved; samples in ns per item, or None if it cannot."""
 
@@ -111,14 +106,54 @@ class Store(Protocol):
     def locked(self) -> AbstractContextManager[None]:
         """Hold this problem's lock: concurrent sessions of one problem tune it once."""
 
-    def save_trial(self, trial: Trial) -> None:
-        """Store one trial as soon as it is measured, so that an interrupted run keeps it.
-
-        Optional (a store without it keeps trials at :meth:`save` only). A trial whose status
-        is in ``records.TRANSIENT`` (not run, cancelled, a timeout) must never replace one
-        measured before. Must not raise for a failed write (``save`` reports it).
-        """
-
     def save(self, result: AutotuneResult) -> str | None:
         """Store the result and its measured trials; the key it was stored under, or None
         (not stored). Trials whose status is in ``records.TRANSIENT`` are not stored."""
+
+
+@runtime_checkable
+class MultiSlotRunStage(RunStage, Protocol):
+    """A runner with several device slots (Ray actors on several nodes or GPUs)."""
+
+    def run_many(
+        self, items: Sequence[tuple[KernelArtifact, dict[str, Any]]]
+    ) -> Iterator[tuple[int, RunOutcome]]:
+        """Check and time ``(artifact, config)`` pairs at once, yielding ``(position, outcome)``
+        as each ends; the session records them in order."""
+
+
+@runtime_checkable
+class TrialStore(Store, Protocol):
+    """A store that keeps each trial as soon as it is measured (an interrupted run keeps it)."""
+
+    def save_trial(self, trial: Trial) -> None:
+        """Store one trial. A trial whose status is in ``records.TRANSIENT`` (not run,
+        cancelled, a timeout) never replaces one measured before. Never raises for a failed
+        write (``save`` reports it)."""
+
+
+@runtime_checkable
+class NotingReporter(Reporter, Protocol):
+    """A reporter that also takes one-line notes (a cache hit); others get them as log lines."""
+
+    def note(self, message: str) -> None:
+        """Tell the user ``message``."""
+
+
+KernelLoader: TypeAlias = Callable[[KernelArtifact | None, dict[str, Any]], Any]
+"""Makes the winner's callable kernel from its artifact, or compiles the config when an earlier
+run measured it (the artifact is then None)."""
+
+
+@runtime_checkable
+class LoadingBuildStage(BuildStage, Protocol):
+    """A builder that knows how to load what it built (a fake's kernels, say)."""
+
+    def load_kernel(self, artifact: KernelArtifact | None, config: dict[str, Any]) -> Any:
+        """The winner as a callable kernel (a :data:`KernelLoader`)."""
+
+
+BuilderMaker: TypeAlias = Callable[[Path, int], BuildStage]
+"""Makes the builder of a session that must tune (a cache hit makes none), given the scratch
+folder that session claimed to compile into and the number of configs: how the default builders
+are passed."""

@@ -1,6 +1,6 @@
 """The stores a session reads and writes: the disk cache, and one in memory (tests, notebooks).
 
-Both follow :class:`tileauto.tune.stages.Store`: ``load`` (a stored result, ready to call),
+Both are :class:`tileauto.tune.stages.TrialStore`: ``load`` (a stored result, ready to call),
 ``known_trials`` (configs measured before), ``locked`` (one tuner per problem), ``save_trial``
 (one trial, as soon as it is measured), ``save``.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,12 +33,20 @@ class DiskStore:
     Args:
         entry: the cache entry (``TuningStore.open``).
         on_wait: called when another process holds this problem's lock (to tell the user).
+        rebuild: ``rebuild(config)`` compiles a stored config again; each loaded result keeps
+            it, so that saving the result still works when the entry is removed meanwhile.
     """
 
-    def __init__(self, entry: Any, on_wait: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        entry: Any,
+        on_wait: Callable[[], None] | None = None,
+        rebuild: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
         self.entry = entry
         self.key: str = entry.key
         self.on_wait = on_wait
+        self.rebuild = rebuild
 
     def load(self) -> AutotuneResult | None:
         from tileauto.jit.kernel import JITKernel
@@ -51,9 +60,9 @@ class DiskStore:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             self.entry.report(f"autotuner/{self.key} does not load ({first}); tuning again")
             return None
-        result = AutotuneResult.from_stored(stored, kernel)
-        result.key = self.key
-        return result
+        rebuild = self.rebuild
+        again = functools.partial(rebuild, dict(stored.config)) if rebuild is not None else None
+        return AutotuneResult.from_stored(stored, kernel, key=self.key, rebuild=again)
 
     def known_trials(self) -> dict[str, Trial]:
         return self.entry.known_trials()
@@ -86,8 +95,8 @@ class MemoryStore:
     Example::
 
         shelf = MemoryStore.new_shelf()
-        first = TuningSession(problem, store=MemoryStore("gemm", shelf)).run()
-        again = TuningSession(problem, store=MemoryStore("gemm", shelf)).run()
+        first = defaults.session(problem, store=MemoryStore("gemm", shelf)).run()
+        again = defaults.session(problem, store=MemoryStore("gemm", shelf)).run()
         assert again.cache_hit
     """
 

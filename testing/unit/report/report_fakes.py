@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tileauto.records import LatencyStats, Trial, TrialStatus
+from tileauto.records import LatencyStats, SessionSummary, Trial, TrialStatus
 
 
 def ok_trial(index: int, ms: float) -> Trial:
@@ -17,10 +17,10 @@ def failed_trial(index: int, status: TrialStatus = TrialStatus.COMPILE_ERROR) ->
     return Trial(index, {"block": 8 * (index + 1)}, status, error=f"{status.value} here\ndetail")
 
 
-def summary_of(trials: tuple[Trial, ...], **extra) -> dict:
+def summary_of(trials: tuple[Trial, ...], **extra) -> SessionSummary:
     ok = [t for t in trials if t.ok]
     best = min(ok, key=lambda t: t.latency_ms or 0.0) if ok else None
-    return {
+    fields = {
         "name": "gemm",
         "trials": trials,
         "best": best,
@@ -30,8 +30,8 @@ def summary_of(trials: tuple[Trial, ...], **extra) -> dict:
         "stop_reason": None,
         "key": "abc123",
         "error": None if best else "no config passed",
-        **extra,
     }
+    return SessionSummary(**{**fields, **extra})
 
 
 def log_lines(path: Path) -> list[dict]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from report_fakes import failed_trial, ok_trial, summary_of
 
-from tileauto.records import Trial
+from tileauto.records import SessionSummary, Trial
 from tileauto.report.console import ConsoleReporter, Reporter, Reporters, default_reporter
 from tileauto.report.log import TrialLog, read_trial_log
 
@@ -29,8 +30,8 @@ class _Recorder:
     def trial(self, trial: Trial) -> None:
         self.calls.append("trial")
 
-    def finished(self, summary: dict) -> Path | None:
-        self.calls.append(f"finished:{summary.get('log_path')}")
+    def finished(self, summary: SessionSummary) -> Path | None:
+        self.calls.append(f"finished:{summary.log_path}")
         return None
 
 
@@ -42,7 +43,7 @@ class _Broken(_Recorder):
 
 
 class _Logged(_Recorder):
-    def finished(self, summary: dict) -> Path | None:
+    def finished(self, summary: SessionSummary) -> Path | None:
         super().finished(summary)
         return Path("/logs/x.jsonl")
 
@@ -78,14 +79,14 @@ def test_reporters_are_reporters(tmp_path):
         assert isinstance(reporter, Reporter)
 
 
-def _run_console(reporter: ConsoleReporter, summary: dict) -> None:
-    reporter.started("gemm", len(summary["trials"]))
-    reporter.steps(2 * len(summary["trials"]))
-    for trial in summary["trials"]:
+def _run_console(reporter: ConsoleReporter, summary: SessionSummary) -> None:
+    reporter.started("gemm", len(summary.trials))
+    reporter.steps(2 * len(summary.trials))
+    for trial in summary.trials:
         reporter.step()
         reporter.step()
         reporter.trial(trial)
-    reporter.finished({**summary, "log_path": Path("/logs/x.jsonl")})
+    reporter.finished(replace(summary, log_path=Path("/logs/x.jsonl")))
 
 
 def test_console_prints_the_table_to_stdout_when_verbose(capsys):
@@ -142,7 +143,7 @@ def test_an_interrupted_session_is_logged_with_its_error(tmp_path, caplog):
     reporter = default_reporter(tmp_path, "gemm", False)
     reporter.started("gemm", 3)
     reporter.trial(ok_trial(0, 2.0))
-    summary = {**summary_of((ok_trial(0, 2.0),)), "best": None, "error": "KeyboardInterrupt: "}
+    summary = replace(summary_of((ok_trial(0, 2.0),)), best=None, error="KeyboardInterrupt: ")
     with caplog.at_level(logging.INFO, logger="tileauto.report"):
         path = reporter.finished(summary)
     assert path is not None

@@ -12,7 +12,16 @@ from tileauto.settings import Settings
 from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.session import TuningSession
-from tileauto.tune.stages import BuildStage, Reporter, RunStage, Store
+from tileauto.tune.stages import (
+    BuildStage,
+    LoadingBuildStage,
+    MultiSlotRunStage,
+    NotingReporter,
+    Reporter,
+    RunStage,
+    Store,
+    TrialStore,
+)
 from tileauto.tune.stores import MemoryStore
 
 
@@ -64,6 +73,13 @@ def test_the_stages_follow_their_protocols():
     assert isinstance(RecordingReporter(), Reporter)
 
 
+def test_the_fakes_declare_their_optional_capabilities():
+    assert isinstance(ScriptedBuilder(), LoadingBuildStage)  # loads its own winner
+    assert isinstance(MemoryStore(), TrialStore)  # keeps each trial as it is measured
+    assert isinstance(RecordingReporter(), NotingReporter)  # takes the cache hit's note
+    assert not isinstance(ScriptedRunner(lambda c: 1.0), MultiSlotRunStage)
+
+
 def test_the_fastest_config_that_passes_wins_and_every_trial_is_complete(problem):
     s, reporter = session(problem())
     result = s.run()
@@ -76,7 +92,7 @@ def test_the_fastest_config_that_passes_wins_and_every_trial_is_complete(problem
     assert sorted(t.index for t in reported) == [0, 1, 2, 3]
     assert reporter.events[-1][0] == "finished"
     summary = reporter.of("finished")[0]
-    assert summary["best"].config == {"block": 64} and summary["error"] is None
+    assert summary.best.config == {"block": 64} and summary.error is None
 
 
 def test_the_default_config_runs_first_as_the_reference(problem):
@@ -118,7 +134,7 @@ def test_nothing_passes_raises_with_every_reason(problem):
     assert "none of the 4 configs passed" in str(err.value)
     assert "crash: segfault" in str(err.value)
     assert len(err.value.trials) == 4
-    assert reporter.of("finished")[0]["error"].startswith("autotune k: none")
+    assert reporter.of("finished")[0].error.startswith("autotune k: none")
 
 
 def test_nothing_passes_after_a_budget_says_how_many_were_measured(problem):
@@ -203,7 +219,7 @@ def test_budgets_stop_the_search_and_say_why(problem, budget, reason):
     assert s.stop.stop_reason == reason
     never = [t for t in result.trials if t.status is TrialStatus.NOT_RUN]
     assert never and all(reason in t.error for t in never)  # never tried, not failed
-    assert reason in reporter.of("finished")[0]["stop_reason"]
+    assert reason in reporter.of("finished")[0].stop_reason
     assert result.config in [t.config for t in result.trials if t.ok]
 
 
@@ -253,7 +269,7 @@ def test_an_interrupt_cancels_the_build_and_kills_the_runner(problem):
         s.run()
     assert s.builder.cancelled and s.builder.closed
     assert s.runner.killed
-    assert reporter.of("finished")[0]["error"].startswith("KeyboardInterrupt")
+    assert reporter.of("finished")[0].error.startswith("KeyboardInterrupt")
 
 
 def test_a_gpu_runs_configs_as_they_are_built(problem):

@@ -1,4 +1,8 @@
-"""The user-facing tuning API: ``@autotune`` over ``@jit``, and the ``AutoTuner`` builder."""
+"""``@autotune`` over ``@jit``: a tuning per tuning key, then the kernel from memory.
+
+The decorator, its stacked ``@autotune.param`` / ``@autotune.constraint`` space, and Triton's
+``key=["M", "N"]`` form. Each tuning is a :func:`tileauto.api.tune.tune` call.
+"""
 
 from __future__ import annotations
 
@@ -9,204 +13,34 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.cache.args import (
-    CallCache,
-    bind_arguments,
-    call_key,
-    default_config,
-    describe_value,
-    freeze,
-    plain_arguments,
+from tileauto.api.tune import (
+    check_api_options,
+    default_of_space,
+    resolved_space,
+    say_once,
+    tune,
 )
+from tileauto.cache.args import CallCache, bind_arguments, call_key, describe_value, freeze
 from tileauto.errors import ConfigSpaceError, NoValidConfigError
 from tileauto.jit.impl import JITImpl
 from tileauto.jit.kernel import JITKernel
-from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.report.notes import note
+from tileauto.options import ProfileArgs
 from tileauto.report.observer import TrialObserver
 from tileauto.result.record import AutotuneResult
-from tileauto.run.inputs import captured_inputs
 from tileauto.search import resolve_search
 from tileauto.settings import Settings
 from tileauto.space import (
     Param,
     ProductSpace,
-    Space,
-    baseline_config,
     config_id,
     materialize,
     merged_pass_configs,
     product,
-    prune_space,
     resolve_configs,
     split_pass_configs,
 )
-from tileauto.tune.problem import TuningProblem
-from tileauto.tune.session import TuningSession, rebuild_best
 
 log = get_logger("autotuner")
-
-_KEEP: Any = type("Keep", (), {"__repr__": lambda self: "<keep>"})()  # an argument not given
-
-
-def tune(
-    factory: Callable[..., Any],
-    args: tuple,
-    kwargs: dict[str, Any],
-    configs: Any,
-    compile_args: CompileArgs,
-    profile_args: ProfileArgs,
-    *,
-    timer: Any = None,
-    verbose: bool = True,
-    jit_impl: JITImpl | None = None,
-    bucket: Any = None,
-    pruned: bool = False,
-) -> AutotuneResult:
-    """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
-
-    This layer only normalizes the arguments and builds the :class:`TuningProblem`; a
-    :class:`~tileauto.tune.session.TuningSession` does the rest (cache lookup and lock, search,
-    pick, save). With the tuning cache on, a valid entry is returned at once; otherwise the
-    key's lock is held while tuning so concurrent processes tune one key once. ``pruned``:
-    ``configs`` is already the resolved space after ``prune_configs_by`` (see
-    :func:`resolved_space`), so the prune functions are not called again.
-    """
-    from tileauto.jit.target_memo import resolve as resolve_target  # no compiler on a memo hit
-
-    # the thread-count rule (docs/tuning.md): the option, then the variables, then every core
-    settings = Settings.from_env().with_num_threads(profile_args.num_threads)
-    args, kwargs = plain_arguments(args, kwargs)  # np.int64 sizes reach TVM as Python ints
-    space = configs if pruned else resolved_space(configs, factory, args, kwargs, profile_args)
-    name = getattr(factory, "__name__", "kernel")
-    if settings.disable_autotune:
-        _say_once(
-            "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): running the default config "
-            "only; nothing is tuned or cached"
-        )
-        space = [default_of_space(factory, space)]
-        profile_args = dataclasses.replace(profile_args, retime_top_k=0, search="exhaustive")
-        verbose = False
-    captured = captured_inputs()
-    target = resolve_target(compile_args.target, compile_args.target_host, settings)
-    if profile_args.backend in ("cupti", "cudagraph") and target.device_type == "cuda":
-        _say_once(
-            f"backend={profile_args.backend!r} is timed with CUDA events (tileauto has no "
-            f"{profile_args.backend} timer): pass backend='event' to silence this"
-        )
-    problem = TuningProblem(
-        factory=factory,
-        args=args,
-        kwargs=kwargs,
-        configs=space,
-        compile_args=compile_args,
-        profile_args=profile_args,
-        settings=settings,
-        captured_inputs=captured,
-        timer=timer,
-        verbose=verbose,
-        name=name,
-        device_type=target.device_type,
-        jit_impl=jit_impl,
-    )
-    store = None
-    if not settings.disable_autotune:  # a run of the default config alone is not a tuning
-        store = _disk_store(problem, target, bucket)
-    result = TuningSession(problem, store=store).run()
-    if result.rebuild is None:  # saving still works when the cache entry is removed since
-        result.rebuild = functools.partial(rebuild_best, problem, dict(result.config))
-    kernel = result.kernel  # the thread count it was tuned with (the run worker's, in the key)
-    if isinstance(kernel, JITKernel) and kernel.num_threads is not None:
-        kernel.use_threads(settings.run_threads())
-    return result
-
-
-def _disk_store(problem: TuningProblem, target: Any, bucket: Any) -> Any:
-    """The disk cache entry of this problem, or None when the tuning cache is off."""
-    from tileauto.cache.tuning import TuningStore
-    from tileauto.tune.stores import DiskStore
-
-    p = problem
-    entry = TuningStore.open(
-        p.settings,
-        p.factory,
-        p.args,
-        p.kwargs,
-        p.configs,
-        p.compile_args,
-        p.profile_args,
-        p.captured_inputs,
-        p.timer,
-        target=target.json,
-        device=target.device,
-        bucket=bucket,
-    )
-    if entry is None:
-        return None
-
-    def waiting() -> None:
-        if p.verbose:
-            note(f"tileauto: another process is tuning {entry.key}; waiting for it")
-
-    return DiskStore(entry, on_wait=waiting)
-
-
-def resolved_space(
-    configs: Any,
-    factory: Callable[..., Any],
-    args: tuple,
-    kwargs: dict[str, Any],
-    profile_args: ProfileArgs,
-) -> list[dict[str, Any]] | ProductSpace:
-    """The space of this call: ``configs`` resolved, then ``prune_configs_by`` applied."""
-    space = resolve_configs(configs, factory, args, kwargs)
-    return _pruned(space, profile_args, factory, args, kwargs)
-
-
-def _pruned(
-    space: list[dict[str, Any]] | ProductSpace,
-    profile_args: ProfileArgs,
-    factory: Callable[..., Any],
-    args: tuple,
-    kwargs: dict[str, Any],
-) -> list[dict[str, Any]] | ProductSpace:
-    """The space after ``prune_configs_by`` (Triton's semantics), logged when it shrank.
-
-    Triton's pruning functions take a list, so a product is expanded only when they are given.
-    """
-    if not profile_args.prune_configs_by:
-        return space
-    kept = prune_space(list(space), profile_args.prune_configs_by, factory, args, kwargs)
-    if len(kept) < len(space):
-        log.info(
-            "%s: prune_configs_by kept %d of %d configs",
-            getattr(factory, "__name__", "kernel"),
-            len(kept),
-            len(space),
-        )
-    return kept
-
-
-_said: set[str] = set()  # what this process was told once (autotuning disabled)
-
-
-def _say_once(message: str) -> None:
-    if message not in _said:
-        _said.add(message)
-        log.warning("%s", message)
-
-
-def default_of_space(
-    factory: Callable[..., Any], space: list[dict[str, Any]] | ProductSpace
-) -> dict[str, Any]:
-    """The config that runs when tuning is off: the factory's defaults, else the first config.
-
-    Only the keys without a default are set (the factory fills in the rest).
-    """
-    defaults = default_config(factory)
-    keys = set(space.names) if isinstance(space, Space) else {k for cfg in space for k in cfg}
-    chosen = baseline_config(space, defaults, keys)
-    return {k: v for k, v in chosen.items() if k not in defaults or v != defaults[k]}
 
 
 def key_by_names(factory: Callable[..., Any], names: Any) -> Callable[..., Any]:
@@ -312,7 +146,7 @@ class AutoTuneImpl:
 
     def _kernel_for(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
         if Settings.from_env().disable_autotune and not self.profile_args.has_check:
-            _say_once(
+            say_once(
                 "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): compiling the default "
                 "config only"
             )
@@ -539,7 +373,7 @@ def autotune(
     """
     profile_args = ProfileArgs.from_arguments(locals())
     resolve_search(search)  # a bad strategy fails at decoration, not at the first call
-    _check_api_options(timer=timer, verbose=verbose, check_new_shapes=check_new_shapes)
+    check_api_options(timer=timer, verbose=verbose, check_new_shapes=check_new_shapes)
 
     def wrap(jit_impl: Callable[..., Any]) -> AutoTuneImpl:
         return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose, check_new_shapes)
@@ -614,191 +448,3 @@ def _constraint(*rules: Any) -> Callable[[Any], StackedParams]:
 
 autotune.param = _param  # type: ignore[attr-defined]
 autotune.constraint = _constraint  # type: ignore[attr-defined]
-
-
-def _check_api_options(*, timer: Any, verbose: Any, check_new_shapes: Any = False) -> None:
-    """The options that are not profile arguments, checked at the call (names the argument)."""
-    if timer is not None and not callable(timer):
-        raise TypeError(f"timer must be None or a callable timer, got {type(timer).__name__}")
-    for name, value in (("verbose", verbose), ("check_new_shapes", check_new_shapes)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {value!r}")
-
-
-# set_profile_args' positional parameters: TileLang's, in its order
-_POSITIONAL = (
-    "warmup",
-    "rep",
-    "timeout",
-    "supply_type",
-    "ref_prog",
-    "supply_prog",
-    "rtol",
-    "atol",
-    "max_mismatched_ratio",
-    "skip_check",
-    "manual_check_prog",
-    "cache_input_tensors",
-    "backend",
-)
-
-
-class AutoTuner:
-    """The programmatic builder: ``AutoTuner.from_kernel(k, configs).set_compile_args(...).run()``."""
-
-    def __init__(self, fn: Callable[..., Any], configs: Any) -> None:
-        self.fn = fn
-        self.configs = materialize(configs)
-        self.args: tuple = ()
-        self.kwargs: dict[str, Any] = {}
-        self.jit_impl: JITImpl | None = None
-        self.compile_args = CompileArgs()
-        self.profile_args = ProfileArgs()
-        self.timer: Any = None
-        self.verbose = True
-
-    @classmethod
-    def from_kernel(cls, kernel: Any, configs: Any) -> AutoTuner:
-        """Start from a factory of the tunable keyword arguments, a ``@jit`` factory, or a JITKernel.
-
-        A JITKernel made by a ``@jit`` factory keeps its problem arguments; each config
-        re-elaborates the factory with them.
-        """
-        if isinstance(kernel, JITKernel):
-            if kernel.origin is None:
-                raise TypeError(
-                    "from_kernel: this JITKernel was not made by a @jit factory, so it cannot be re-elaborated"
-                )
-            impl, args, kwargs = kernel.origin
-            tuner = cls(impl.factory, configs)
-            tuner.jit_impl, tuner.args, tuner.kwargs = impl, tuple(args), dict(kwargs)
-            for k in list(tuner.kwargs):
-                if any(
-                    isinstance(c, dict) and k in c
-                    for c in (tuner.configs if isinstance(tuner.configs, list) else [])
-                ):
-                    tuner.kwargs.pop(
-                        k
-                    )  # a tunable the kernel was built with: the configs decide it
-            tuner.compile_args = impl.compile_args
-            return tuner
-        if isinstance(kernel, JITImpl):
-            tuner = cls(kernel.factory, configs)
-            tuner.jit_impl = kernel
-            tuner.compile_args = kernel.compile_args
-            return tuner
-        if not callable(kernel):
-            raise TypeError(
-                f"from_kernel expects a kernel factory or a JITKernel, got {type(kernel).__name__}"
-            )
-        return cls(kernel, configs)
-
-    def set_compile_args(
-        self,
-        out_idx: Any = _KEEP,
-        target: Any = _KEEP,
-        execution_backend: Any = _KEEP,
-        target_host: Any = _KEEP,
-        verbose: Any = _KEEP,
-        pass_configs: Any = _KEEP,
-    ) -> AutoTuner:
-        """Set how each config is compiled (the ``@jit`` arguments), in TileLang's order.
-
-        An argument not given keeps its value: the ``@jit`` kernel's when the tuner was made
-        ``from_kernel`` of one, else the default (``out_idx=None``, ``target="auto"``,
-        ``execution_backend="auto"``, ``target_host=None``, ``verbose=False``,
-        ``pass_configs=None``).
-        """
-        given = {
-            k: v
-            for k, v in (
-                ("out_idx", out_idx),
-                ("target", target),
-                ("execution_backend", execution_backend),
-                ("target_host", target_host),
-                ("verbose", verbose),
-                ("pass_configs", pass_configs),
-            )
-            if v is not _KEEP
-        }
-        self.compile_args = dataclasses.replace(self.compile_args, **given)
-        return self
-
-    def set_profile_args(
-        self,
-        warmup: float = 25,
-        rep: float = 100,
-        timeout: float = 60.0,
-        supply_type: Any = None,
-        ref_prog: Any = None,
-        supply_prog: Any = None,
-        rtol: float = 1e-2,
-        atol: float = 1e-2,
-        max_mismatched_ratio: float = 0.01,
-        skip_check: bool = False,
-        manual_check_prog: Any = None,
-        cache_input_tensors: bool = True,
-        backend: str = "event",
-        **more: Any,
-    ) -> AutoTuner:
-        """Set how configs are fed, checked and timed, in TileLang's positional order.
-
-        See :func:`autotune` for each argument. Every other profile option (``inplace_args``,
-        ``flush_cache``, ``seed``, ``search``, ``retime_top_k``, ``num_threads``, the hooks...)
-        and ``timer`` are taken by keyword.
-        """
-        # every other profile option, by keyword (declared once, in ProfileArgs)
-        known = tuple(f.name for f in dataclasses.fields(ProfileArgs) if f.name not in _POSITIONAL)
-        keywords = {k: more.pop(k) for k in known if k in more}
-        timer = more.pop("timer", None)
-        _check_api_options(timer=timer, verbose=True)
-        if more:
-            raise TypeError(
-                f"set_profile_args got unexpected arguments {sorted(more)}; it takes TileLang's "
-                f"arguments and {sorted((*known, 'timer'))}"
-            )
-        given = {k: v for k, v in locals().items() if k not in ("self", "more", "keywords")}
-        self.profile_args = ProfileArgs.from_arguments({**given, **keywords})
-        if timer is not None:
-            self.timer = timer
-        return self
-
-    def run(
-        self,
-        warmup: float | None = None,
-        rep: float | None = None,
-        timeout: float | None = None,
-        verbose: bool | None = None,
-        *,
-        warmup_iters: int | None = None,
-        rep_iters: int | None = None,
-    ) -> AutotuneResult:
-        """Tune and return the :class:`AutotuneResult` (with the best kernel loaded).
-
-        ``warmup``, ``rep`` (milliseconds), ``timeout``, ``warmup_iters`` and ``rep_iters``
-        given here override those of :meth:`set_profile_args` for this run.
-        """
-        if verbose is not None:
-            _check_api_options(timer=None, verbose=verbose)
-        given = (
-            ("warmup", warmup),
-            ("rep", rep),
-            ("timeout", timeout),
-            ("warmup_iters", warmup_iters),
-            ("rep_iters", rep_iters),
-        )
-        changes: dict[str, Any] = {k: v for k, v in given if v is not None}
-        profile = (
-            dataclasses.replace(self.profile_args, **changes) if changes else self.profile_args
-        )
-        return tune(
-            self.fn,
-            self.args,
-            self.kwargs,
-            self.configs,
-            self.compile_args,
-            profile,
-            timer=self.timer,
-            verbose=self.verbose if verbose is None else verbose,
-            jit_impl=self.jit_impl,
-        )

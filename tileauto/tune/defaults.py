@@ -1,0 +1,196 @@
+"""Every stage of a tuning, resolved before it starts (TVM MetaSchedule's ``default_config``).
+
+Each function turns what the caller gave (None, or the stage itself) into a finished stage:
+None is the problem's own (its ``executor``: local worker processes or Ray; its ``search``
+option; the console and the trial log; the disk cache entry). :func:`session` calls them once
+and hands the results to a :class:`~tileauto.tune.session.TuningSession`, which never learns
+which builder or runner it drives.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tileauto.report.console import default_reporter as console_and_log
+from tileauto.report.notes import note
+from tileauto.search import SearchStrategy, resolve_search
+from tileauto.tune.problem import TuningProblem
+from tileauto.tune.session import TuningSession
+from tileauto.tune.stages import (
+    BuilderMaker,
+    BuildStage,
+    KernelLoader,
+    LoadingBuildStage,
+    Reporter,
+    RunStage,
+    Store,
+)
+from tileauto.tune.stores import DiskStore
+from tileauto.tune.winner import kernel_loader as jit_kernel_loader
+from tileauto.tune.winner import rebuild_best
+
+if TYPE_CHECKING:
+    from tileauto.scale.ray import RayCluster
+
+
+def session(
+    problem: TuningProblem,
+    *,
+    builder: BuildStage | BuilderMaker | None = None,
+    runner: RunStage | None = None,
+    store: Store | None = None,
+    search: SearchStrategy | str | None = None,
+    reporter: Reporter | None = None,
+    load_kernel: KernelLoader | None = None,
+) -> TuningSession:
+    """A session of ``problem`` with every stage given or, for None, the problem's own.
+
+    Its result can be saved even when its files are gone (it compiles the winner again).
+    """
+    needs_executor = builder is None or runner is None
+    cluster = _ray_cluster(problem) if needs_executor and executor(problem) == "ray" else None
+    return TuningSession(
+        problem,
+        builder=(
+            builder
+            if builder is not None
+            else default_builder(problem, cluster, decide_spin=runner is None)
+        ),
+        runner=runner if runner is not None else default_runner(problem, cluster),
+        store=store,
+        search=resolve_search(problem.profile_args.search if search is None else search),
+        reporter=reporter if reporter is not None else default_reporter(problem),
+        load_kernel=load_kernel if load_kernel is not None else loader_of(problem, builder),
+        rebuild=rebuild_best,
+    )
+
+
+def executor(problem: TuningProblem) -> str:
+    """``executor=`` of the tuning, else ``TILEAUTO_EXECUTOR``."""
+    return problem.profile_args.executor or problem.settings.executor
+
+
+def default_builder(
+    problem: TuningProblem, cluster: RayCluster | None = None, *, decide_spin: bool = True
+) -> BuilderMaker:
+    """The builder of the problem's executor, made once the session tunes: a pool of local
+    worker processes, or Ray tasks on ``cluster``.
+
+    ``decide_spin``: the local runner is this one's too, so on a CPU target the busy-machine
+    rule of its thread pool is applied first (a given runner's process is its own).
+    """
+
+    def make(staging_dir: Path, configs: int) -> BuildStage:
+        p = problem
+        if cluster is not None:
+            from tileauto.scale.ray import RayBuilder  # Ray only for a Ray tuning
+
+            return RayBuilder(
+                p.factory,
+                p.compile_args,
+                staging_dir=staging_dir,
+                timeout_s=p.settings.compile_timeout_s,
+                cluster=cluster,
+            )
+        if decide_spin and p.device_type == "cpu":
+            _decide_spin(p)
+        from tileauto.build.builder import Builder  # the builder's imports wait for a miss
+
+        return Builder(
+            p.factory,
+            p.compile_args,
+            workers=max(1, min(p.settings.compile_workers(), configs + 1)),
+            isolation=p.settings.compile_isolation,
+            timeout_s=p.settings.compile_timeout_s,
+            staging_dir=staging_dir,
+        )
+
+    return make
+
+
+def default_runner(problem: TuningProblem, cluster: RayCluster | None = None) -> RunStage:
+    """The runner of the problem's executor: an isolated run worker, or a Ray actor on
+    ``cluster``. Nothing starts before the session calls its ``start``."""
+    p = problem
+    if cluster is not None:
+        from tileauto.scale.ray import RayRunner  # Ray only for a Ray tuning
+
+        return RayRunner(
+            p.profile_args,
+            threads=p.settings.run_threads(),
+            memory_limit_mb=p.settings.run_memory_limit_mb,
+            device=p.device_type,
+            captured=p.captured_inputs,
+            timer=p.timer,
+            cluster=cluster,
+        )
+    from tileauto.run.runner import Runner  # torch waits for a miss
+
+    return Runner(
+        p.profile_args,
+        threads=p.settings.run_threads(),
+        memory_limit_mb=p.settings.run_memory_limit_mb,
+        device=p.device_type,
+        captured=p.captured_inputs,
+        timer=p.timer,
+    )
+
+
+def default_reporter(problem: TuningProblem) -> Reporter:
+    """The console (with ``verbose``) and a JSON-lines trial log in the settings' logs folder."""
+    return console_and_log(problem.settings.logs_dir, problem.name, problem.verbose)
+
+
+def loader_of(problem: TuningProblem, builder: BuildStage | BuilderMaker | None) -> KernelLoader:
+    """A builder's own kernel loader when it has one (a fake's), else the ``@jit`` one."""
+    if isinstance(builder, LoadingBuildStage):
+        return builder.load_kernel
+    return jit_kernel_loader(problem)
+
+
+def disk_store(problem: TuningProblem, target: Any, bucket: Any = None) -> DiskStore | None:
+    """The disk cache entry of this problem, or None when the tuning cache is off."""
+    from tileauto.cache.tuning import TuningStore
+
+    p = problem
+    entry = TuningStore.open(
+        p.settings,
+        p.factory,
+        p.args,
+        p.kwargs,
+        p.configs,
+        p.compile_args,
+        p.profile_args,
+        p.captured_inputs,
+        p.timer,
+        target=target.json,
+        device=target.device,
+        bucket=bucket,
+    )
+    if entry is None:
+        return None
+
+    def waiting() -> None:
+        if p.verbose:
+            note(f"tileauto: another process is tuning {entry.key}; waiting for it")
+
+    return DiskStore(entry, on_wait=waiting, rebuild=functools.partial(rebuild_best, p))
+
+
+def _ray_cluster(problem: TuningProblem) -> RayCluster:
+    """One cluster connection for the builder and the runner (it connects when they start)."""
+    from tileauto.scale.ray import RayCluster
+
+    return RayCluster(problem.settings.ray_address, source="TILEAUTO_RAY_ADDRESS")
+
+
+def _decide_spin(problem: TuningProblem) -> None:
+    """Before the run starts a process or a thread: the run worker's thread pool spins as
+    this process's will (:mod:`tileauto.jit.thread_pool`)."""
+    from tileauto.jit.thread_pool import decide_spin
+
+    spin = decide_spin(problem.settings.run_threads())
+    if spin.source == "busy":
+        note(f"tileauto: autotune {problem.name}: {spin.describe()}", show=problem.verbose)

@@ -1,0 +1,109 @@
+"""A trial made from what the builder and the runner returned, and what it was checked against.
+
+The session records one :class:`~tileauto.records.Trial` per config; these functions restate
+the stages' outcomes in the trial's terms (a build status as a trial status, the run worker's
+validation rules) and warn when the timings were taken on a busy machine.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from tileauto._logging import get_logger
+from tileauto.options import ProfileArgs
+from tileauto.records import (
+    BUSY_NOTE,
+    NOT_COMPARED_NOTE,
+    BuildResult,
+    BuildStatus,
+    LatencyStats,
+    RunOutcome,
+    Trial,
+    TrialStatus,
+    Validation,
+)
+
+log = get_logger("session")
+
+_BUILD_STATUS = {
+    BuildStatus.ERROR: TrialStatus.COMPILE_ERROR,
+    BuildStatus.TIMEOUT: TrialStatus.COMPILE_TIMEOUT,
+    BuildStatus.CRASH: TrialStatus.COMPILE_CRASH,
+    BuildStatus.OUT_OF_MEMORY: TrialStatus.COMPILE_OUT_OF_MEMORY,  # measured again next time
+    BuildStatus.CANCELLED: TrialStatus.CANCELLED,  # measured again next time
+}
+
+# the default config's run statuses after which the run worker holds its outputs (a mismatch
+# of a manual check on the default is found after they are kept)
+REFERENCE_KEPT = frozenset({TrialStatus.OK, TrialStatus.MISMATCH})
+
+
+def trial_of(
+    index: int, build: BuildResult, run: RunOutcome | None, validation: Validation
+) -> Trial:
+    """The trial of one config at ``index``: its build's failure, or its run's outcome."""
+    if not build.ok:
+        return Trial(
+            index,
+            build.config,
+            _BUILD_STATUS.get(build.status, TrialStatus(build.status.value)),
+            compile_s=build.compile_s,
+            error=build.error,
+        )
+    if run is None:
+        return Trial(
+            index,
+            build.config,
+            TrialStatus.NOT_RUN,
+            compile_s=build.compile_s,
+            error="no run worker was available",
+        )
+    ok = run.status.ok and run.samples_ns
+    latency = LatencyStats.from_samples_ns(run.samples_ns) if ok else None
+    status, error = run.status, run.error
+    if status.ok and latency is None:
+        status, error = TrialStatus.RUN_ERROR, "the timer returned no samples"
+    return Trial(
+        index,
+        build.config,
+        status,
+        latency,
+        build.compile_s,
+        run.run_s,
+        error,
+        run.notes,
+        validation=validation,
+    )
+
+
+def validation_of(
+    profile: ProfileArgs, run: RunOutcome, *, is_default: bool, default: Trial | None
+) -> Validation:
+    """What the run worker checked a config's outputs against (its rules, restated);
+    ``default``: the default config's trial, when it was measured."""
+    if profile.skip_check:
+        return Validation.SKIPPED
+    if profile.ref_prog is not None:
+        return Validation.REFERENCE
+    # the default config is the reference; when its run failed there is nothing to compare
+    if is_default or default is None or default.status not in REFERENCE_KEPT:
+        return Validation.SKIPPED
+    if any(n.startswith(NOT_COMPARED_NOTE) for n in run.notes):
+        return Validation.SKIPPED
+    return Validation.DEFAULT
+
+
+def warn_if_busy(name: str, timed: Sequence[Trial]) -> None:
+    """Say so when configs were timed while other processes held the cores (their notes)."""
+    busy = [t for t in timed if any(n.startswith(BUSY_NOTE) for n in t.notes)]
+    if not busy:
+        return
+    message = (
+        f"tileauto: autotune {name}: {len(busy)} of {len(timed)} configs were {BUSY_NOTE} "
+        "(their threads waited for a CPU during a quarter of their timing or more; see each "
+        "trial's notes): the ranking may be the scheduler's. Tune on a quiet machine, or with "
+        "num_threads=1 (docs: tuning, 'On a shared machine')."
+    )
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    log.debug("%s", message)
