@@ -1,8 +1,7 @@
 """AutotuneResult: the tuned config, its latency, the loaded kernel and every trial.
 
-A plain record. Shipping it (:meth:`AutotuneResult.save_to_disk`,
-:meth:`AutotuneResult.load_from_disk`) lives in :mod:`tileauto.result.shipping`, and whether a stored
-kernel runs here in :mod:`tileauto.result.portability`; the methods are kept here for TileLang's API.
+Built once, complete, by the session or a store; nothing sets its fields afterwards. Its
+shipping methods (TileLang's API) call :mod:`tileauto.result.shipping` when they are used.
 """
 
 from __future__ import annotations
@@ -12,10 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tileauto._logging import get_logger
 from tileauto.records import Trial
-
-log = get_logger("result")
 
 if TYPE_CHECKING:
     from tileauto.result.summary import TuningResult

@@ -25,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.errors import NoValidConfigError
 from tileauto.records import (
@@ -63,8 +62,6 @@ from tileauto.tune.stages import (
 )
 from tileauto.tune.trials import trial_of, validation_of, warn_if_busy
 from tileauto.utils.threads import background_thread
-
-log = get_logger("session")
 
 # passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
 # rep / RETIME_ROUNDS timed ones per config; see tileauto.run.worker.retime)

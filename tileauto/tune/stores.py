@@ -15,12 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tileauto._logging import get_logger
 from tileauto.records import TRANSIENT, Trial
 from tileauto.result.record import AutotuneResult
 from tileauto.space import config_id
-
-log = get_logger("stores")
 
 
 class DiskStore:
