@@ -95,14 +95,23 @@ class TuningSession:
         self,
         problem: TuningProblem,
         *,
-        builder: BuildStage | BuilderMaker,
-        runner: RunStage,
+        builder: BuildStage | BuilderMaker | None = None,
+        runner: RunStage | None = None,
         store: Store | None = None,
         search: SearchStrategy | None = None,
         reporter: Reporter | None = None,
         load_kernel: KernelLoader | None = None,
         rebuild: Callable[[TuningProblem, dict[str, Any]], Any] | None = None,
     ) -> None:
+        if builder is None or runner is None:
+            missing = " and ".join(
+                n for n, v in (("builder", builder), ("runner", runner)) if v is None
+            )
+            raise TypeError(
+                f"TuningSession needs its stages: {missing} not given; give them, or make the "
+                "session with tileauto.tune.defaults.session(problem, ...), which fills in the "
+                "local (or Ray) stages for each one left out"
+            )
         self.problem = problem
         p = problem
         self.staging = p.settings.staging_dir  # this run's own folder in it once it tunes

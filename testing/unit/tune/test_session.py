@@ -406,3 +406,10 @@ def test_a_store_keeps_a_measurement_over_a_transient_failure_and_an_untried_con
     assert {t.config["block"]: t.status for t in kept.values()} == dict.fromkeys(
         LATENCY, TrialStatus.OK
     )
+
+
+def test_a_session_without_its_stages_says_which_and_where_the_defaults_are(problem):
+    with pytest.raises(TypeError, match=r"builder and runner not given.*defaults\.session"):
+        TuningSession(problem)
+    with pytest.raises(TypeError, match=r"runner not given"):
+        TuningSession(problem, builder=ScriptedBuilder())
