@@ -114,28 +114,20 @@ def default_runner(problem: TuningProblem, cluster: RayCluster | None = None) ->
     """The runner of the problem's executor: an isolated run worker, or a Ray actor on
     ``cluster``. Nothing starts before the session calls its ``start``."""
     p = problem
+    options: dict[str, Any] = {
+        "threads": p.settings.run_threads(),
+        "memory_limit_mb": p.settings.run_memory_limit_mb,
+        "device": p.device_type,
+        "captured": p.captured_inputs,
+        "timer": p.timer,
+    }
     if cluster is not None:
         from tileauto.scale.ray import RayRunner  # Ray only for a Ray tuning
 
-        return RayRunner(
-            p.profile_args,
-            threads=p.settings.run_threads(),
-            memory_limit_mb=p.settings.run_memory_limit_mb,
-            device=p.device_type,
-            captured=p.captured_inputs,
-            timer=p.timer,
-            cluster=cluster,
-        )
+        return RayRunner(p.profile_args, cluster=cluster, **options)
     from tileauto.run.runner import Runner  # torch waits for a miss
 
-    return Runner(
-        p.profile_args,
-        threads=p.settings.run_threads(),
-        memory_limit_mb=p.settings.run_memory_limit_mb,
-        device=p.device_type,
-        captured=p.captured_inputs,
-        timer=p.timer,
-    )
+    return Runner(p.profile_args, **options)
 
 
 def default_reporter(problem: TuningProblem) -> Reporter:
