@@ -21,14 +21,13 @@ import contextlib
 import functools
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
-from tileauto.build.driver import drive
+from tileauto.build.driver import SlotStage
 from tileauto.build.job import compile_job, first_lines, memory_error
 from tileauto.options import CompileArgs
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
@@ -53,7 +52,7 @@ def compile_workers(n: int) -> list[Worker]:
     return WorkerPool.shared().grow(n)
 
 
-class Builder:
+class Builder(SlotStage):
     """Compiles configs of ``factory`` in parallel (the local build stage).
 
     A build leases its workers from ``pool`` and gives them back as it ends, so that
@@ -140,12 +139,9 @@ class Builder:
         self._cancelled.set()
         with self._lock:
             busy = [w for w in self._leased if w.busy]
-            waiting = list(self._waiting)
         for worker in busy:
             worker.kill()
-        for cond in waiting:
-            with cond:
-                cond.notify_all()
+        self._wake_builds()
 
     def fork_unsafe_reason(self) -> str | None:
         """Why workers for this build cannot be forked from this process now (None: they can).
@@ -195,24 +191,7 @@ class Builder:
             if self.isolation == "process"
             else [_ThreadSlot(self) for _ in range(n)]
         )
-        changed = threading.Condition()
-        with self._lock:
-            self._waiting.add(changed)
-        try:
-            return drive(
-                requests,
-                slots,
-                self.staging_dir / f"build-{uuid.uuid4().hex[:12]}",
-                self._cancelled,
-                on_result,
-                changed=changed,
-            )
-        except BaseException:
-            self.cancel()  # an interrupt or a failed on_result: stop our compiles, then raise
-            raise
-        finally:
-            with self._lock:
-                self._waiting.discard(changed)
+        return self._drive(requests, slots, on_result)
 
     # -- drivers -----------------------------------------------------------------------------
     def _pool(self) -> WorkerPool:

@@ -10,6 +10,7 @@ compile it gave up on.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -136,3 +137,48 @@ class _Run:
     def results(self) -> list[BuildResult]:
         with self.changed:
             return [r for r in self._results if r is not None]
+
+
+class SlotStage:
+    """What a build stage that runs :func:`drive` keeps: its cancel switch, the builds that a
+    cancel wakes, and its staging folder (a builder subclasses it and sets these three)."""
+
+    staging_dir: Path
+    _cancelled: threading.Event
+    _lock: threading.Lock
+    _waiting: set[threading.Condition]
+
+    def cancel(self) -> None:  # pragma: no cover - each stage says what it stops
+        raise NotImplementedError
+
+    def _drive(
+        self,
+        requests: Sequence[BuildRequest],
+        slots: Sequence[Slot],
+        on_result: Callable[[BuildResult], None] | None,
+        name: str = "tileauto-build",
+    ) -> list[BuildResult]:
+        """:func:`drive` in a batch folder of its own, woken by a cancel; an interrupt or a
+        failed ``on_result`` cancels this stage's compiles, then raises."""
+        changed = threading.Condition()
+        with self._lock:
+            self._waiting.add(changed)
+        try:
+            batch = self.staging_dir / f"build-{uuid.uuid4().hex[:12]}"
+            return drive(
+                requests, slots, batch, self._cancelled, on_result, changed=changed, name=name
+            )
+        except BaseException:
+            self.cancel()
+            raise
+        finally:
+            with self._lock:
+                self._waiting.discard(changed)
+
+    def _wake_builds(self) -> None:
+        """Wake every build of this stage now (after a cancel)."""
+        with self._lock:
+            waiting = list(self._waiting)
+        for cond in waiting:
+            with cond:
+                cond.notify_all()

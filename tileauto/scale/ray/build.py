@@ -9,7 +9,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import cloudpickle
 
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
-from tileauto.build.driver import WAKE_S, drive
+from tileauto.build.driver import WAKE_S, SlotStage
 from tileauto.build.job import compile_job, failed, first_lines, memory_error
 from tileauto.options import CompileArgs
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
@@ -145,7 +144,7 @@ class _Unfit:
     reason: str
 
 
-class RayBuilder:
+class RayBuilder(SlotStage):
     """Compiles configs as Ray tasks (a :class:`~tileauto.tune.stages.BuildStage`).
 
     Args:
@@ -251,13 +250,10 @@ class RayBuilder:
         self._cancelled.set()
         with self._lock:
             refs = list(self._inflight)
-            waiting = list(self._waiting)
         ray = import_ray()
         for ref in refs:
             _cancel(ray, ref)
-        for cond in waiting:
-            with cond:
-                cond.notify_all()
+        self._wake_builds()
         self._stop_warming(ray)
 
     def close(self) -> None:
@@ -316,25 +312,7 @@ class RayBuilder:
             _TaskSlot(self, ray, setup, token, dead)
             for _ in range(min(self.workers, len(requests)))
         ]
-        changed = threading.Condition()
-        with self._lock:
-            self._waiting.add(changed)
-        try:
-            return drive(
-                requests,
-                slots,
-                self.staging_dir / f"build-{uuid.uuid4().hex[:12]}",
-                self._cancelled,
-                on_result,
-                changed=changed,
-                name="tileauto-ray-build",
-            )
-        except BaseException:
-            self.cancel()
-            raise
-        finally:
-            with self._lock:
-                self._waiting.discard(changed)
+        return self._drive(requests, slots, on_result, name="tileauto-ray-build")
 
     def _fit_node(self, unfit: _Unfit) -> str:
         """Take note that ``unfit.node`` does not load the factory; the next node for its
