@@ -5,6 +5,8 @@ lock, with a manifest of sha256 hashes that is checked on every load. A corrupt,
 foreign or unsafe entry is a miss (one warning), never a crash and never a wrong kernel.
 
     key.py       what goes into a key (normalized source, closures, arguments, versions)
+    _installed.py  which installed code a module belongs to (named by version, not walked)
+    args.py      call arguments as in-process keys (the @jit and @autotune memos)
     disk.py      private folders, sealing, atomic publish, locks, verification
     entry.py     the files of one entry, written and read
     tuning.py    TuningStore: tuned results and per-config measurements

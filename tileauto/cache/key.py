@@ -20,15 +20,14 @@ import io
 import json
 import re
 import sys
-import sysconfig
 import textwrap
 import types
 import warnings
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
+from tileauto.cache._installed import library_of, module_of, qualname, tileauto_version
 from tileauto.errors import TileautoError
 
 FORMAT_VERSION = 3  # in every key: a bump makes older entries misses (docs/cache_format.md)
@@ -115,12 +114,7 @@ def digest(payload: Any) -> str:
 
 def versions() -> dict[str, str]:
     """Cache format, tileauto and TVM versions (a change in any of them is a miss)."""
-    return {"format": str(FORMAT_VERSION), "tileauto": _tileauto_version(), "tvm": tvm_version()}
-
-
-def _tileauto_version() -> str:
-    # The package is loaded (this module is part of it); no import edge back to its root.
-    return str(getattr(sys.modules.get("tileauto"), "__version__", "unknown"))
+    return {"format": str(FORMAT_VERSION), "tileauto": tileauto_version(), "tvm": tvm_version()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -288,84 +282,6 @@ def _factory_of(value: Any) -> Any:
     return factory if callable(factory) else None
 
 
-# -- installed code -----------------------------------------------------------------------------
-def _library(module_name: Any, module: types.ModuleType | None = None) -> str | None:
-    """``name==version`` of the installed code ``module_name`` belongs to; None for user code.
-
-    Installed means the standard library, a package under a ``site-packages`` folder, or
-    tileauto itself (whose version is in every key anyway). Anything else is the user's code
-    (an editable install included) and is walked.
-    """
-    if not isinstance(module_name, str) or not module_name:
-        return None
-    root = module_name.partition(".")[0]
-    if root == "tileauto":
-        return f"tileauto=={_tileauto_version()}"
-    top = sys.modules.get(root, module)
-    file = _file_of(top) if top is not None else None
-    if file is None:
-        builtin = root in getattr(sys, "stdlib_module_names", ()) or root == "builtins"
-        return _python() if builtin else None
-    parts = Path(file).parts
-    if "site-packages" in parts or "dist-packages" in parts:
-        return _distribution(root)
-    if any(file.startswith(p) for p in _stdlib_dirs()):
-        return _python()
-    return None
-
-
-def _file_of(module: Any) -> str | None:
-    file = getattr(module, "__file__", None)
-    if not file:
-        paths = list(getattr(module, "__path__", None) or [])  # a namespace package
-        file = paths[0] if paths else None
-    return str(file) if file else None
-
-
-def _python() -> str:
-    return "python==" + ".".join(str(v) for v in sys.version_info[:3])
-
-
-@functools.lru_cache(maxsize=1)
-def _stdlib_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple(str(Path(paths[k]).resolve()) for k in ("stdlib", "platstdlib") if k in paths)
-
-
-@functools.lru_cache(maxsize=1)
-def _distributions() -> dict[str, list[str]]:
-    from importlib.metadata import packages_distributions
-
-    return dict(packages_distributions())
-
-
-@functools.lru_cache(maxsize=256)
-def _distribution(root: str) -> str:
-    """The versions of the distributions that provide the top-level package ``root``."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = []
-    for dist in sorted(set(_distributions().get(root, []))):
-        try:
-            found.append(f"{dist}=={version(dist)}")
-        except PackageNotFoundError:
-            continue
-    if found:
-        return ",".join(found)
-    return f"{root}=={getattr(sys.modules.get(root), '__version__', 'unknown')}"
-
-
-def _module_of(obj: Any) -> str:
-    module = getattr(obj, "__module__", None)
-    if module is None:  # a method of a C type: its type's module
-        module = getattr(getattr(obj, "__objclass__", None), "__module__", None)
-    return module if isinstance(module, str) else "builtins"
-
-
-def _qualname(obj: Any) -> str:
-    return f"{_module_of(obj)}.{getattr(obj, '__qualname__', type(obj).__name__)}"
-
-
 def _is_atom(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
@@ -468,14 +384,14 @@ class _Walker:
         if isinstance(value, functools.cached_property):  # its lock is not behaviour
             return {"cached_property": self.describe(value.func, where, names)}
         if isinstance(value, _BUILTIN_CALLABLES):
-            out: dict[str, Any] = {"fn": _qualname(value), "lib": _library(_module_of(value))}
+            out: dict[str, Any] = {"fn": qualname(value), "lib": library_of(module_of(value))}
             owner = getattr(value, "__self__", None)
             if owner is not None and not isinstance(owner, (types.ModuleType, type)):
                 out["self"] = self.describe(owner, _at(where, "", "__self__"), names)
             return out
         if isinstance(value, types.CodeType):
             return {"code": _code_fingerprint(value)}
-        library = _library(getattr(value, "__module__", None))
+        library = library_of(getattr(value, "__module__", None))
         if callable(value) and isinstance(getattr(value, "__qualname__", None), str) and library:
             return self._library_function(value, library, where, names)
         return self._object(value, where, names)
@@ -483,7 +399,7 @@ class _Walker:
     # -- code -----------------------------------------------------------------------------------
     def _function(self, fn: types.FunctionType, where: Where, names: frozenset[str]) -> Any:
         # The module the code runs in, which functools.wraps does not overwrite as __module__
-        library = _library(fn.__globals__.get("__name__"))
+        library = library_of(fn.__globals__.get("__name__"))
         if library is not None:
             return self._library_function(fn, library, where, names)
         code = fn.__code__
@@ -511,14 +427,14 @@ class _Walker:
         return out
 
     def _library_function(self, fn: Any, library: str, where: Where, names: frozenset[str]) -> Any:
-        out: dict[str, Any] = {"fn": _qualname(fn), "lib": library}
+        out: dict[str, Any] = {"fn": qualname(fn), "lib": library}
         wrapped = getattr(fn, "__wrapped__", None)  # a library decorator around user code
         if wrapped is not None:
             out["wrapped"] = self.describe(wrapped, where, names)
         return out
 
     def _module(self, module: types.ModuleType, where: Where, names: frozenset[str]) -> Any:
-        library = _library(module.__name__, module)
+        library = library_of(module.__name__, module)
         if library is not None:
             return {"module": module.__name__, "lib": library}
         space = vars(module)
@@ -533,9 +449,9 @@ class _Walker:
         }
 
     def _class(self, cls: type, where: Where, names: frozenset[str]) -> Any:
-        library = _library(cls.__module__)
+        library = library_of(cls.__module__)
         if library is not None:
-            return {"type": _qualname(cls), "lib": library}
+            return {"type": qualname(cls), "lib": library}
         out: dict[str, Any] = {"class": cls.__qualname__}
         out["bases"] = [self.describe(b, _at(where, "", "__bases__"), names) for b in cls.__bases__]
         if type(cls) is not type:
@@ -596,7 +512,7 @@ class _Walker:
         kind = type(value)
         if isinstance(value, _UNKEYABLE):
             reason = "an I/O stream or a generator, whose state changes as it is used"
-            raise UnkeyableError(_render(where), f"object of type {_qualname(kind)}: {reason}")
+            raise UnkeyableError(_render(where), f"object of type {qualname(kind)}: {reason}")
         out: dict[str, Any] = {"object": self.describe(kind, _at(where, "", "__class__"), names)}
         if isinstance(value, (list, tuple)):
             out["items"] = self._items(value, where, names)
@@ -604,7 +520,7 @@ class _Walker:
             out["items"] = self._mapping(value, where, names)
         elif isinstance(value, (set, frozenset)):
             out["items"] = self._unordered(value, where, names)
-        if _library(kind.__module__) is None:  # the user's class: its attributes are its state
+        if library_of(kind.__module__) is None:  # the user's class: its attributes are its state
             out["state"] = self._mapping(_attributes(value), where, names, attributes=True)
             return out
         wrapped = getattr(value, "__wrapped__", None)
@@ -630,7 +546,7 @@ class _Walker:
             out["repr"] = text
             return out
         raise UnkeyableError(
-            _render(where), f"object of type {_qualname(kind)} without a stable description"
+            _render(where), f"object of type {qualname(kind)} without a stable description"
         )
 
 

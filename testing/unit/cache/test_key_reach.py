@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -395,7 +396,7 @@ def test_installed_code_counts_by_version_not_walked():
     import numpy as np
 
     helper = K.describe_key_value(json.dumps)
-    assert helper == {"fn": "json.dumps", "lib": K._python()}
+    assert helper == {"fn": "json.dumps", "lib": f"python=={platform.python_version()}"}
     array_fn = K.describe_key_value(np.zeros)
     assert array_fn["lib"] == f"numpy=={np.__version__}"
     assert K.describe_key_value(np)["module"] == "numpy"
