@@ -61,7 +61,7 @@ class Validation(enum.Enum):
 
 
 # the start of the note on a trial whose threads waited for a CPU during much of its timing
-# (see ``tileauto.run.busy``): its latency measured the machine's load too
+# (see ``tileauto.run._busy``): its latency measured the machine's load too
 BUSY_NOTE = "timed on a busy machine"
 # the start of the note on a trial whose outputs had no reference of their shape (the default
 # config ran with other buffers): it was only checked for unwritten outputs

@@ -160,7 +160,7 @@ def test_library_built_for_another_cpu_is_recompiled_with_a_warning(cold, tmp_pa
     meta["target"] = json.dumps(target)
     meta_path.write_text(json.dumps(meta))
     reseal(saved)
-    from tileauto.result.portability import cannot_run_here as _cannot_run_here
+    from tileauto.result._portability import cannot_run_here as _cannot_run_here
 
     if _cannot_run_here(_artifact(saved), None) is None:
         pytest.skip("this CPU has every sapphirerapids instruction")

@@ -2,15 +2,15 @@
 
 impl.py            ``@jit`` and JITImpl: compile once per arguments, ``par_compile`` through a Builder
 kernel.py          JITKernel: a compiled kernel called with torch tensors
-call_plan.py       what a call needs (inputs, outputs, allocation paths), worked out at load
-kernel_threads.py  the thread count a parallel CPU kernel runs with, on tileauto's or TVM's pool
+_call_plan.py      what a call needs (inputs, outputs, allocation paths), worked out at load
+_kernel_threads.py the thread count a parallel CPU kernel runs with, on tileauto's or TVM's pool
 compiler.py        elaborate, compile and export a kernel (the one place that builds)
 target.py          resolving targets (TVM's compiler); target_memo.py the same without TVM
 thread_pool.py     whether TVM's pool spins: the busy-machine rule
 launcher.py        tileauto's thread pool for the parallel loops of CPU kernels
 runtime.py         loading kernels with TVM's runtime alone
 dtypes.py          TVM dtype names to torch dtypes
-elf.py             checking a kernel library's ELF headers before it is mapped
+_elf.py            checking a kernel library's ELF headers before it is mapped
 
 ``tileauto.jit`` is this subpackage and the ``@jit`` decorator at once: the module is
 callable (:func:`tileauto.jit.impl.jit`), because Python binds ``tileauto.jit`` to the

@@ -13,9 +13,9 @@ import torch
 from tileauto.artifact import KernelArtifact, ParamSpec, evaluate_dim
 from tileauto.errors import KernelArgumentError, TileautoError
 from tileauto.jit import runtime as tvm_runtime  # loads kernels without TVM's compiler
-from tileauto.jit.call_plan import CallPlan, ffi_views, install_c_paths
+from tileauto.jit._call_plan import CallPlan, ffi_views, install_c_paths
+from tileauto.jit._kernel_threads import pool_of, set_kernel_threads
 from tileauto.jit.dtypes import torch_dtype
-from tileauto.jit.kernel_threads import pool_of, set_kernel_threads
 from tileauto.settings import Settings
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class JITKernel(_KernelCallBase):
         plan = CallPlan.make(artifact.params, artifact.out_idx, artifact.device_type)
         self._plan = plan
         self._in_pos, self._out_pos = plan.in_pos, plan.out_pos
-        # read by every call: one attribute lookup each (see tileauto.jit.call_plan)
+        # read by every call: one attribute lookup each (see tileauto.jit._call_plan)
         self._num_in, self._num_params, self._single_out = (
             plan.num_in,
             plan.num_params,
@@ -190,7 +190,7 @@ class JITKernel(_KernelCallBase):
 
     def _call_python(self, *args: Any) -> Any:
         # The call (``__call__``; with the C call slot, what it does not serve itself). Fast
-        # paths (see tileauto.jit.call_plan): every buffer given (destination passing), where TVM's
+        # paths (see tileauto.jit._call_plan): every buffer given (destination passing), where TVM's
         # own checks are the only checks; one output after the inputs (static, or shaped like
         # an input), allocated in C++ by the native caller; and one output after the inputs,
         # allocated from a template or like an input. Everything else, a wrong argument count

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.jit.elf import check_library
+from tileauto.jit._elf import check_library
 
 log = get_logger("jit")
 _LOCK = threading.Lock()

@@ -1,7 +1,7 @@
 """Shipping a tuned kernel: write a result to a folder, load it in another process or machine.
 
 The folder has the format of a cache entry (``docs/cache_format.md``). Loading runs the stored
-library as is; where it cannot run (see :mod:`tileauto.result.portability`) the stored best config
+library as is; where it cannot run (see :mod:`tileauto.result._portability`) the stored best config
 is compiled again for this machine, with a warning.
 """
 
@@ -72,7 +72,7 @@ def load_result(
     from tileauto.cache.entry import KIND_TUNED, REQUIRED_TUNED, read_result
     from tileauto.errors import CacheError
     from tileauto.jit.kernel import JITKernel
-    from tileauto.result.portability import cannot_run_here, recompile, with_out_idx
+    from tileauto.result._portability import cannot_run_here, recompile, with_out_idx
 
     path = Path(path).expanduser().absolute()
     args = _compile_args(compile_args)

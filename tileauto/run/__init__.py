@@ -6,5 +6,5 @@ inputs.py    where inputs come from (captured tensors, supply_prog, generators)
 buffers.py   guarded buffers that catch writes past the end
 validate.py  comparing outputs with the reference (rtol, atol, mismatched ratio)
 timing.py    timers and iteration counts: warmup and timed repetitions
-busy.py      the busy-machine note: a timing whose threads waited for a CPU
+_busy.py     the busy-machine note: a timing whose threads waited for a CPU
 """

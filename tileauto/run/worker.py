@@ -25,8 +25,8 @@ from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.jit import launcher
 from tileauto.options import ProfileArgs
 from tileauto.records import NOT_COMPARED_NOTE, RunOutcome, TrialStatus
+from tileauto.run._busy import busy_note, runqueue_wait_s
 from tileauto.run.buffers import canaries_intact, interleave, padded_clones, padded_outputs
-from tileauto.run.busy import busy_note, runqueue_wait_s
 from tileauto.run.inputs import make_inputs
 from tileauto.run.timing import Timer, default_timer, iterations
 from tileauto.run.validate import Verdict, as_list, check_bool, compare, unwritten

@@ -8,8 +8,8 @@ drive strategies through that one loop. Configs never proposed are reported as n
     strategies.py      Exhaustive (every config, in order) and RandomSearch (a seeded sample)
     guided.py          GuidedSearch: random forests of good and of failing configs (scikit-learn)
     optuna_sampler.py  OptunaSearch: Optuna's TPE alone, the baseline (needs optuna)
-    features.py        configs as rows of numbers for the guided search's models
-    sampling.py        the untried configs of a space, and uniform draws among them
+    _features.py       configs as rows of numbers for the guided search's models
+    _sampling.py       the untried configs of a space, and uniform draws among them
     resolve.py         resolve_search (names to strategies) and AutoSearch, the default
     loop.py            run_search: ask, measure, tell, stop on a budget
     recorded.py        RecordedSpace: a space measured before, loaded from a file

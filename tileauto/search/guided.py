@@ -15,9 +15,9 @@ import random
 from typing import Any
 
 from tileauto.records import Trial
+from tileauto.search._features import Encoder
+from tileauto.search._sampling import Untried
 from tileauto.search.base import SearchStrategy, SpaceLike
-from tileauto.search.features import Encoder
-from tileauto.search.sampling import Untried
 
 EXTRA = "search"  # pip install "tileauto[search]"
 _MAX_FEATURES = 0.3  # the share of feature columns each split of a tree chooses among

@@ -17,8 +17,8 @@ import random
 from typing import Any
 
 from tileauto.records import Trial
+from tileauto.search._sampling import Untried
 from tileauto.search.base import SearchStrategy, SpaceLike
-from tileauto.search.sampling import Untried
 
 SAMPLERS = ("tpe", "random")
 

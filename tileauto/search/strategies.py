@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from tileauto.records import Trial
+from tileauto.search._sampling import Untried
 from tileauto.search.base import SearchStrategy, SpaceLike
-from tileauto.search.sampling import Untried
 
 EXHAUSTIVE_BATCH = 1 << 16  # the most indices Exhaustive proposes at once (never the whole space)
 

@@ -1,20 +1,21 @@
 """The tuning space: configs checked against the factory, each with a stable identity.
 
-    values.py        plain config values, config_id, arrays of values (numpy imported lazily)
+    _values.py       plain config values, config_id, arrays of values (numpy imported lazily)
     types.py         Param, Space (configs by index, as value codes) and ListSpace
     constraints.py   Constraint: a safe expression or a callable a config must satisfy
-    expression.py    the constraint expressions, evaluated over arrays as Python would
+    _expression.py   the constraint expressions, evaluated over arrays as Python would
     product.py       ProductSpace and product(): the lazy, constrained product and its scan
     resolve.py       configs= resolved and checked before any compile; defaults filled in
     prune.py         Triton's prune_configs_by, checked and applied
-    pass_configs.py  a config's own TVM pass_configs, split off and merged
+    _pass_configs.py a config's own TVM pass_configs, split off and merged
     view.py          SpaceView: the session's configs by search index and id
 
 Nothing here imports torch or TVM; numpy only when a space is indexed.
 """
 
+from tileauto.space._pass_configs import PASS_CONFIGS, merged_pass_configs, split_pass_configs
+from tileauto.space._values import config_id
 from tileauto.space.constraints import Constraint
-from tileauto.space.pass_configs import PASS_CONFIGS, merged_pass_configs, split_pass_configs
 from tileauto.space.product import MAX_CONSTRAINED_PRODUCT, ProductSpace, product
 from tileauto.space.prune import PRUNE_KEYS, check_prune_configs_by, prune_space
 from tileauto.space.resolve import (
@@ -25,7 +26,6 @@ from tileauto.space.resolve import (
     tunable_parameters,
 )
 from tileauto.space.types import ListSpace, Param, Space, as_space
-from tileauto.space.values import config_id
 
 __all__ = [
     "MAX_CONSTRAINED_PRODUCT",

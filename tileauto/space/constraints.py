@@ -1,6 +1,6 @@
 """Constraints: a rule a config must satisfy, parsed from a safe expression or a callable.
 
-The expression language is :mod:`tileauto.space.expression`; this module checks what a rule
+The expression language is :mod:`tileauto.space._expression`; this module checks what a rule
 may say (names of parameters, constants, arithmetic, comparisons, ``in``, and/or/not).
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tileauto.errors import ConfigSpaceError
-from tileauto.space.expression import BINARY, COMPARE, PythonError, keep, probe
-from tileauto.space.values import array
+from tileauto.space._expression import BINARY, COMPARE, PythonError, keep, probe
+from tileauto.space._values import array
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tileauto.errors import ConfigSpaceError
+from tileauto.space._values import numpy_module, radix
 from tileauto.space.constraints import Constraint
 from tileauto.space.types import Param, Space
-from tileauto.space.values import numpy_module, radix
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tileauto.errors import ConfigSpaceError
-from tileauto.space.values import config_id
+from tileauto.space._values import config_id
 
 PRUNE_KEYS = ("early_config_prune", "perf_model", "top_k")
 

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from tileauto.errors import ConfigSpaceError
-from tileauto.space.pass_configs import PASS_CONFIGS
+from tileauto.space._pass_configs import PASS_CONFIGS
+from tileauto.space._values import config_id, not_plain, plain
 from tileauto.space.product import ProductSpace
 from tileauto.space.types import Space
-from tileauto.space.values import config_id, not_plain, plain
 
 
 def tunable_parameters(factory: Callable[..., Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tileauto.errors import ConfigSpaceError
-from tileauto.space.values import (
+from tileauto.space._values import (
     ABSENT,
     array,
     config_id,

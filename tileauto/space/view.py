@@ -14,10 +14,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from tileauto.space._values import config_id
 from tileauto.space.product import ProductSpace
 from tileauto.space.resolve import baseline_config, full_config
 from tileauto.space.types import ListSpace, Space
-from tileauto.space.values import config_id
 
 NEVER_TRIED_LISTED = 10_000  # a larger space counts its never-tried configs instead of listing them
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from tileauto.report.console import default_reporter as console_and_log
 from tileauto.report.notes import note
 from tileauto.search import SearchStrategy, resolve_search
+from tileauto.tune._winner import kernel_loader as jit_kernel_loader
+from tileauto.tune._winner import rebuild_best
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.session import TuningSession
 from tileauto.tune.stages import (
@@ -28,8 +30,6 @@ from tileauto.tune.stages import (
     Store,
 )
 from tileauto.tune.stores import DiskStore
-from tileauto.tune.winner import kernel_loader as jit_kernel_loader
-from tileauto.tune.winner import rebuild_best
 
 if TYPE_CHECKING:
     from tileauto.scale.ray import RayCluster

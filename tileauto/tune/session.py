@@ -47,6 +47,7 @@ from tileauto.result.record import AutotuneResult
 from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import config_id, tunable_parameters
 from tileauto.space.view import SpaceView
+from tileauto.tune._trials import trial_of, validation_of, warn_if_busy
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.stages import (
     BuilderMaker,
@@ -60,7 +61,6 @@ from tileauto.tune.stages import (
     Store,
     TrialStore,
 )
-from tileauto.tune.trials import trial_of, validation_of, warn_if_busy
 from tileauto.utils.threads import background_thread
 
 # passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
@@ -81,7 +81,7 @@ class TuningSession:
         reporter: progress, table and the trial log (None: the console and a JSON-lines log
             in the settings' logs folder).
         load_kernel: makes the winner's callable kernel (None: the builder's own; the
-            ``@jit`` loader is :func:`tileauto.tune.winner.kernel_loader`).
+            ``@jit`` loader is :func:`tileauto.tune._winner.kernel_loader`).
         rebuild: compiles a config of this problem again; a result keeps it, so that saving
             it still works when its files are gone (None: such a result cannot be saved).
 

@@ -22,7 +22,7 @@ as cloudpickle bytes; results come back as pickles. The worker's side is
 
 A kill never waits for the job: :meth:`Worker.kill` may come from any thread (a cancel), and
 the thread running the job then gets :class:`WorkerCancelled`; it kills the whole tree
-(:mod:`tileauto.workers.process_tree`). A thread waiting in :meth:`Worker.call` leaves Ctrl-C to
+(:mod:`tileauto.workers._process_tree`). A thread waiting in :meth:`Worker.call` leaves Ctrl-C to
 the main thread (:mod:`tileauto.utils.threads`). The only state this module keeps for the
 whole process is its safety net: the live workers, killed at exit and on SIGTERM, and the
 scratch folders a SIGTERM removes as an interrupted run's own clean-up would.
@@ -51,15 +51,15 @@ from tileauto._logging import get_logger
 from tileauto.errors import WorkerError
 from tileauto.utils.threads import signals_to_main_thread
 from tileauto.workers import pickling
-from tileauto.workers.entry import CPUS_KEY, RemoteError, child_main, run_child
-from tileauto.workers.forkserver import ForkServer
-from tileauto.workers.process_tree import (
+from tileauto.workers._process_tree import (
     ForkedProcess,
     ProcessHandle,
     descendants,
     kill_all,
     kill_tree,
 )
+from tileauto.workers.entry import CPUS_KEY, RemoteError, child_main, run_child
+from tileauto.workers.forkserver import ForkServer
 
 log = get_logger("procs")
 

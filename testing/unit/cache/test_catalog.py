@@ -9,7 +9,7 @@ from cache_fakes import fake_result, open_store, trial
 
 from tileauto.cache import catalog, disk
 from tileauto.cache.entry import KIND_TUNED
-from tileauto.cli.base import format_age, format_size, parse_age
+from tileauto.cli._base import format_age, format_size, parse_age
 from tileauto.errors import CacheError
 from tileauto.records import Trial, TrialStatus
 

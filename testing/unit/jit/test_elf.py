@@ -18,8 +18,8 @@ import pytest
 
 from tileauto.errors import CacheError
 from tileauto.jit import runtime
+from tileauto.jit._elf import check_library
 from tileauto.jit.compiler import compile_to_dir
-from tileauto.jit.elf import check_library
 from tileauto.options import CompileArgs
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -406,7 +406,7 @@ def test_output_shaped_like_a_non_tensor_input_is_an_argument_error(dyn_add):
 def no_python_allocation(monkeypatch):
     """The native helper's caller is there, and JITKernel may not allocate from Python."""
     from tileauto import _native
-    from tileauto.jit import call_plan
+    from tileauto.jit import _call_plan as call_plan
     from tileauto.jit import kernel as kernel_mod
 
     if _native.output_caller() is None:

@@ -17,7 +17,7 @@ import pytest
 
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import BUSY_NOTE, RunOutcome, TrialStatus
-from tileauto.run.busy import busy_note, runqueue_wait_s
+from tileauto.run._busy import busy_note, runqueue_wait_s
 from tileauto.settings import Settings
 from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
 from tileauto.tune.problem import TuningProblem

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tileauto.search.features import Encoder
+from tileauto.search._features import Encoder
 from tileauto.space import Param, product
 
 

@@ -178,7 +178,7 @@ def checked_by_tileauto(text: str, names: list[str]) -> list[dict] | None:
 def test_constraint_expressions_equal_python_on_every_config(seed, numpy_path, monkeypatch):
     import random
 
-    from tileauto.space import expression
+    from tileauto.space import _expression as expression
 
     def unsafe(*args, **kwargs):
         raise expression._Unsafe("every expression by Python")
@@ -218,7 +218,7 @@ def test_a_zero_division_python_would_raise_prunes_the_config():
 def test_numbers_and_strings_that_numpy_computes_exactly_are_not_evaluated_one_by_one(
     monkeypatch,
 ):
-    from tileauto.space import expression
+    from tileauto.space import _expression as expression
 
     def one_by_one(tree, env):
         raise AssertionError(f"evaluated by Python for {env}")

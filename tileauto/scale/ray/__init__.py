@@ -3,7 +3,7 @@
 cluster.py   RayCluster: joining (or starting) Ray, holding a timing node's cores
 nodes.py     which nodes fit a tuning: the target's hardware, the tuning's modules
 node.py      what a Ray node runs before anything else: its hardware probe (no torch, no TVM)
-files.py     what travels to a node: the driver's settings, kernel folders as bytes
+_files.py    what travels to a node: the driver's settings, kernel folders as bytes
 build.py     RayBuilder: compiles as Ray tasks, resubmitted when their node is lost
 actor.py     RayWorker: the run worker as a Ray actor, with its memory watcher
 run.py       RayRunner: timing in run actors, one lane per matching node (or GPU)

@@ -24,6 +24,13 @@ import cloudpickle
 from tileauto.artifact import KernelArtifact
 from tileauto.errors import TileautoError, WorkerError
 from tileauto.options import ProfileArgs
+from tileauto.scale.ray._files import (
+    apply_settings,
+    run_files,
+    settings_env,
+    shares_files,
+    write_files,
+)
 from tileauto.scale.ray.cluster import (
     START_POLL_S,
     START_TIMEOUT_S,
@@ -32,13 +39,6 @@ from tileauto.scale.ray.cluster import (
     actor_class,
     import_ray,
     on_node,
-)
-from tileauto.scale.ray.files import (
-    apply_settings,
-    run_files,
-    settings_env,
-    shares_files,
-    write_files,
 )
 from tileauto.scale.ray.node import local_hardware, use_path
 from tileauto.scale.ray.nodes import not_loaded

@@ -22,14 +22,14 @@ from tileauto.build.driver import WAKE_S, SlotStage
 from tileauto.build.job import compile_job, failed, first_lines, memory_error
 from tileauto.options import CompileArgs
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
-from tileauto.scale.ray.cluster import RayCluster, import_ray, on_node
-from tileauto.scale.ray.files import (
+from tileauto.scale.ray._files import (
     apply_settings,
     folder_files,
     settings_env,
     shares_files,
     write_files,
 )
+from tileauto.scale.ray.cluster import RayCluster, import_ray, on_node
 from tileauto.scale.ray.node import probe, use_path
 from tileauto.scale.ray.nodes import NoMatchingNodeError, not_loaded
 from tileauto.utils.imports import collector_paused

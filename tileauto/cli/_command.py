@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tileauto.cli.base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, CommandError, parse_age, settings_of
-from tileauto.cli.cache_commands import (
+from tileauto.cli._base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, CommandError, parse_age, settings_of
+from tileauto.cli._cache_commands import (
     cmd_clear,
     cmd_export,
     cmd_import,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tileauto.space import Param, Space
-from tileauto.space.values import is_number
+from tileauto.space._values import is_number
 
 _ONE_HOT_MAX = 12
 

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from tileauto.cli.base import (
+from tileauto.cli._base import (
     EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,
