@@ -1,6 +1,7 @@
 """A local Ray whose node dies under a tuning (issue 33): Ray ends its node when one of its
 agents dies, and with it, silently, a driver that holds an object of that node's store. The
-tuning raises a TileautoError that says so, and the next tuning starts a new local Ray.
+tuning warns that the node is lost and goes on with local workers, measuring again none of
+the configs the Ray run measured; the next Ray tuning starts a new local Ray.
 
 Each case runs in a child process that starts its own local Ray (``executor="ray"``, no
 address); the agent killed is a child of that Ray's raylet, found from the Ray worker that
@@ -20,10 +21,10 @@ import pytest
 pytest.importorskip("ray")
 
 CHILD = """
-import json, sys
+import json, sys, warnings
 sys.path.insert(0, {here!r})
 import ray, tileauto, ray_helpers as h
-from tileauto.errors import TileautoError
+from tileauto.jit.compiler import COMPILES
 
 def tune():
     kernel = tileauto.jit(out_idx=[-1], target="llvm")(h.agent_killing_factory)(4096)
@@ -34,14 +35,22 @@ def tune():
         .run(verbose=False)
     )
 
-try:
-    tune()
-    error = None
-except TileautoError as exc:
-    error = f"{{type(exc).__name__}}: {{exc}}"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first = tune()
+lost = [str(w.message) for w in caught if "Ray node" in str(w.message)]
 first_gcs = ray.get_runtime_context().gcs_address
-result = tune()  # the tuning after it: on a new local Ray
-print(json.dumps({{"error": error, "config": result.config,
+local_compiles = COMPILES.count  # compiles in this process: the local run's
+second = tune()  # a cache hit: nothing tuned again
+third_kernel = tileauto.jit(out_idx=[-1], target="llvm")(h.agent_killing_factory)(2048)
+third = (
+    tileauto.AutoTuner.from_kernel(third_kernel, [{{"vec": 4}}, {{"vec": 8}}])
+    .set_profile_args(warmup_iters=1, rep_iters=3, timeout=30.0)
+    .run(verbose=False)
+)  # another problem on Ray: a new local Ray
+print(json.dumps({{"lost": lost, "config": first.config, "cache_hit": second.cache_hit,
+                  "trials": {{t.config["vec"]: t.status.value for t in first.trials}},
+                  "local_compiles": local_compiles, "third": third.config is not None,
                   "new_ray": ray.get_runtime_context().gcs_address != first_gcs}}))
 """
 
@@ -50,9 +59,7 @@ print(json.dumps({{"error": error, "config": result.config,
 @pytest.mark.parametrize(
     ("phase", "agent"), [("compile", "DashboardAgent"), ("time", "RuntimeEnvAgent")]
 )
-def test_a_local_ray_whose_agent_dies_is_an_error_that_says_so_and_ray_starts_again(
-    tmp_path, phase, agent
-):
+def test_a_local_ray_whose_agent_dies_warns_and_the_tuning_goes_on_locally(tmp_path, phase, agent):
     here = str(Path(__file__).parent)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TILEAUTO_RAY_ADDRESS")}
     env.update(
@@ -68,6 +75,13 @@ def test_a_local_ray_whose_agent_dies_is_an_error_that_says_so_and_ray_starts_ag
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     assert (tmp_path / "killed").read_text() == agent  # the agent was killed, once
     got = json.loads(child.stdout.strip().splitlines()[-1])
-    assert got["error"].startswith("RayNodeLostError: the Ray node of this process died"), got
-    assert "DashboardAgent, RuntimeEnvAgent" in got["error"] and "raylet.err" in got["error"]
-    assert got["config"] == {"vec": 16} and got["new_ray"]
+    assert len(got["lost"]) == 1, got
+    assert got["lost"][0].startswith("the Ray node of this process died"), got
+    assert "DashboardAgent, RuntimeEnvAgent" in got["lost"][0], got
+    assert "raylet.err" in got["lost"][0] and "executor='local'" in got["lost"][0], got
+    # the tuning finished: every config measured once, the winner the scripted fastest
+    assert got["config"] == {"vec": 16}, got
+    assert got["trials"] == {"4": "ok", "16": "ok", "8": "ok"}, got
+    # the local run compiled only what Ray had not compiled and measured (at least vec=16)
+    assert 1 <= got["local_compiles"] <= 3, got
+    assert got["cache_hit"] and got["third"] and got["new_ray"], got

@@ -8,6 +8,7 @@ resolved and pruned, the settings read once, and every stage resolved by
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -89,11 +90,35 @@ def tune(
     store = None
     if not settings.disable_autotune:  # a run of the default config alone is not a tuning
         store = defaults.disk_store(problem, target, bucket)
-    result = defaults.session(problem, store=store).run()
+    result = _run(problem, store)
     kernel = result.kernel  # the thread count it was tuned with (the run worker's, in the key)
     if isinstance(kernel, JITKernel) and kernel.num_threads is not None:
         kernel.use_threads(settings.run_threads())
     return result
+
+
+def _run(problem: TuningProblem, store: Any) -> AutotuneResult:
+    """The session's result. A tuning on a local Ray whose node died (issue 33: its raylet, or
+    an agent the raylet fate-shares with) goes on with local workers, keeping every config the
+    Ray run measured: the store has them, so the local run measures only the rest."""
+    if defaults.executor(problem) != "ray":
+        return defaults.session(problem, store=store).run()
+    from tileauto.scale.ray import RayNodeLostError
+    from tileauto.tune.stores import MemoryStore
+
+    if store is None and not problem.settings.disable_autotune:
+        store = MemoryStore()  # no cache: the measurements still carry over to the local run
+    try:
+        return defaults.session(problem, store=store).run()
+    except RayNodeLostError as exc:
+        warnings.warn(
+            f"{exc}. This tuning goes on with executor='local' (the configs measured on Ray "
+            "are kept); the next Ray tuning starts a new local Ray",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    options = dataclasses.replace(problem.profile_args, executor="local")
+    return defaults.session(dataclasses.replace(problem, profile_args=options), store=store).run()
 
 
 def resolved_space(

@@ -35,7 +35,11 @@ class NodeLost(WorkerError):
 
 
 class RayNodeLostError(TileautoError):
-    """The Ray node of this process died (its raylet, or an agent it fate-shares with)."""
+    """The Ray node of this process died (its raylet, or an agent it fate-shares with).
+
+    Nothing runs on that Ray any more. A tuning goes on with local workers (``tune()``); the
+    next Ray tuning of the process starts a new local Ray.
+    """
 
 
 def import_ray() -> Any:
@@ -160,9 +164,7 @@ class RayCluster:
             f"the Ray node of this process died: its raylet (pid {raylet.pid}) {how}. "
             "Ray ends a node when its raylet or one of the agents it "
             "fate-shares with (DashboardAgent, RuntimeEnvAgent) dies, for instance killed or "
-            f"out of memory ({logs}/raylet.err says which). Nothing "
-            "runs on that Ray any more: tune again (tileauto starts a new local Ray) or with "
-            "executor='local'"
+            f"out of memory ({logs}/raylet.err says which)"
         )
 
     def check_own_node(self, *, ask_gcs: bool = False) -> None:
