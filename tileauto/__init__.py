@@ -52,6 +52,7 @@ _EXPORTS = {
     "TuningProblem": "tileauto.tune.problem",
     "TuningSession": "tileauto.tune.session",
     "MemoryStore": "tileauto.tune.stores",
+    "torch_op": "tileauto.ops.torch_op",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
         TileautoError,
     )
     from tileauto.jit import CompileFailure, JITImpl, JITKernel
+    from tileauto.ops.torch_op import torch_op
     from tileauto.options import CompileArgs, ProfileArgs
     from tileauto.records import LatencyStats, Trial, TrialStatus, Validation
     from tileauto.result.record import AutotuneResult
@@ -114,6 +116,7 @@ __all__ = [
     "Validation",
     "autotune",
     "set_autotune_inputs",
+    "torch_op",
     "CacheError",
     "CompileError",
     "CompileFailure",

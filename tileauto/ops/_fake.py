@@ -1,0 +1,151 @@
+"""The op's outputs without running it: shapes, dtypes and devices from the kernel's signature.
+
+A fake (meta) implementation must not compile, tune or run anything, yet it must give the
+shapes the real call returns, symbolic sizes included. The signature comes from a kernel
+already in the op's memory for this problem, else from elaborating the factory at its default
+config (a Python call that builds the PrimFunc; nothing is compiled). Each output dim is then
+written in the op's own sizes: a size variable of the signature through the input dim that
+binds it, a static extent through the first input dim (or problem value) that has it, so a
+symbolic size stays symbolic, and a constant stays a constant.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tileauto.artifact import ParamSpec, evaluate_dim
+from tileauto.jit.dtypes import torch_dtype
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A kernel's parameters and which of them it returns (non-negative, sorted)."""
+
+    params: tuple[ParamSpec, ...]
+    out_pos: tuple[int, ...]
+
+    @property
+    def in_pos(self) -> tuple[int, ...]:
+        return tuple(i for i in range(len(self.params)) if i not in self.out_pos)
+
+
+def hint(value: Any) -> Any:
+    """A SymInt's concrete example value (no guard is added); anything else as it is.
+
+    Raises:
+        TypeError: an unbacked size (data-dependent, no example value) that a kernel cannot
+            be chosen for while tracing.
+    """
+    if isinstance(value, torch.SymInt):
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        try:
+            return int(optimization_hint(value))
+        except Exception as exc:  # noqa: BLE001 - torch's own error types vary by version
+            raise TypeError(
+                f"the size {value} has no example value (a data-dependent size): the op "
+                "cannot pick its kernel's signature while tracing; give torch_op(out_shapes=...) "
+                "or a fake of your own"
+            ) from exc
+    if isinstance(value, (tuple, list)):  # torch.Size included
+        return tuple(hint(v) for v in value)
+    if isinstance(value, dict):
+        return {k: hint(v) for k, v in value.items()}
+    return value
+
+
+class SignatureMemo:
+    """Signatures by problem, elaborated at most once each (a fake is called at every trace)."""
+
+    def __init__(self, elaborate: Callable[[tuple, dict[str, Any]], Signature]) -> None:
+        self._elaborate = elaborate
+        self._by_problem: dict[Any, Signature] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, args: tuple, kwargs: dict[str, Any]) -> Signature:
+        found = self._by_problem.get(key)
+        if found is None:
+            with self._lock:
+                found = self._by_problem.get(key)
+                if found is None:
+                    found = self._by_problem[key] = self._elaborate(args, kwargs)
+        return found
+
+    def put(self, key: Any, sig: Signature) -> None:
+        """Remember a signature known without elaborating (a kernel in memory)."""
+        with self._lock:
+            self._by_problem.setdefault(key, sig)
+
+
+def elaborated_signature(
+    factory: Callable[..., Any], out_idx: Sequence[int] | None, args: tuple, kwargs: dict[str, Any]
+) -> Signature:
+    """The signature of ``factory(*args, **kwargs)``: elaborated (a PrimFunc), not compiled."""
+    from tileauto.jit.compiler import describe_params, elaborate, resolve_out_idx
+
+    params = describe_params(elaborate(factory, args, kwargs))
+    return Signature(
+        params, resolve_out_idx(None if out_idx is None else tuple(out_idx), len(params))
+    )
+
+
+def output_shapes(
+    sig: Signature, kernel_args: Sequence[Any], problem_values: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    """Each output's shape in the sizes of ``kernel_args`` (fake tensors, maybe symbolic).
+
+    ``kernel_args`` are what the kernel is called with (its inputs, in order);
+    ``problem_values`` the factory's problem arguments as the op computed them.
+    """
+    by_value: dict[int, Any] = {}  # a static extent -> the op's first size that has it
+    bindings: dict[str, Any] = {}  # a size variable -> the op's size that binds it
+    for k, pos in enumerate(sig.in_pos):
+        spec, arg = sig.params[pos], kernel_args[k]
+        if spec.scalar:
+            if spec.dtype.startswith(("int", "uint")):
+                bindings.setdefault(spec.size_var, arg)
+            continue
+        for d, dim in enumerate(spec.shape):
+            size = arg.shape[d]
+            if isinstance(dim, int):
+                by_value.setdefault(dim, size)
+            elif dim.isidentifier():
+                bindings.setdefault(dim, size)
+    for value in problem_values:
+        if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+            by_value.setdefault(hint(value), value)
+    shapes = []
+    for pos in sig.out_pos:
+        shape = []
+        for dim in sig.params[pos].shape:
+            if isinstance(dim, int):
+                shape.append(by_value.get(dim, dim))
+            else:
+                shape.append(evaluate_dim(dim, bindings))
+        shapes.append(tuple(shape))
+    return shapes
+
+
+def output_dtypes(sig: Signature) -> list[torch.dtype]:
+    return [torch_dtype(sig.params[pos].dtype) for pos in sig.out_pos]
+
+
+def problem_values(problem: tuple, problem_kwargs: dict[str, Any]) -> list[Any]:
+    """The flat scalar values of a problem, sizes first as the factory receives them."""
+    flat: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, (tuple, list)):
+            for v in value:
+                walk(v)
+        else:
+            flat.append(value)
+
+    walk(problem)
+    walk(list(problem_kwargs.values()))
+    return flat

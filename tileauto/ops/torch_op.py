@@ -1,0 +1,519 @@
+"""``tileauto.torch_op``: a tuned kernel factory as a ``torch.library`` custom operator.
+
+The op is opaque to ``torch.compile`` (dynamo sees a node of the graph, never the JIT's cold
+path), its fake comes from the kernel's signature (:mod:`tileauto.ops._fake`), and its schema
+holds the op's own arguments only: the problem function's parameters, never the tunables. A
+call maps its arguments to the factory's problem (``problem=``), takes the kernel for that
+problem and device from the op's memory, or asks the factory for it once (which tunes, or
+loads the tuned kernel from the cache, exactly as calling the factory does).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tileauto.api.decorator import AutoTuneImpl
+from tileauto.api.tune import default_of_space
+from tileauto.cache.args import bind_arguments, describe_value, freeze
+from tileauto.errors import KernelArgumentError, TileautoError
+from tileauto.jit.impl import JITImpl
+from tileauto.ops._fake import (
+    Signature,
+    SignatureMemo,
+    elaborated_signature,
+    hint,
+    output_dtypes,
+    output_shapes,
+    problem_values,
+)
+from tileauto.space import ProductSpace, resolve_configs, split_pass_configs
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
+_SCALAR_TYPES = {bool: "bool", int: "SymInt", float: "float"}
+_ANNOTATIONS = {
+    "Tensor": "Tensor",
+    "torch.Tensor": "Tensor",
+    "bool": "bool",
+    "int": "SymInt",
+    "float": "float",
+}
+
+
+class TorchOpError(TileautoError, ValueError):
+    """A ``torch_op`` that cannot be made or called as asked; the message says how to fix it."""
+
+
+class TorchOp:
+    """A tuned kernel as the custom op ``torch.ops.<namespace>.<name>``: call it like a function.
+
+    Made by :func:`torch_op`. ``op(*args)`` calls the registered operator (so autograd,
+    ``torch.compile`` and ``torch.export`` see the op); :attr:`default` is its
+    ``OpOverload``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        factory: Any,
+        problem: Callable[..., Any],
+        mutates_args: Sequence[str],
+        out_shapes: Callable[..., Any] | None,
+        fake: Callable[..., Any] | None,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise TorchOpError(
+                f"name must be 'namespace::op_name' (identifiers), e.g. 'mylib::swiglu'; got {name!r}"
+            )
+        if isinstance(factory, AutoTuneImpl):
+            self._jit: JITImpl = factory.jit_impl
+        elif isinstance(factory, JITImpl):
+            self._jit = factory
+        else:
+            raise TypeError(
+                "factory must be a @tileauto.autotune or @tileauto.jit kernel factory, got "
+                f"{type(factory).__name__}: decorate the function with @tileauto.jit(out_idx=...)"
+            )
+        if not callable(problem):
+            raise TypeError(
+                "problem must be a callable of the op's arguments returning the factory's problem "
+                f"arguments (e.g. problem=lambda gate, up: gate.shape), got {type(problem).__name__}"
+            )
+        for what, value in (("out_shapes", out_shapes), ("fake", fake)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{what} must be None or a callable, got {type(value).__name__}")
+        self.name = name
+        self.factory = factory
+        self.problem = problem
+        self._params = _op_params(problem)
+        self._tensor_pos = tuple(
+            i for i, (_, kind, _) in enumerate(self._params) if kind == "Tensor"
+        )
+        if not self._tensor_pos:
+            raise TorchOpError(
+                f"{name}: the op takes no tensor (problem's parameters {self.arg_names} are all "
+                "scalars): an op's arguments are its tensors, and problem maps them to the factory"
+            )
+        self.mutates_args = _checked_mutates(name, mutates_args, self._params)
+        out_idx = self._jit.compile_args.out_idx
+        self.num_outputs = len(out_idx) if out_idx is not None else 0
+        if self.num_outputs == 0 and not self.mutates_args:
+            raise TorchOpError(
+                f"{name}: the kernel returns nothing (@jit without out_idx) and mutates_args is "
+                "empty: an op must return outputs or write inputs; give @jit(out_idx=[...]) or "
+                "mutates_args=[names of the inputs it writes]"
+            )
+        if _registered(name):
+            raise TorchOpError(
+                f"{name} is already registered with torch (by another torch_op or "
+                "torch.library call in this process): choose another name"
+            )
+        self.out_shapes = out_shapes
+        self.schema = _schema(self._params, self.mutates_args, self.num_outputs)
+        self._memo: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
+        self._frozen: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
+        self._lock = threading.RLock()
+        self._signatures = SignatureMemo(self._elaborate)
+        self._traced = False  # a fake ran: real outputs are checked against it from now on
+        self._checked_writes: set[Any] = set()
+        self._custom = torch.library.custom_op(
+            name, self._run, mutates_args=self.mutates_args, schema=self.schema
+        )
+        self._custom.register_fake(fake if fake is not None else self._fake)
+        self.default = self._custom._opoverload
+        self.__name__ = name.split("::")[1]
+
+    @property
+    def arg_names(self) -> list[str]:
+        return [n for n, _, _ in self._params]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.default(*args, **kwargs)
+
+    def register_autograd(
+        self, backward: Callable[..., Any], *, setup_context: Callable[..., Any] | None = None
+    ) -> None:
+        """``torch.library.register_autograd`` for this op: ``backward(ctx, *grads)`` returns
+        one gradient per op argument (None for those without one)."""
+        torch.library.register_autograd(self.name, backward, setup_context=setup_context)
+
+    def register_fake(self, fake: Callable[..., Any]) -> None:
+        """Replace the fake made from the kernel's signature by ``fake(*args)``."""
+        self._custom.register_fake(fake)
+
+    def kernels(self) -> dict[Any, Any]:
+        """The kernels this op called, by (problem, device): for inspection and tests."""
+        return {key: kernel for key, (kernel, _) in {**self._memo, **self._frozen}.items()}
+
+    def __repr__(self) -> str:
+        return f"TorchOp({self.name}: {self.schema}, factory={self._jit!r})"
+
+    # -- the real call ----------------------------------------------------------------------
+    def _run(self, *args: Any) -> Any:
+        # The hot path: one problem call, one dict lookup, the kernel call.
+        try:
+            kernel, positions = self._memo[(self.problem(*args), args[self._tensor_pos[0]].device)]
+        except (KeyError, TypeError):
+            return self._first_call(args)
+        if positions is None:
+            return kernel(*args)
+        return kernel(*[args[i] for i in positions])
+
+    def _first_call(self, args: tuple) -> Any:
+        """A problem this op has not called yet (or an unhashable one): find its kernel."""
+        value = self._problem_value(args)
+        device = args[self._tensor_pos[0]].device
+        try:
+            key: Any = (value, device)
+            hash(key)
+            memo = self._memo
+        except TypeError:  # a problem of lists or dicts: its frozen description is the key
+            key, memo = (freeze(describe_value(value)), device), self._frozen
+        with self._lock:
+            entry = memo.get(key)
+            if entry is None:
+                if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                    raise TorchOpError(
+                        f"{self.name}: a new problem {value!r} inside a CUDA graph capture: "
+                        "tuning cannot run in a capture; call the op once with these shapes "
+                        "before capturing (torch.compile(mode='reduce-overhead') warms up first)"
+                    )
+                pargs, pkwargs = self._factory_call(value)
+                kernel = self.factory(*pargs, **pkwargs)
+                self._remember_signature(value, kernel)
+                entry = (kernel, self._kernel_positions(kernel.num_inputs, args))
+            kernel, positions = entry
+            kargs = args if positions is None else tuple(args[i] for i in positions)
+            out = self._checked_call(key, kernel, kargs, args)
+            if self._traced:
+                self._check_against_fake(args, out)
+            memo[key] = entry
+        return out
+
+    def _checked_call(self, key: Any, kernel: Any, kargs: tuple, args: tuple) -> Any:
+        """The first call of a kernel: inputs not in ``mutates_args`` must come back unchanged."""
+        if key in self._checked_writes:
+            return kernel(*kargs)
+        kept = {
+            i: args[i].clone()
+            for i in self._tensor_pos
+            if self._params[i][0] not in self.mutates_args
+        }
+        out = kernel(*kargs)
+        written = [
+            self._params[i][0] for i, before in kept.items() if not _same_bytes(before, args[i])
+        ]
+        if written:
+            raise TorchOpError(
+                f"{self.name}: the kernel wrote into {written}, which mutates_args does not "
+                f"declare ({list(self.mutates_args)}): declare them, torch_op(..., "
+                f"mutates_args={[*self.mutates_args, *written]!r}), or the compiled graphs "
+                "that use the op will read stale values"
+            )
+        self._checked_writes.add(key)
+        return out
+
+    def _check_against_fake(self, args: tuple, out: Any) -> None:
+        """Outputs whose shapes differ from the fake's (a config that pads its output, a wrong
+        ``out_shapes``) would make traced graphs wrong: said at the first call of a problem."""
+        outs = [] if out is None else [out] if isinstance(out, torch.Tensor) else list(out)
+        expected = [tuple(t.shape) for t in _as_list(self._fake(*args))]
+        got = [tuple(t.shape) for t in outs]
+        if got != expected:
+            raise TorchOpError(
+                f"{self.name}: the kernel returned outputs of shapes {got} where the op's fake "
+                f"says {expected}: the tuned config changes the output shape (outputs must not "
+                "depend on the tunables: return the unpadded result) or out_shapes is wrong"
+            )
+
+    # -- problems, signatures and the fake ----------------------------------------------------
+    def _problem_value(self, args: tuple) -> Any:
+        try:
+            return self.problem(*args)
+        except Exception as exc:
+            raise TorchOpError(
+                f"{self.name}: problem{inspect.signature(self.problem)} raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _factory_call(self, value: Any) -> tuple[tuple, dict[str, Any]]:
+        """The factory's problem arguments from what ``problem`` returned, checked."""
+        pargs: tuple
+        pkwargs: dict[str, Any]
+        if isinstance(value, dict):
+            pargs, pkwargs = (), dict(value)
+        elif isinstance(value, (tuple, list)):
+            pargs, pkwargs = tuple(value), {}
+        else:
+            pargs, pkwargs = (value,), {}
+        fn = self._jit.factory
+        where = f"{getattr(fn, '__name__', 'factory')}{inspect.signature(fn)}"
+        try:
+            bind_arguments(fn, pargs, pkwargs, partial=True)
+        except TypeError as exc:
+            raise TorchOpError(
+                f"{self.name}: problem returned {value!r}, which does not fit {where} ({exc}): "
+                "problem must map the op's arguments to the factory's problem arguments, "
+                "e.g. problem=lambda gate, up: gate.shape"
+            ) from None
+        given = set(inspect.signature(fn).bind_partial(*pargs, **pkwargs).arguments)
+        tunables = given & self._tunable_names(pargs, pkwargs)
+        if tunables:
+            raise TorchOpError(
+                f"{self.name}: problem returned {value!r}, which sets the tunable(s) "
+                f"{sorted(tunables)} of {where}: tunables are tuned, not given; problem "
+                "returns the problem arguments only"
+            )
+        return pargs, pkwargs
+
+    def _tunable_names(self, pargs: tuple, pkwargs: dict[str, Any]) -> set[str]:
+        if not isinstance(self.factory, AutoTuneImpl):
+            return set()
+        configs = self.factory.configs
+        if isinstance(configs, ProductSpace):
+            return set(configs.names)
+        if isinstance(configs, list):
+            return {k for cfg in configs for k in split_pass_configs(cfg)[0]}
+        return set()  # a callable space: its names are known once it is called
+
+    def _elaborate(self, args: tuple, kwargs: dict[str, Any]) -> Signature:
+        fn = self._jit.factory
+        config: dict[str, Any] = {}
+        if isinstance(self.factory, AutoTuneImpl):
+            space = resolve_configs(self.factory.configs, fn, args, kwargs)
+            config = split_pass_configs(default_of_space(fn, space))[0]
+        try:
+            return elaborated_signature(
+                fn, self._jit.compile_args.out_idx, args, {**kwargs, **config}
+            )
+        except Exception as exc:
+            raise TorchOpError(
+                f"{self.name}: the fake cannot infer the outputs: elaborating "
+                f"{getattr(fn, '__name__', 'factory')}(*{args!r}, **{ {**kwargs, **config}!r}) "
+                f"raised {type(exc).__name__}: {exc}; give torch_op(..., out_shapes=...) or "
+                "fake=..."
+            ) from exc
+
+    def _signature(self, args: tuple) -> tuple[Signature, tuple, dict[str, Any], Any]:
+        value = self._problem_value(args)
+        pargs, pkwargs = self._factory_call(value)
+        hargs, hkwargs = hint(pargs), hint(pkwargs)
+        sig = self._signatures.get(freeze(describe_value((hargs, hkwargs))), hargs, hkwargs)
+        return sig, pargs, pkwargs, value
+
+    def _remember_signature(self, value: Any, kernel: Any) -> None:
+        """A kernel in memory gives its problem's signature: a later fake elaborates nothing."""
+        pargs, pkwargs = self._factory_call(value)
+        sig = Signature(tuple(kernel.params), tuple(kernel.artifact.out_idx))
+        key = freeze(describe_value((hint(pargs), hint(pkwargs))))
+        self._signatures.put(key, sig)
+
+    def _fake(self, *args: Any) -> Any:
+        self._traced = True
+        sig, pargs, pkwargs, _ = self._signature(args)
+        positions = self._kernel_positions(len(sig.in_pos), args)
+        kargs = args if positions is None else tuple(args[i] for i in positions)
+        _check_dtypes(self.name, sig, kargs)
+        if self.out_shapes is not None:
+            shapes = _shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
+        else:
+            try:
+                shapes = output_shapes(sig, kargs, problem_values(pargs, pkwargs))
+            except (KeyError, ValueError) as exc:
+                raise TorchOpError(
+                    f"{self.name}: the fake cannot infer the output shapes from the kernel's "
+                    f"signature ({type(exc).__name__}: {exc}); give torch_op(..., "
+                    "out_shapes=lambda *args: [shape, ...]) or fake=..."
+                ) from None
+        device = args[self._tensor_pos[0]].device
+        outs = [
+            torch.empty(shape, dtype=dtype, device=device)
+            for shape, dtype in zip(shapes, output_dtypes(sig))
+        ]
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _kernel_positions(self, num_in: int, args: tuple) -> tuple[int, ...] | None:
+        """Which op arguments the kernel takes: all of them (None), or the tensors alone."""
+        if num_in == len(args):
+            return None
+        if num_in == len(self._tensor_pos):
+            return self._tensor_pos
+        raise TorchOpError(
+            f"{self.name}: the kernel takes {num_in} input(s) but the op has {len(args)} "
+            f"argument(s) ({self.arg_names}), {len(self._tensor_pos)} of them tensors: the "
+            "kernel is called with every op argument, or with the tensors alone"
+        )
+
+
+def torch_op(
+    name: str,
+    factory: Any,
+    *,
+    problem: Callable[..., Any],
+    mutates_args: Sequence[str] = (),
+    out_shapes: Callable[..., Any] | None = None,
+    fake: Callable[..., Any] | None = None,
+    backward: Callable[..., Any] | None = None,
+    setup_context: Callable[..., Any] | None = None,
+) -> TorchOp:
+    """Register a tuned kernel factory as the PyTorch custom op ``name``.
+
+    ``op = tileauto.torch_op("mylib::swiglu", swiglu, problem=lambda gate, up: gate.shape)``
+    makes ``torch.ops.mylib.swiglu``; ``op(gate, up)`` returns the kernel's outputs, tuning
+    each new problem at its first call (or loading it from the cache) as ``swiglu(M, N)``
+    does. The op works under ``torch.compile(fullgraph=True)`` (dynamic shapes included),
+    ``torch.export``, autograd (with a backward) and ``torch.no_grad``/``inference_mode``.
+
+    Args:
+        name: ``"namespace::op_name"``, not registered yet.
+        factory: an ``@autotune`` or ``@jit`` factory; its ``out_idx`` outputs are returned.
+        problem: maps the op's arguments to the factory's problem arguments (a tuple, a
+            ``torch.Size``, a dict of keyword arguments, or one value). Its parameters are
+            the op's: tensors, unless annotated (or defaulted) ``int``, ``float`` or ``bool``.
+        mutates_args: names of the op's tensors the kernel writes (checked at each new
+            problem's first call: an undeclared write is an error).
+        out_shapes: ``out_shapes(*args) -> [shape, ...]`` where the kernel's signature does
+            not tell the output shapes (dtypes still come from it).
+        fake: a fake implementation of your own, instead of the one from the signature.
+        backward / setup_context: registered with ``torch.library.register_autograd``.
+
+    Raises:
+        TorchOpError: a bad name, a name already registered, ``mutates_args`` naming no
+            tensor of the op, or a kernel that neither returns nor writes anything.
+    """
+    op = TorchOp(name, factory, problem, mutates_args, out_shapes, fake)
+    if setup_context is not None and backward is None:
+        raise TypeError("setup_context is given without backward: give both, or neither")
+    if backward is not None:
+        op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+def _op_params(problem: Callable[..., Any]) -> list[tuple[str, str, Any]]:
+    """The op's arguments: (name, schema type, default) from problem's parameters."""
+    out = []
+    for p in inspect.signature(problem).parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise TorchOpError(
+                f"problem's parameter {p.name!r} is {p.kind.description}: the op's arguments "
+                "are problem's plain parameters (no *args, **kwargs or keyword-only ones)"
+            )
+        kind = None
+        if p.annotation is not p.empty:
+            ann = (
+                p.annotation
+                if isinstance(p.annotation, str)
+                else getattr(p.annotation, "__name__", str(p.annotation))
+            )
+            if p.annotation is torch.Tensor:
+                ann = "Tensor"
+            kind = _ANNOTATIONS.get(ann)
+            if kind is None:
+                raise TorchOpError(
+                    f"problem's parameter {p.name!r} is annotated {p.annotation!r}: an op "
+                    "argument is a torch.Tensor, int, float or bool"
+                )
+        elif p.default is not p.empty:
+            kind = _SCALAR_TYPES.get(type(p.default))
+            if kind is None:
+                raise TorchOpError(
+                    f"problem's parameter {p.name!r} defaults to {p.default!r}: an op argument "
+                    "with a default is an int, float or bool"
+                )
+        out.append((p.name, kind or "Tensor", p.default))
+    return out
+
+
+def _checked_mutates(name: str, mutates_args: Any, params: list) -> tuple[str, ...]:
+    if isinstance(mutates_args, str):
+        raise TypeError(
+            f"mutates_args must be a list of argument names, got the string {mutates_args!r}"
+        )
+    names = tuple(mutates_args)
+    tensors = [n for n, kind, _ in params if kind == "Tensor"]
+    for arg in names:
+        if arg not in tensors:
+            raise TorchOpError(
+                f"{name}: mutates_args names {arg!r}, which is not a tensor argument of the op "
+                f"(its tensors: {tensors})"
+            )
+    return names
+
+
+def _schema(params: list, mutates: tuple[str, ...], num_outputs: int) -> str:
+    parts = []
+    alias = iter("abcdefghijklmnopqrstuvwxyz")
+    for pname, kind, default in params:
+        text = f"Tensor({next(alias)}!) {pname}" if pname in mutates else f"{kind} {pname}"
+        if default is not inspect.Parameter.empty:
+            text += f"={default!r}"
+        parts.append(text)
+    returns = (
+        "()"
+        if num_outputs == 0
+        else "Tensor"
+        if num_outputs == 1
+        else ("(" + ", ".join(["Tensor"] * num_outputs) + ")")
+    )
+    return f"({', '.join(parts)}) -> {returns}"
+
+
+def _registered(name: str) -> bool:
+    try:
+        torch._C._dispatch_find_schema_or_throw(name, "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit (NaNs included), as a write check needs."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+
+
+def _as_list(out: Any) -> list:
+    if out is None:
+        return []
+    return [out] if isinstance(out, torch.Tensor) else list(out)
+
+
+def _shapes_of(name: str, shapes: Any, count: int) -> list[tuple[Any, ...]]:
+    """``out_shapes``' answer as one shape per output."""
+    if (
+        count == 1
+        and isinstance(shapes, (tuple, list))
+        and all(isinstance(d, (int, torch.SymInt)) for d in shapes)
+    ):
+        shapes = [shapes]
+    shapes = [tuple(s) for s in shapes]
+    if len(shapes) != count:
+        raise TorchOpError(
+            f"{name}: out_shapes returned {len(shapes)} shape(s) for a kernel of {count} output(s)"
+        )
+    return shapes
+
+
+def _check_dtypes(name: str, sig: Signature, kargs: Sequence[Any]) -> None:
+    """The dtype errors a direct call gives, raised while tracing already."""
+    from tileauto.jit.dtypes import torch_dtype
+
+    for k, pos in enumerate(sig.in_pos):
+        spec, arg = sig.params[pos], kargs[k]
+        if (
+            not spec.scalar
+            and isinstance(arg, torch.Tensor)
+            and arg.dtype != torch_dtype(spec.dtype)
+        ):
+            raise KernelArgumentError(
+                f"{name}: argument {k} (parameter {spec.name!r}: wrong dtype: expected "
+                f"{spec.dtype}, got {str(arg.dtype).replace('torch.', '')})"
+            )
