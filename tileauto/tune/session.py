@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from tileauto.artifact import KernelArtifact
 from tileauto.errors import NoValidConfigError
@@ -63,6 +63,9 @@ from tileauto.tune.stages import (
 )
 from tileauto.utils.threads import background_thread
 
+RunnerMaker: TypeAlias = Callable[[], RunStage]
+"""Makes the run stage when a session tunes (a cache hit needs none)."""
+
 # passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
 # rep / RETIME_ROUNDS timed ones per config; see tileauto.run.worker.retime)
 RETIME_ROUNDS = 10
@@ -75,7 +78,8 @@ class TuningSession:
         problem: the factory, its arguments, the space and the options.
         builder: compiles configs; or a :data:`~tileauto.tune.stages.BuilderMaker` that makes
             one in this run's scratch folder when it tunes (the default builders).
-        runner: checks and times them.
+        runner: checks and times them; or a :data:`RunnerMaker` that makes one when the run
+            tunes (the default runners: a cache hit never imports the run stage).
         store: the cache entry of this problem (None: nothing is read or stored).
         search: which configs to measure (None: the problem's ``search`` option).
         reporter: progress, table and the trial log (None: the console and a JSON-lines log
@@ -96,7 +100,7 @@ class TuningSession:
         problem: TuningProblem,
         *,
         builder: BuildStage | BuilderMaker | None = None,
-        runner: RunStage | None = None,
+        runner: RunStage | RunnerMaker | None = None,
         store: Store | None = None,
         search: SearchStrategy | None = None,
         reporter: Reporter | None = None,
@@ -121,7 +125,7 @@ class TuningSession:
         self.builder = builder
         # a builder made when the run tunes tells its worker count then
         self.workers = builder.workers if isinstance(builder, BuildStage) else 0
-        self.runner = runner
+        self.runner: RunStage | RunnerMaker = runner
         self.store = store
         self.search = search if search is not None else resolve_search(p.profile_args.search)
         if reporter is None:
@@ -192,7 +196,7 @@ class TuningSession:
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
         builder = self._builder(scratch.path)
-        runner = self.runner
+        runner = self._runner()
         self.reporter.started(p.name, len(self.view))
         ref_latency = None
         stop_reason = None
@@ -568,6 +572,12 @@ class TuningSession:
         if self.view.lists_never_tried() or self.stop is None:
             return 0
         return max(0, len(self.view) - sum(t.index >= 0 for t in trials))
+
+    def _runner(self) -> RunStage:
+        """The runner of this run: the one given, or made now (the first time it tunes)."""
+        if not isinstance(self.runner, RunStage):
+            self.runner = self.runner()
+        return self.runner
 
     def _builder(self, staging_dir: Path) -> BuildStage:
         """The builder of this run: the one given, or made now in the run's scratch folder."""
