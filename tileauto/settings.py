@@ -128,15 +128,51 @@ def _parse_path(name: str, raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+def parse_redis_url(name: str, raw: str) -> str | None:
+    """A ``redis://`` or ``rediss://`` (TLS) URL with a host; empty: unset."""
+    from urllib.parse import urlsplit
+
+    value = raw.strip()
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("redis", "rediss") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        ok = False
+    if not ok:
+        raise SettingsError(
+            f"{name}={raw!r}: expected redis://host:port/db or rediss://host:port/db (TLS), "
+            "e.g. redis://cache.local:6379/0"
+        )
+    return value
+
+
+def without_password(url: str) -> str:
+    """A URL as it may be printed: its password replaced by ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    netloc = f"{user}***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 def _var(
     env: str,
     default: Any,
     parse: Callable[[str, str], Any],
     doc: str,
     also: tuple[str, ...] = (),
+    secret: bool = False,
 ) -> Any:
-    # also: other names read when ``env`` is not set (the habits of other tuners' users)
-    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc, "also": also})
+    # also: other names read when ``env`` is not set (the habits of other tuners' users);
+    # secret: never printed (``tileauto env`` shows whether it is set)
+    meta = {"env": env, "parse": parse, "doc": doc, "also": also, "secret": secret}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -278,6 +314,45 @@ class Settings:
         "`tvm` (TVM's, sized by `TVM_NUM_THREADS`; tileauto then sets that variable to the "
         "kernel's thread count when it loads a parallel kernel, unless you set it).",
     )
+    remote_cache: str | None = _var(
+        "TILEAUTO_REMOTE_CACHE",
+        None,
+        parse_redis_url,
+        "A Redis that a fleet shares as the second level of the tuning cache "
+        "(`redis://host:6379/0`, `rediss://` for TLS, a password in the URL or below): every "
+        "tuning looks there before it tunes, one process of the fleet tunes each key, and its "
+        'result is published there (`pip install "tileauto[fleet]"`; `docs/scale.md`, Fleet).',
+    )
+    remote_cache_password: str | None = _var(
+        "TILEAUTO_REMOTE_CACHE_PASSWORD",
+        None,
+        lambda n, r: r or None,
+        "The remote cache's password, when its URL has none.",
+        secret=True,
+    )
+    remote_cache_key: str | None = _var(
+        "TILEAUTO_REMOTE_CACHE_KEY",
+        None,
+        lambda n, r: r or None,
+        "A secret the fleet shares: entries are signed with it (HMAC-SHA256) and compiled "
+        "kernels are shared too, loaded only when their signature verifies. Unset: the remote "
+        "cache holds configs and measurements, and a hit compiles its winner locally.",
+        secret=True,
+    )
+    remote_cache_timeout_s: float = _var(
+        "TILEAUTO_REMOTE_CACHE_TIMEOUT",
+        2.0,
+        _parse_positive_float,
+        "Seconds each remote cache operation may take (connecting included) before the "
+        "tuning goes on with the local cache.",
+    )
+    remote_cache_lease_s: float = _var(
+        "TILEAUTO_REMOTE_CACHE_LEASE",
+        15.0,
+        _parse_positive_float,
+        "Seconds a tuner's lease of a key lives unless renewed (every third of it): a killed "
+        "tuner's key is taken over by a waiting process after at most this long.",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -348,7 +423,12 @@ class Settings:
         """Every setting by variable name, as the effective value's text."""
         out = {}
         for f in dataclasses.fields(self):
-            out[f.metadata["env"]] = str(getattr(self, f.name))
+            value = getattr(self, f.name)
+            if f.metadata["secret"] and value is not None:
+                value = "(set)"  # a password or a key is never printed
+            elif f.name == "remote_cache" and value is not None:
+                value = without_password(value)
+            out[f.metadata["env"]] = str(value)
         return out
 
 

@@ -16,6 +16,7 @@ from tileauto.jit.kernel import JITKernel
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result.record import AutotuneResult
 from tileauto.space import materialize
+from tileauto.tune import defaults
 
 _KEEP: Any = type("Keep", (), {"__repr__": lambda self: "<keep>"})()  # an argument not given
 
@@ -51,6 +52,7 @@ class AutoTuner:
         self.profile_args = ProfileArgs()
         self.timer: Any = None
         self.verbose = True
+        self.store: Any = None
 
     @classmethod
     def from_kernel(cls, kernel: Any, configs: Any) -> AutoTuner:
@@ -139,23 +141,30 @@ class AutoTuner:
         """Set how configs are fed, checked and timed, in TileLang's positional order.
 
         See :func:`autotune` for each argument. Every other profile option (``inplace_args``,
-        ``flush_cache``, ``seed``, ``search``, ``retime_top_k``, ``num_threads``, the hooks...)
-        and ``timer`` are taken by keyword.
+        ``flush_cache``, ``seed``, ``search``, ``retime_top_k``, ``num_threads``, the hooks...),
+        ``timer`` and ``store`` (where tunings are kept: see :func:`autotune`) are taken by
+        keyword.
         """
         # every other profile option, by keyword (declared once, in ProfileArgs)
         known = tuple(f.name for f in dataclasses.fields(ProfileArgs) if f.name not in _POSITIONAL)
         keywords = {k: more.pop(k) for k in known if k in more}
         timer = more.pop("timer", None)
+        store = more.pop("store", None)
         check_api_options(timer=timer, verbose=True)
+        defaults.check_store(store)
         if more:
             raise TypeError(
                 f"set_profile_args got unexpected arguments {sorted(more)}; it takes TileLang's "
-                f"arguments and {sorted((*known, 'timer'))}"
+                f"arguments and {sorted((*known, 'timer', 'store'))}"
             )
-        given = {k: v for k, v in locals().items() if k not in ("self", "more", "keywords")}
+        given = {
+            k: v for k, v in locals().items() if k not in ("self", "more", "keywords", "store")
+        }
         self.profile_args = ProfileArgs.from_arguments({**given, **keywords})
         if timer is not None:
             self.timer = timer
+        if store is not None:
+            self.store = store
         return self
 
     def run(
@@ -196,4 +205,5 @@ class AutoTuner:
             timer=self.timer,
             verbose=self.verbose if verbose is None else verbose,
             jit_impl=self.jit_impl,
+            store=self.store,
         )

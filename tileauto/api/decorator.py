@@ -39,6 +39,7 @@ from tileauto.space import (
     resolve_configs,
     split_pass_configs,
 )
+from tileauto.tune import defaults
 
 log = get_logger("autotuner")
 
@@ -80,6 +81,7 @@ class AutoTuneImpl:
         timer: Any,
         verbose: bool,
         check_new_shapes: bool = False,
+        store: Any = None,
     ) -> None:
         if isinstance(jit_impl, StackedParams):
             if configs is not None:
@@ -113,6 +115,7 @@ class AutoTuneImpl:
         self.timer = timer
         self.verbose = verbose
         self.check_new_shapes = check_new_shapes
+        self.store = store
         self.results: dict[Any, AutotuneResult] = {}
         self._served: dict[Any, AutotuneResult] = {}  # a bucket's calls checked on their own
         self._with_passes: dict[str, JITImpl] = {}  # @jit variants for configs' pass_configs
@@ -178,6 +181,7 @@ class AutoTuneImpl:
                 jit_impl=self.jit_impl,
                 bucket=None if self.key is None else tkey,
                 pruned=pruned,
+                store=self.store,
             )
             self.results[tkey] = result
             if self.key is None or not result.cache_hit:
@@ -231,7 +235,7 @@ class AutoTuneImpl:
         try:
             checked = tune(
                 factory, args, kwargs, [bucket_result.config], compile_args, quick,
-                timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl,
+                timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl, store=self.store,
             )  # fmt: skip
             self._served[served] = checked
             return checked.kernel
@@ -244,7 +248,7 @@ class AutoTuneImpl:
             )
         own = tune(
             factory, args, kwargs, self.configs, compile_args, self.profile_args,
-            timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl,
+            timer=self.timer, verbose=self.verbose, jit_impl=self.jit_impl, store=self.store,
         )  # fmt: skip
         self._served[served] = own
         return own.kernel
@@ -299,6 +303,7 @@ def autotune(
     check_new_shapes: bool = False,
     timer: Any = None,
     verbose: bool = True,
+    store: Any = None,
 ) -> Any:
     """Tune a ``@jit`` factory over ``configs`` on its first call per tuning key.
 
@@ -370,13 +375,21 @@ def autotune(
             ``get_tuner_result`` returns the check's result (or the own tuning's) for them.
         timer: a custom timer (see :mod:`tileauto.run.timing`), e.g. a scripted one in tests.
         verbose: print the report table and a progress bar.
+        store: where tunings are looked up and kept: None (the disk cache, with the fleet's
+            Redis of ``TILEAUTO_REMOTE_CACHE`` behind it when set), ``"local"`` (the disk
+            cache alone), a ``redis://`` / ``rediss://`` URL, a
+            :class:`tileauto.cache.remote.RemoteCache`, or a store object
+            (``docs/scale.md``, Fleet).
     """
     profile_args = ProfileArgs.from_arguments(locals())
+    defaults.check_store(store)
     resolve_search(search)  # a bad strategy fails at decoration, not at the first call
     check_api_options(timer=timer, verbose=verbose, check_new_shapes=check_new_shapes)
 
     def wrap(jit_impl: Callable[..., Any]) -> AutoTuneImpl:
-        return AutoTuneImpl(jit_impl, configs, profile_args, key, timer, verbose, check_new_shapes)
+        return AutoTuneImpl(
+            jit_impl, configs, profile_args, key, timer, verbose, check_new_shapes, store
+        )
 
     return wrap(func) if func is not None else wrap
 

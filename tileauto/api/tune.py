@@ -40,6 +40,7 @@ def tune(
     jit_impl: JITImpl | None = None,
     bucket: Any = None,
     pruned: bool = False,
+    store: Any = None,
 ) -> AutotuneResult:
     """Tune ``factory(*args, **kwargs, **config)`` over ``configs``; the shared core of both APIs.
 
@@ -48,7 +49,8 @@ def tune(
     pick, save). With the tuning cache on, a valid entry is returned at once; otherwise the
     key's lock is held while tuning so concurrent processes tune one key once. ``pruned``:
     ``configs`` is already the resolved space after ``prune_configs_by`` (see
-    :func:`resolved_space`), so the prune functions are not called again.
+    :func:`resolved_space`), so the prune functions are not called again. ``store``: see
+    :func:`tileauto.tune.defaults.store_of`.
     """
     from tileauto.jit.target_memo import resolve as resolve_target  # no compiler on a memo hit
 
@@ -87,9 +89,9 @@ def tune(
         device_type=target.device_type,
         jit_impl=jit_impl,
     )
-    store = None
+    given, store = store, None
     if not settings.disable_autotune:  # a run of the default config alone is not a tuning
-        store = defaults.disk_store(problem, target, bucket)
+        store = defaults.store_of(problem, target, bucket, given)
     result = _run(problem, store)
     kernel = result.kernel  # the thread count it was tuned with (the run worker's, in the key)
     if isinstance(kernel, JITKernel) and kernel.num_threads is not None:

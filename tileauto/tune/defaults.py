@@ -19,7 +19,7 @@ from tileauto.search import SearchStrategy, resolve_search
 from tileauto.tune._winner import kernel_loader as jit_kernel_loader
 from tileauto.tune._winner import rebuild_best
 from tileauto.tune.problem import TuningProblem
-from tileauto.tune.session import RunnerMaker, TuningSession
+from tileauto.tune.session import TuningSession
 from tileauto.tune.stages import (
     BuilderMaker,
     BuildStage,
@@ -29,7 +29,7 @@ from tileauto.tune.stages import (
     RunStage,
     Store,
 )
-from tileauto.tune.stores import DiskStore
+from tileauto.tune.stores import DiskStore, FleetStore
 
 if TYPE_CHECKING:
     from tileauto.scale.ray import RayCluster
@@ -39,7 +39,7 @@ def session(
     problem: TuningProblem,
     *,
     builder: BuildStage | BuilderMaker | None = None,
-    runner: RunStage | RunnerMaker | None = None,
+    runner: RunStage | None = None,
     store: Store | None = None,
     search: SearchStrategy | str | None = None,
     reporter: Reporter | None = None,
@@ -58,10 +58,7 @@ def session(
             if builder is not None
             else default_builder(problem, cluster, decide_spin=runner is None)
         ),
-        # made when the session tunes: a cache hit never imports the run stage (nor psutil)
-        runner=(
-            runner if runner is not None else functools.partial(default_runner, problem, cluster)
-        ),
+        runner=runner if runner is not None else default_runner(problem, cluster),
         store=store,
         search=resolve_search(problem.profile_args.search if search is None else search),
         reporter=reporter if reporter is not None else default_reporter(problem),
@@ -143,6 +140,98 @@ def loader_of(problem: TuningProblem, builder: BuildStage | BuilderMaker | None)
     if isinstance(builder, LoadingBuildStage):
         return builder.load_kernel
     return jit_kernel_loader(problem)
+
+
+def check_store(store: Any) -> None:
+    """``store=`` of the decorator and the builder, checked where it is given.
+
+    Raises:
+        TypeError: it is none of None, ``"local"``, a ``redis://`` URL, a
+            :class:`~tileauto.cache.remote.RemoteCache` or a store object.
+        SettingsError: a URL that is not ``redis://`` or ``rediss://``.
+    """
+    from tileauto.cache.remote import RemoteCache, check_url
+
+    if store is None or store == "local" or isinstance(store, (RemoteCache, Store)):
+        return
+    if isinstance(store, str):
+        check_url(store, "store")
+        return
+    raise TypeError(
+        "store must be None (TILEAUTO_REMOTE_CACHE, else the disk cache alone), 'local' (the "
+        "disk cache alone), a redis:// or rediss:// URL, a tileauto.cache.remote.RemoteCache or "
+        f"a store object (load, known_trials, locked, save); got {type(store).__name__}"
+    )
+
+
+def store_of(
+    problem: TuningProblem, target: Any, bucket: Any = None, store: Any = None
+) -> Store | None:
+    """The store of a tuning: ``store=`` when it is a store object; else the disk cache entry,
+    with the fleet's Redis behind it when ``store=`` or ``TILEAUTO_REMOTE_CACHE`` names one
+    (``"local"``: the disk cache alone). None when the tuning cache is off."""
+    from tileauto.cache.remote import RemoteCache, family_of
+
+    check_store(store)
+    if isinstance(store, Store) and not isinstance(store, RemoteCache):
+        return store
+    local = disk_store(problem, target, bucket)
+    if local is None or store == "local":
+        return local
+    s = problem.settings
+    if isinstance(store, RemoteCache):
+        remote: RemoteCache | None = store
+    elif isinstance(store, str):
+        remote = RemoteCache(
+            store,
+            password=s.remote_cache_password,
+            signing_key=s.remote_cache_key,
+            timeout_s=s.remote_cache_timeout_s,
+            lease_s=s.remote_cache_lease_s,
+        )
+    else:
+        remote = RemoteCache.from_settings(s)
+    if remote is None:
+        return local
+    p = problem
+
+    def waiting(holder: Any) -> None:
+        import time
+
+        note(
+            f"tileauto: {p.name}: {holder.describe(time.time())} is tuning {local.key} for the "
+            f"fleet ({remote.address}); waiting for its result",
+            show=p.verbose,
+        )
+
+    return FleetStore(
+        local,
+        remote,
+        check=_check_once(problem),
+        on_wait=waiting,
+        limit_s=p.profile_args.max_seconds,
+        family=family_of(p.factory, p.args, p.kwargs, bucket),
+    )
+
+
+def _check_once(problem: TuningProblem) -> Any:
+    """Runs a winner compiled from a remote entry once against the reference (``ref_prog`` or
+    ``manual_check_prog``); None when no reference is given (nothing to check against)."""
+    pa = problem.profile_args
+    if pa.skip_check or (pa.ref_prog is None and pa.manual_check_prog is None):
+        return None
+
+    def check(artifact: Any, config: dict[str, Any]) -> str | None:
+        runner = default_runner(problem)  # this machine's run worker, as a tuning's
+        runner.start()
+        try:
+            runner.prepare(artifact)
+            run = runner.run(artifact, config, is_reference=False, time_it=False)
+        finally:
+            runner.close()
+        return None if run.status.ok else f"{run.status.value}: {run.error or ''}".strip()
+
+    return check
 
 
 def disk_store(problem: TuningProblem, target: Any, bucket: Any = None) -> DiskStore | None:

@@ -1,6 +1,6 @@
-"""The stores a session reads and writes: the disk cache, and one in memory (tests, notebooks).
+"""The stores a session reads and writes: the disk cache (a fleet's Redis behind it), in memory.
 
-Both are :class:`tileauto.tune.stages.TrialStore`: ``load`` (a stored result, ready to call),
+The in-memory one is for tests and notebooks. Each is a :class:`tileauto.tune.stages.TrialStore`: ``load`` (a stored result, ready to call),
 ``known_trials`` (configs measured before), ``locked`` (one tuner per problem), ``save_trial``
 (one trial, as soon as it is measured), ``save``.
 """
@@ -10,14 +10,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from tileauto._logging import get_logger
+from tileauto.artifact import KernelArtifact
 from tileauto.records import TRANSIENT, Trial
 from tileauto.result.record import AutotuneResult
 from tileauto.space import config_id
+
+log = get_logger("cache")
 
 
 class DiskStore:
@@ -72,6 +79,198 @@ class DiskStore:
 
     def save(self, result: AutotuneResult) -> str | None:
         return self.entry.save(result)
+
+
+class FleetStore:
+    """The disk cache first, then a Redis that a fleet shares (:mod:`tileauto.cache.remote`).
+
+    A disk hit is returned as :class:`DiskStore` returns it. A remote hit becomes a disk
+    entry: its records, and its kernel when signed under this process's key; else its winner
+    is compiled here (one compile, no tuning) and, with a ``check``, run once against the
+    reference. ``locked`` holds the disk lock, then the fleet's lease of the key (or returns
+    as soon as another process publishes it); ``save`` writes the disk entry, then publishes
+    it. A fault of the remote level is one warning and the tuning goes on locally.
+
+    Args:
+        local: the disk cache entry of the problem.
+        remote: the fleet's cache (a :class:`tileauto.cache.remote.RemoteCache`).
+        check: ``check(artifact, config)``: why a compiled winner fails the reference, or
+            None (None: no reference was given, nothing to check).
+        on_wait: called with the lease's holder while another process tunes the key.
+        limit_s: this tuning's time limit (a holder past its own is taken over).
+        family: the factory's problem on every device (:func:`~tileauto.cache.remote.family_of`).
+    """
+
+    def __init__(
+        self,
+        local: DiskStore,
+        remote: Any,
+        *,
+        check: Callable[[KernelArtifact, dict[str, Any]], str | None] | None = None,
+        on_wait: Callable[[Any], None] | None = None,
+        limit_s: float | None = None,
+        family: str | None = None,
+    ) -> None:
+        self.local = local
+        self.remote = remote
+        self.key: str = local.key
+        self.check = check
+        self.on_wait = on_wait
+        self.limit_s = limit_s
+        self.family = family
+
+    # -- reading --------------------------------------------------------------------------------
+    def load(self) -> AutotuneResult | None:
+        hit = self.local.load()
+        if hit is not None:
+            return hit
+        entry = self.remote.get(self.key)
+        if entry is None:
+            return None
+        try:
+            return self._from_remote(entry)
+        except Exception as exc:  # noqa: BLE001 - a winner that does not compile: tune here
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self.remote.report(
+                f"remote entry {self.key} at {self.remote.address} is unusable here "
+                f"({type(exc).__name__}: {first}); tuning again"
+            )
+            return None
+
+    def _from_remote(self, entry: Any) -> AutotuneResult | None:
+        """The remote entry as a disk entry, loaded; None when it does not belong here."""
+        from tileauto.cache import disk
+        from tileauto.cache.entry import write_kernel_dir
+
+        store = self.local.entry
+        config = entry.config
+        if not self._in_space(config):
+            self.remote.report(
+                f"remote entry {self.key} at {self.remote.address} names {config}, which is "
+                "not a config of this space; ignored"
+            )
+            return None
+        signed = entry.kernel is not None and entry.record.get("target") == store.meta["target"]
+        if signed:
+
+            def fill(out: Path) -> None:
+                entry.write_records(out)
+                entry.write_kernel(out)
+
+        else:
+            if self.local.rebuild is None:
+                return None
+            artifact = self.local.rebuild(dict(config))  # one compile: no tuning
+            problem = self.check(artifact, dict(config)) if self.check is not None else None
+            if problem is not None:
+                self.remote.report(
+                    f"remote entry {self.key} at {self.remote.address}: its winner {config} "
+                    f"fails the check here ({problem}); tuning again"
+                )
+                return None
+
+            def fill(out: Path) -> None:
+                entry.write_records(out)
+                write_kernel_dir(artifact, out)
+
+        try:
+            disk.write_entry(store.entry_dir, fill, store.meta, store.settings.staging_dir)
+            hit = self.local.load()
+        except OSError as exc:  # a read-only cache: the entry lives in a private folder
+            log.info("remote entry %s not written to the disk cache (%s)", self.key, exc)
+            hit = self._load_private(fill)
+        if hit is None:
+            return None
+        how = "signed kernel" if signed else "compiled here"
+        return dataclasses.replace(
+            hit, extra={**hit.extra, "remote": {"address": self.remote.address, "kernel": how}}
+        )
+
+    def _load_private(self, fill: Callable[[Path], None]) -> AutotuneResult | None:
+        from tileauto.cache import disk
+        from tileauto.cache.entry import read_result
+        from tileauto.jit.kernel import JITKernel
+
+        store = self.local.entry
+        folder = disk.private_fallback_dir("remote") / f"{self.key}-{uuid.uuid4().hex[:8]}"
+        folder.mkdir(mode=0o700)
+        fill(folder)
+        manifest = disk.seal(folder, store.meta)
+        stored = read_result(folder, manifest)
+        return AutotuneResult.from_stored(stored, JITKernel(stored.artifact), key=self.key)
+
+    def _in_space(self, config: dict[str, Any]) -> bool:
+        """Whether ``config`` is a config of this problem's space (a forged one is not)."""
+        store = self.local.entry
+        if store.product is not None:
+            names = store.product.names
+            return (
+                set(config) <= set(names)
+                and store.product.find({n: config.get(n, store.base_config.get(n)) for n in names})
+                >= 0
+            )
+        full = store.full_ids.values() if store.full_ids is not None else ()
+        return any(all(c.get(k, _MISSING) == v for k, v in config.items()) for c in full)
+
+    def known_trials(self) -> dict[str, Trial]:
+        return self.local.known_trials()
+
+    # -- the fleet's lease ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with self.local.locked():
+            lease = self._take_lease()
+            try:
+                yield
+            finally:
+                if lease is not None:
+                    lease.stop()
+                    try:
+                        lease.release()
+                    except Exception as exc:  # noqa: BLE001 - it expires by itself
+                        self.remote.fault(exc, f"releasing the lease of {self.key}")
+
+    def _take_lease(self) -> Any:
+        """This process's lease of the key, or None: published meanwhile, or Redis failed."""
+        try:
+            lease = self.remote.lease(self.key, self.limit_s)
+            if not self.remote.wait_for(self.key, lease, self.on_wait):
+                return None  # another process published it: the session loads it
+        except Exception as exc:  # noqa: BLE001 - any fault: this process tunes on its own
+            self.remote.fault(exc, f"taking the lease of {self.key}")
+            return None
+        lease.keep_renewed(lambda exc: self.remote.fault(exc, f"renewing the lease of {self.key}"))
+        return lease
+
+    # -- writing --------------------------------------------------------------------------------
+    def save_trial(self, trial: Trial) -> None:
+        self.local.save_trial(trial)
+
+    def save(self, result: AutotuneResult) -> str | None:
+        key = self.local.save(result)
+        try:
+            self._publish(result, written=key is not None)
+        except Exception as exc:  # noqa: BLE001 - the disk entry stays; the fleet tunes it
+            self.remote.fault(exc, f"publishing {self.key}")
+        return key
+
+    def _publish(self, result: AutotuneResult, *, written: bool) -> None:
+        from tileauto.cache.entry import KERNEL_DIR, fill_result
+        from tileauto.cache.remote import record_of_entry
+
+        store = self.local.entry
+        meta = {**store.meta, "family": self.family}
+        if written:
+            record = record_of_entry(store.entry_dir, meta)
+            self.remote.put(self.key, record, store.entry_dir / KERNEL_DIR, self.family)
+            return
+        with tempfile.TemporaryDirectory(prefix="tileauto-publish-") as tmp:
+            fill_result(result, Path(tmp))
+            record = record_of_entry(Path(tmp), meta)
+            self.remote.put(self.key, record, Path(tmp) / KERNEL_DIR, self.family)
+
+
+_MISSING = object()
 
 
 @dataclass

@@ -1,0 +1,152 @@
+"""A lease in Redis: one tuner per key across a fleet, taken over when its holder dies.
+
+The lease is one Redis string, ``SET NX PX``: its value says who holds it (host and pid),
+since when, the holder's time limit and a random token; it expires unless the holder renews
+it, so a killed holder frees the key within one expiry. Renewing, releasing and taking over
+compare the value first, in one Lua script each, so a process never ends a lease it lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+_TAKE_OVER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
+
+
+def owner_name() -> str:
+    """This process as a lease names it: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease: read from its value."""
+
+    owner: str
+    since: float  # time.time() when it was taken
+    limit_s: float | None  # the holder's tuning time limit: past it, another may take over
+    raw: bytes  # the value as stored (what a take-over compares)
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Holder:
+        """The holder a lease value names; an unreadable value is an unnamed holder."""
+        try:
+            data = json.loads(raw)
+            limit = data.get("limit_s")
+            return cls(
+                str(data["owner"]),
+                float(data["since"]),
+                float(limit) if limit is not None else None,
+                raw,
+            )
+        except (ValueError, KeyError, TypeError):
+            return cls("an unknown process", time.time(), None, raw)
+
+    def overdue(self, now: float) -> bool:
+        """Whether the holder has run past its own tuning time limit."""
+        return self.limit_s is not None and now - self.since > self.limit_s
+
+    def describe(self, now: float) -> str:
+        """``host:pid since 12:03:04 UTC (35 s)``: the progress line's words."""
+        stamp = time.strftime("%H:%M:%S UTC", time.gmtime(self.since))
+        return f"{self.owner} since {stamp} ({max(0.0, now - self.since):.0f} s)"
+
+
+class Lease:
+    """One key's lease, as one process sees it.
+
+    Args:
+        client: a ``redis.Redis`` client.
+        name: the lease's Redis key.
+        ttl_s: how long the lease lives unless renewed (renewed every third of it).
+        limit_s: this process's tuning time limit, written in the value (None: none).
+    """
+
+    def __init__(self, client: Any, name: str, ttl_s: float, limit_s: float | None) -> None:
+        self.client = client
+        self.name = name
+        self.ttl_ms = max(1, int(ttl_s * 1000))
+        self.limit_s = limit_s
+        self.value = json.dumps(
+            {
+                "owner": owner_name(),
+                "since": time.time(),
+                "limit_s": limit_s,
+                "token": uuid.uuid4().hex,
+            }
+        ).encode()
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+        self._take_over = client.register_script(_TAKE_OVER)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> bool:
+        """Take the lease if nobody holds it."""
+        return bool(self.client.set(self.name, self.value, nx=True, px=self.ttl_ms))
+
+    def holder(self) -> Holder | None:
+        """Who holds it now (None: nobody)."""
+        raw = self.client.get(self.name)
+        return Holder.parse(raw) if raw is not None else None
+
+    def take_over(self, holder: Holder) -> bool:
+        """Take the lease from ``holder`` (past its limit), if it still holds it."""
+        return bool(self._take_over(keys=[self.name], args=[holder.raw, self.value, self.ttl_ms]))
+
+    def renew(self) -> bool:
+        """Extend the lease; False when this process no longer holds it."""
+        return bool(self._renew(keys=[self.name], args=[self.value, self.ttl_ms]))
+
+    def release(self) -> None:
+        """Give the lease back, if this process still holds it."""
+        self._release(keys=[self.name], args=[self.value])
+
+    def keep_renewed(self, on_error: Callable[[BaseException], None]) -> None:
+        """Renew it every third of its expiry, on a daemon thread, until :meth:`stop`.
+
+        A failed renewal (Redis down or slow) goes to ``on_error`` and renewing goes on: the
+        tuning does not depend on it, and a restarted Redis is renewed again.
+        """
+
+        def loop() -> None:
+            while not self._stop.wait(self.ttl_ms / 3000):
+                try:
+                    self.renew()
+                except Exception as exc:  # noqa: BLE001 - any client error: reported, retried
+                    on_error(exc)
+
+        self._thread = threading.Thread(target=loop, name="tileauto-lease", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (the lease itself is left to :meth:`release`)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -1,0 +1,469 @@
+"""The remote level of the tuning cache: one Redis that a fleet of machines shares.
+
+    tileauto:r1:entry:<key>     a hash: ``record`` (JSON: the entry's records, its target and
+                                versions), ``sha256``, and with a signing key ``hmac``,
+                                ``kernel`` (the compiled kernel's files) and ``kernel_hmac``
+    tileauto:r1:lease:<key>     who tunes ``<key>`` now (:mod:`tileauto.cache._lease`)
+    tileauto:r1:done:<key>      a channel: the lease's waiters are woken when it is published
+    tileauto:r1:family:<id>     the keys of one factory and problem on every device
+
+``<key>`` is the disk entry's key. A record carries configs and measurements only: loading
+it never runs code from the database. A kernel is shared only under the operator's key
+(HMAC-SHA256, verified before it is written to disk). A damaged or forged entry is a miss
+with one warning; an entry of another format or version is ignored. Every operation has a
+short time limit, and a failure is one warning naming the address: tuning goes on locally.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tileauto._logging import get_logger
+from tileauto.artifact import KernelArtifact
+from tileauto.cache import _signing, disk
+from tileauto.cache._lease import Holder, Lease
+from tileauto.cache.entry import KERNEL_DIR
+from tileauto.cache.key import versions
+from tileauto.errors import SettingsError
+from tileauto.records import Trial
+from tileauto.settings import parse_redis_url
+
+log = get_logger("cache")
+
+FORMAT = 1  # the remote record's format: another one is ignored (docs/cache_format.md)
+PREFIX = f"tileauto:r{FORMAT}"
+RECORD_FILES = ("best_config.json", "latency.json", "trials.json", "problem.json")
+KERNEL_FILES = (*KernelArtifact.FILES, KernelArtifact.META)
+_INSTALL = 'the remote cache needs the redis client: pip install "tileauto[fleet]"'
+
+
+def check_url(url: Any, source: str) -> str:
+    """``url`` if it is a ``redis://`` or ``rediss://`` address with a host.
+
+    Raises:
+        SettingsError: it is not (the message names ``source``, what came and what is expected).
+    """
+    if not isinstance(url, str):
+        raise SettingsError(f"{source}: expected a redis:// URL, got {type(url).__name__}")
+    checked = parse_redis_url(source, url)
+    if checked is None:
+        raise SettingsError(f"{source}: expected a redis:// URL, got an empty string")
+    return checked
+
+
+def shown_address(url: str) -> str:
+    """The URL as messages show it: without its password."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """A remote entry, checked: its record, and its kernel's files when signed under our key."""
+
+    key: str
+    record: dict[str, Any]
+    kernel: dict[str, bytes] | None
+    size_bytes: int
+    signed: bool  # the record's HMAC verified under this process's key
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.record["files"]["best_config.json"]["config"])
+
+    @property
+    def latency_ms(self) -> float | None:
+        latency = self.record["files"]["latency.json"].get("latency_ms")
+        return float(latency) if latency is not None else None
+
+    def trials(self) -> list[Trial]:
+        """Every trial the entry stores (the default config's included)."""
+        stored = self.record["files"]["trials.json"]
+        out = [Trial.from_json(t) for t in stored.get("trials", ())]
+        if stored.get("default"):
+            out.append(Trial.from_json(stored["default"]))
+        return out
+
+    def write_records(self, out: Path) -> None:
+        """Write the entry's record files into a staged entry folder ``out``."""
+        for name, data in self.record["files"].items():
+            if name in RECORD_FILES and data is not None:
+                (out / name).write_text(json.dumps(data, indent=1, sort_keys=True, default=repr))
+
+    def write_kernel(self, out: Path) -> None:
+        """Write the signed kernel's files into ``out/kernel/``."""
+        assert self.kernel is not None
+        kernel_dir = out / KERNEL_DIR
+        kernel_dir.mkdir()
+        for name, data in self.kernel.items():
+            (kernel_dir / name).write_bytes(data)
+
+
+@dataclass(frozen=True)
+class ForeignTrials:
+    """The trials one remote entry measured on another device (the search's transfer)."""
+
+    key: str
+    target: str
+    device: dict[str, Any]
+    trials: tuple[Trial, ...]
+
+
+class RemoteCache:
+    """One Redis as the fleet's level of the tuning cache.
+
+    Args:
+        url: ``redis://[:password@]host:port/db`` or ``rediss://`` (TLS).
+        password: used when the URL has none (``TILEAUTO_REMOTE_CACHE_PASSWORD``).
+        signing_key: shares compiled kernels, signed with it (``TILEAUTO_REMOTE_CACHE_KEY``).
+        timeout_s: the time limit of each operation (connecting included).
+        lease_s: how long a tuner's lease lives without renewal (a killed tuner's key is
+            taken over after it).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        password: str | None = None,
+        signing_key: str | bytes | None = None,
+        timeout_s: float = 2.0,
+        lease_s: float = 15.0,
+    ) -> None:
+        self.url = check_url(url, "url")
+        for name, value in (("timeout_s", timeout_s), ("lease_s", lease_s)):
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise SettingsError(f"RemoteCache({name}=...): expected seconds > 0, got {value!r}")
+        self.address = shown_address(self.url)
+        self.password = password
+        if isinstance(signing_key, str):
+            signing_key = signing_key.encode()
+        self.signing_key: bytes | None = signing_key or None
+        self.timeout_s = float(timeout_s)
+        self.lease_s = float(lease_s)
+        self._client: Any = None
+        self.report = disk.OnceWarner()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> RemoteCache | None:
+        """The remote cache the settings name (``TILEAUTO_REMOTE_CACHE``), or None."""
+        if not settings.remote_cache:
+            return None
+        return cls(
+            settings.remote_cache,
+            password=settings.remote_cache_password,
+            signing_key=settings.remote_cache_key,
+            timeout_s=settings.remote_cache_timeout_s,
+            lease_s=settings.remote_cache_lease_s,
+        )
+
+    def __repr__(self) -> str:
+        signed = ", signed" if self.signing_key else ""
+        return f"RemoteCache({self.address!r}{signed})"
+
+    # -- the connection -------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """The Redis client (made on first use; it reconnects by itself after a fault).
+
+        Raises:
+            ImportError: the ``redis`` package is not installed (the message says how).
+        """
+        if self._client is None:
+            try:
+                import redis
+            except ImportError as exc:
+                raise ImportError(_INSTALL) from exc
+            self._client = redis.Redis.from_url(
+                self.url,
+                password=self.password if not urllib.parse.urlsplit(self.url).password else None,
+                socket_timeout=self.timeout_s,
+                socket_connect_timeout=self.timeout_s,
+                retry_on_timeout=False,
+                health_check_interval=30,
+            )
+        return self._client
+
+    def fault(self, exc: BaseException, doing: str) -> None:
+        """One warning per address and kind of fault: tuning goes on with the local cache."""
+        self.report(
+            f"remote cache {self.address}: {doing} failed ({type(exc).__name__}: "
+            f"{_first_line(exc)}); tuning goes on with the local cache"
+        )
+
+    def ping(self) -> None:
+        """Raise the client's error when the server does not answer."""
+        self.client.ping()
+
+    # -- entries --------------------------------------------------------------------------------
+    def name(self, kind: str, key: str) -> str:
+        return f"{PREFIX}:{kind}:{key}"
+
+    def get(self, key: str) -> RemoteEntry | None:
+        """The checked entry of ``key``, or None: absent, unreachable (one warning), of
+        another format or version (ignored), damaged or forged (one warning)."""
+        try:
+            fields = self.client.hgetall(self.name("entry", key))
+        except Exception as exc:  # noqa: BLE001 - any client error is a miss
+            self.fault(exc, f"reading {key}")
+            return None
+        if not fields:
+            return None
+        entry, problem = self.check(key, fields)
+        if problem is not None:
+            self.report(f"remote entry {key} at {self.address} is unusable: {problem}; ignored")
+        return entry
+
+    def check(self, key: str, fields: dict[bytes, bytes]) -> tuple[RemoteEntry | None, str | None]:
+        """The entry in a hash's ``fields`` and why it is unusable (None: usable or ignored)."""
+        raw = fields.get(b"record")
+        if raw is None or fields.get(b"sha256", b"").decode(errors="replace") != (
+            _signing.sha256_hex(raw)
+        ):
+            return None, "its record is missing or damaged (sha256 mismatch)"
+        try:
+            record = json.loads(raw)
+            files = record["files"]
+            files["best_config.json"]["config"].items()
+            float(files["latency.json"]["latency_ms"])
+            [Trial.from_json(t) for t in files["trials.json"]["trials"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return None, f"its record is malformed ({type(exc).__name__}: {exc})"
+        if record.get("format") != FORMAT or record.get("versions") != versions():
+            log.info("remote entry %s: another format or tileauto version; ignored", key)
+            return None, None
+        if record.get("key") != key:
+            return None, f"it names another key ({record.get('key')!r})"
+        signed, kernel = False, None
+        if self.signing_key is not None and b"hmac" in fields:
+            if not _signing.verify(self.signing_key, fields[b"hmac"], raw):
+                return None, "its signature does not verify under TILEAUTO_REMOTE_CACHE_KEY"
+            signed = True
+        if signed and b"kernel" in fields:
+            assert self.signing_key is not None
+            blob = fields[b"kernel"]
+            if not _signing.verify(self.signing_key, fields.get(b"kernel_hmac"), raw, blob):
+                return None, "its kernel's signature does not verify"
+            kernel = _unpack_kernel(blob)
+            if kernel is None:
+                return None, "its signed kernel is malformed"
+        size = sum(len(v) for v in fields.values())
+        return RemoteEntry(key, record, kernel, size, signed), None
+
+    def put(
+        self,
+        key: str,
+        record: dict[str, Any],
+        kernel_dir: Path | None = None,
+        family: str | None = None,
+    ) -> bool:
+        """Publish an entry (and, with a signing key, its kernel); False when not published.
+
+        ``record``: the meta (target, device, kernel name...) and ``files``, the entry's
+        record files as JSON values. The channel of ``key`` is told, so waiters load it.
+        """
+        body = {**record, "format": FORMAT, "key": key, "versions": versions()}
+        raw = json.dumps(body, sort_keys=True, default=repr).encode()
+        fields: dict[str, bytes | str] = {"record": raw, "sha256": _signing.sha256_hex(raw)}
+        if self.signing_key is not None:
+            fields["hmac"] = _signing.sign(self.signing_key, raw)
+            if kernel_dir is not None:
+                blob = _pack_kernel(kernel_dir)
+                fields["kernel"] = blob
+                fields["kernel_hmac"] = _signing.sign(self.signing_key, raw, blob)
+        try:
+            pipe = self.client.pipeline(transaction=True)
+            name = self.name("entry", key)
+            pipe.delete(name)  # a kernel of an earlier publish never pairs with this record
+            pipe.hset(name, mapping=fields)
+            if family:
+                pipe.sadd(self.name("family", family), key)
+            pipe.publish(self.name("done", key), b"1")
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - a full or lost Redis: the local entry stays
+            self.fault(exc, f"publishing {key}")
+            return False
+        return True
+
+    def exists(self, key: str) -> bool:
+        """Whether an entry of ``key`` is stored (not checked).
+
+        Raises:
+            redis.RedisError, OSError: the server did not answer.
+        """
+        return bool(self.client.exists(self.name("entry", key)))
+
+    def entry_keys(self) -> list[str]:
+        """Every entry's key (SCAN: never blocks the server)."""
+        prefix = self.name("entry", "")
+        return sorted(
+            k.decode()[len(prefix) :] for k in self.client.scan_iter(match=f"{prefix}*", count=1000)
+        )
+
+    def fields(self, key: str) -> dict[bytes, bytes]:
+        """The raw hash of ``key``'s entry ({} when absent)."""
+        return dict(self.client.hgetall(self.name("entry", key)))
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``'s entry (and its lease); whether it was there."""
+        return bool(self.client.delete(self.name("entry", key), self.name("lease", key)))
+
+    # -- the fleet's lease ----------------------------------------------------------------------
+    def lease(self, key: str, limit_s: float | None = None) -> Lease:
+        """This process's lease of ``key`` (not taken yet)."""
+        return Lease(self.client, self.name("lease", key), self.lease_s, limit_s)
+
+    def wait_for(
+        self,
+        key: str,
+        lease: Lease,
+        on_wait: Callable[[Holder], None] | None = None,
+    ) -> bool:
+        """Wait until this process holds ``key``'s lease (True) or its entry is published
+        (False). The holder's death frees the lease when it expires; a holder past its time
+        limit is taken over. ``on_wait(holder)`` is called for each new holder.
+
+        Raises:
+            redis.RedisError, OSError: the server failed (the caller tunes locally).
+        """
+        told: bytes | None = None
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(self.name("done", key))  # before looking: no publish is missed
+            while True:
+                if lease.acquire():
+                    return True
+                if self.exists(key):
+                    return False
+                holder = lease.holder()
+                if holder is None:
+                    continue  # it expired or was released since: take it
+                if holder.overdue(time.time()) and lease.take_over(holder):
+                    log.info("took over %s from %s (past its time limit)", key, holder.owner)
+                    return True
+                if on_wait is not None and holder.raw != told:
+                    told = holder.raw
+                    on_wait(holder)
+                # woken by the publish; else look again within a fraction of the expiry
+                pubsub.get_message(timeout=min(1.0, self.lease_s / 4))
+        finally:
+            pubsub.close()
+
+    # -- the search's transfer ------------------------------------------------------------------
+    def trials_elsewhere(
+        self, family: str, target: str, device: dict[str, Any]
+    ) -> list[ForeignTrials]:
+        """The stored trials of the entries of one factory and problem (``family``) measured
+        on another target or device than ``target`` and ``device``: what the search can
+        transfer from other devices. Checked as :meth:`get` checks; [] when unreachable."""
+        try:
+            members = sorted(m.decode() for m in self.client.smembers(self.name("family", family)))
+        except Exception as exc:  # noqa: BLE001 - no transfer, the tuning goes on
+            self.fault(exc, "reading the trials of other devices")
+            return []
+        out = []
+        for key in members:
+            entry = self.get(key)
+            if entry is None:
+                continue
+            record = entry.record
+            if record.get("target") == target and record.get("device") == device:
+                continue
+            out.append(
+                ForeignTrials(
+                    key,
+                    str(record.get("target")),
+                    dict(record.get("device") or {}),
+                    tuple(entry.trials()),
+                )
+            )
+        return out
+
+
+def family_of(factory: Any, args: tuple, kwargs: dict[str, Any], bucket: Any = None) -> str | None:
+    """One factory's problem on every device: its source and its call (or ``key=`` bucket),
+    without the target, device or versions. None when it cannot be keyed."""
+    import inspect
+
+    from tileauto.cache.key import (
+        UnkeyableError,
+        describe_arguments,
+        describe_key_value,
+        digest,
+        function_fingerprint,
+    )
+
+    try:
+        call = dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
+        described = (
+            describe_arguments(call)
+            if bucket is None
+            else {"bucket": describe_key_value(bucket, content=False)}
+        )
+        return digest({"factory": function_fingerprint(factory), "args": described})
+    except (UnkeyableError, TypeError, ValueError):
+        return None
+
+
+def record_of_entry(entry_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The record of a disk entry folder: ``meta`` and its record files as JSON values.
+
+    Raises:
+        OSError, ValueError: a file is unreadable or not JSON.
+    """
+    files: dict[str, Any] = {}
+    for name in RECORD_FILES:
+        path = entry_dir / name
+        if path.is_file():
+            files[name] = json.loads(path.read_text())
+    return {**meta, "files": files, "created": time.time()}
+
+
+def _pack_kernel(kernel_dir: Path) -> bytes:
+    files = {
+        name: base64.b64encode((kernel_dir / name).read_bytes()).decode()
+        for name in KERNEL_FILES
+        if (kernel_dir / name).is_file()
+    }
+    return json.dumps(files, sort_keys=True).encode()
+
+
+def _unpack_kernel(blob: bytes) -> dict[str, bytes] | None:
+    """The files of a packed kernel: only the names a kernel folder has, the library required."""
+    try:
+        files = json.loads(blob)
+        out = {name: base64.b64decode(text, validate=True) for name, text in files.items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if set(out) - set(KERNEL_FILES) or KernelArtifact.LIB_NAME not in out:
+        return None
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]
+
+
+def iter_checked(cache: RemoteCache) -> Iterator[tuple[str, RemoteEntry | None, str | None]]:
+    """Every remote entry with why it is unusable (the CLI's list and verify).
+
+    Raises:
+        redis.RedisError, OSError: the server failed.
+    """
+    for key in cache.entry_keys():
+        fields = cache.fields(key)
+        if not fields:
+            continue  # removed since the scan
+        entry, problem = cache.check(key, fields)
+        if entry is None and problem is None:
+            problem = "another format or tileauto version (ignored)"
+        yield key, entry, problem
