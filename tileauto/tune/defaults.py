@@ -19,7 +19,7 @@ from tileauto.search import SearchStrategy, resolve_search
 from tileauto.tune._winner import kernel_loader as jit_kernel_loader
 from tileauto.tune._winner import rebuild_best
 from tileauto.tune.problem import TuningProblem
-from tileauto.tune.session import TuningSession
+from tileauto.tune.session import RunnerMaker, TuningSession
 from tileauto.tune.stages import (
     BuilderMaker,
     BuildStage,
@@ -39,7 +39,7 @@ def session(
     problem: TuningProblem,
     *,
     builder: BuildStage | BuilderMaker | None = None,
-    runner: RunStage | None = None,
+    runner: RunStage | RunnerMaker | None = None,
     store: Store | None = None,
     search: SearchStrategy | str | None = None,
     reporter: Reporter | None = None,
@@ -58,7 +58,10 @@ def session(
             if builder is not None
             else default_builder(problem, cluster, decide_spin=runner is None)
         ),
-        runner=runner if runner is not None else default_runner(problem, cluster),
+        # made when the session tunes: a cache hit never imports the run stage (nor psutil)
+        runner=(
+            runner if runner is not None else functools.partial(default_runner, problem, cluster)
+        ),
         store=store,
         search=resolve_search(problem.profile_args.search if search is None else search),
         reporter=reporter if reporter is not None else default_reporter(problem),
