@@ -42,16 +42,15 @@ def hint(value: Any) -> Any:
             be chosen for while tracing.
     """
     if isinstance(value, torch.SymInt):
-        from torch.fx.experimental.symbolic_shapes import optimization_hint
+        from torch.fx.experimental.symbolic_shapes import has_guarding_hint, optimization_hint
 
-        try:
-            return int(optimization_hint(value))
-        except Exception as exc:  # noqa: BLE001 - torch's own error types vary by version
+        if not has_guarding_hint(value):  # optimization_hint would make one up (8192)
             raise TypeError(
                 f"the size {value} has no example value (a data-dependent size): the op "
                 "cannot pick its kernel's signature while tracing; give torch_op(out_shapes=...) "
                 "or a fake of your own"
-            ) from exc
+            )
+        return int(optimization_hint(value))
     if isinstance(value, (tuple, list)):  # torch.Size included
         return tuple(hint(v) for v in value)
     if isinstance(value, dict):
