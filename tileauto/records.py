@@ -286,8 +286,9 @@ class SessionSummary:
     """How a tuning session ended, as its reporters get it (``Reporter.finished``).
 
     ``best`` is None when no config passed or the run was interrupted (``error`` says why);
-    ``never_tried`` counts the configs of a large product that have no trial; ``pruned`` is
-    the configs each constraint removed before compiling. ``log_path`` is the trial log a
+    ``never_tried`` counts the configs of a large product that have no trial (None: a
+    constrained product the search did not scan to its end, so the rest was not counted);
+    ``pruned`` is the configs each constraint removed before compiling (in the part scanned). ``log_path`` is the trial log a
     reporter before this one wrote (set by the fan-out).
     """
 
@@ -300,6 +301,6 @@ class SessionSummary:
     stop_reason: str | None = None
     key: str | None = None
     error: str | None = None
-    never_tried: int = 0
+    never_tried: int | None = 0
     pruned: dict[str, int] = field(default_factory=dict)
     log_path: Path | None = None

@@ -100,22 +100,31 @@ def summary_table(name: str, summary: SessionSummary) -> str:
     passed = sum(t.ok for t in trials)
     never = summary.never_tried  # not listed as trials (a large product)
     measured = sum(not is_never_tried(t) for t in trials)
-    size = len(trials) + never
-    title = f"autotune {name}: {size} configs"
-    if measured < size:
-        title += f", {measured} measured ({size - measured} never tried)"
+    if never is None:  # a constrained product scanned only as far as the search went
+        title = f"autotune {name}: {measured} configs measured (the rest never tried)"
+    else:
+        size = len(trials) + never
+        title = f"autotune {name}: {size} configs"
+        if measured < size:
+            title += f", {measured} measured ({size - measured} never tried)"
     title += f", {passed} passed"
     title += f", {summary.elapsed_s:.1f} s" + (", no winner" if best is None else "")
     if summary.stop_reason:
         title += f" (stopped: {summary.stop_reason})"
     table = format_table(trials, best.index if best else None, summary.default, title=title)
-    if never:
+    if never is None:
+        table += (
+            "\nthe rest of the space never tried (not failures; not listed, not counted: the "
+            "constraints were checked only as far as the search went)"
+        )
+    elif never:
         table += f"\n{never:,} config(s) of the space never tried (not failures; not listed)"
     pruned = summary.pruned
     if pruned:
         rules = ", ".join(f"{rule!r}: {n:,}" for rule, n in pruned.items())
+        part = " in the part of the product checked" if never is None else ""
         table += (
-            f"\npruned by constraints before compiling (not failures): "
+            f"\npruned by constraints before compiling (not failures){part}: "
             f"{sum(pruned.values()):,} ({rules})"
         )
     return table

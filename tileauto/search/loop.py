@@ -41,7 +41,9 @@ class SearchOutcome:
         stop_reason: a :class:`StopReason` (a str: ``"done"``, ``"max_trials"``,
             ``"max_seconds"``, ``"plateau"``).
         trials: every measured config's trial by index (the ``known`` ones included).
-        never_tried: configs of the space that have no trial (not failures: never measured).
+        never_tried: configs of the space that have no trial (not failures: never measured);
+            None when the space was not counted (a constrained product scanned only as far as
+            the search went).
         best_index: the fastest passing config's index, or None when none passed.
         strategy_s: wall seconds spent in the strategy's ``start``, ``ask`` and ``tell`` (not
             compared: it differs from run to run).
@@ -49,7 +51,7 @@ class SearchOutcome:
 
     stop_reason: StopReason
     trials: dict[int, Trial]
-    never_tried: int
+    never_tried: int | None
     best_index: int | None = None
     strategy_s: float = field(default=0.0, compare=False)
 
@@ -61,9 +63,8 @@ class SearchOutcome:
             StopReason.MAX_SECONDS: "max_seconds ran out",
             StopReason.PLATEAU: "the best latency stopped improving (plateau)",
         }[self.stop_reason]
-        return (
-            f"search stopped: {what}; {len(self.trials)} measured, {self.never_tried} never tried"
-        )
+        rest = "the rest" if self.never_tried is None else self.never_tried
+        return f"search stopped: {what}; {len(self.trials)} measured, {rest} never tried"
 
 
 class _Plateau:
@@ -95,7 +96,8 @@ def _next_batch(
     ask: Callable[[], Iterable[int]],
     ahead: list[int],
     trials: Mapping[int, Trial],
-    n: int,
+    inside: Callable[[int], bool],
+    stuck: int,
     stop_now: Callable[[], StopReason | None],
 ) -> tuple[list[int], StopReason | None]:
     """The strategy's next proposals that are new (``ahead`` first), or why there are none.
@@ -103,13 +105,11 @@ def _next_batch(
     A proposal of a config measured already (one in ``first``, say, that the strategy did not
     count as its own) is dropped, and the strategy is asked again, the budgets checked before
     each ask; it is done when it proposes nothing, or only measured configs
-    ``min(n, STUCK_ASKS)`` times in a row.
+    ``stuck`` times in a row (``min(len(space), STUCK_ASKS)``).
     """
-    for _ in range(max(1, min(n, STUCK_ASKS))):
+    for _ in range(max(1, stuck)):
         proposed = [int(i) for i in ask()]
-        batch = list(
-            dict.fromkeys(i for i in [*ahead, *proposed] if 0 <= i < n and i not in trials)
-        )
+        batch = list(dict.fromkeys(i for i in [*ahead, *proposed] if i not in trials and inside(i)))
         if batch or not proposed:
             return batch, None
         reason = stop_now()
@@ -165,7 +165,13 @@ def run_search(
     if max_seconds is not None and not max_seconds > 0:
         raise ValueError(f"max_seconds must be a number > 0 or None, got {max_seconds!r}")
     space = as_space(space)
-    n = len(space)
+    # a constrained product is counted only where asked: an index is checked against the
+    # configs found so far, scanning on only for an index past them
+    n = len(space) if space.counted else None
+
+    def inside(i: int) -> bool:
+        return i >= 0 and (i < n if n is not None else space.count_upto(i + 1) > i)
+
     start = clock() if started_at is None else started_at
     bound = getattr(strategy, "within", None)  # a strategy that sizes itself to the budget
     if max_trials is not None and callable(bound):
@@ -183,7 +189,7 @@ def run_search(
     trials: dict[int, Trial] = {}
     stall = _Plateau()
     for index, trial in (known or {}).items():
-        if 0 <= index < n:
+        if inside(index):
             trials[index] = trial
             timed(strategy.tell, index, trial)
             stall.add(trial)
@@ -200,9 +206,12 @@ def run_search(
         return None
 
     reason = stop_now()
+    stuck = space.count_upto(STUCK_ASKS)
     ahead = [int(i) for i in first]
     while reason is None:
-        batch, reason = _next_batch(lambda: timed(strategy.ask), ahead, trials, n, stop_now)
+        batch, reason = _next_batch(
+            lambda: timed(strategy.ask), ahead, trials, inside, stuck, stop_now
+        )
         ahead = []
         if not batch:
             reason = reason or StopReason.DONE
@@ -231,7 +240,7 @@ def run_search(
     return SearchOutcome(
         stop_reason=reason,
         trials=trials,
-        never_tried=n - len(trials),
+        never_tried=len(space) - len(trials) if space.counted else None,
         best_index=min(ranked)[1] if ranked else None,
         strategy_s=in_strategy[0],
     )

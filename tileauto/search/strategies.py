@@ -21,7 +21,7 @@ class Exhaustive(SearchStrategy):
         self._next = 0
 
     def ask(self) -> list[int]:
-        stop = min(self._next + EXHAUSTIVE_BATCH, len(self.space))
+        stop = self.space.count_upto(self._next + EXHAUSTIVE_BATCH)  # no count past it
         batch = list(range(self._next, stop))
         self._next = stop
         return batch

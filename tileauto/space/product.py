@@ -1,8 +1,10 @@
 """The constrained product: every combination of the parameters' values, kept lazy.
 
 An index is decoded into a config (mixed radix, the first parameter most significant, as
-``itertools.product``). Constraints are applied once, over the whole product, in vectorized
-chunks that keep only the offset of each valid config in its chunk (2 bytes each, no dicts).
+``itertools.product``). Constraints are applied in vectorized chunks, in order, each chunk
+once, and only as far as something asks (the ``k``-th valid config needs the chunks up to
+it; ``len`` needs them all): what is kept is the offset of each valid config in its chunk
+(2 bytes each, no dicts).
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ class ProductSpace(Space):
     """Every combination of the parameters' values that satisfies the constraints (lazy).
 
     Without constraints, an index is decoded into a config directly. With constraints, the
-    positions of the valid configs are found once, on first use (``len``, indexing, iterating),
-    by checking the product in chunks of 65,536: expression constraints run on arrays of the
-    chunk's values, callables on the configs the expressions kept. Use :func:`product` to
-    build one.
+    positions of the valid configs are found by checking the product in chunks of 65,536, in
+    order and as far as needed: config ``i`` (or :meth:`count_upto`) scans up to the ``i``-th
+    valid config, ``len`` and :attr:`pruned` scan the whole product. Expression constraints
+    run on arrays of the chunk's values, callables on the configs the expressions kept. Use
+    :func:`product` to build one.
     """
 
     def __init__(self, params: Sequence[Param], constraints: Sequence[Any] = ()) -> None:
@@ -70,9 +73,7 @@ class ProductSpace(Space):
                 f"over (the limit is {MAX_CONSTRAINED_PRODUCT:,}); give fewer values, or tie "
                 "parameters that move together into one parameter (Param.of('a, b', [...]))"
             )
-        self._valid: NDArray[Any] | None = None
-        self._starts: NDArray[Any] | None = None
-        self._pruned: dict[str, int] = {}
+        self._scan = _Scan(self) if self.rules else None
 
     # -- composition -----------------------------------------------------------------------------
     def where(self, *constraints: Any) -> ProductSpace:
@@ -102,19 +103,36 @@ class ProductSpace(Space):
 
     # -- indexing --------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self.product_size if not self.rules else int(self._index()[1][-1])
+        if self._scan is None:
+            return self.product_size
+        return self._scan.through(None)
+
+    @property
+    def counted(self) -> bool:
+        return self._scan is None or self._scan.done
+
+    def count_upto(self, k: int) -> int:
+        if self._scan is None:
+            return min(self.product_size, k)
+        return min(self._scan.through(k), k) if k > 0 else 0
 
     @property
     def pruned(self) -> dict[str, int]:
-        if self.rules:
-            self._index()
-        return dict(self._pruned)
+        if self._scan is None:
+            return {}
+        self._scan.through(None)
+        return dict(self._scan.pruned)
+
+    @property
+    def pruned_so_far(self) -> dict[str, int]:
+        """What each constraint removed from the part of the product scanned until now (the
+        whole product once :attr:`counted`)."""
+        return {} if self._scan is None else dict(self._scan.pruned)
 
     def config(self, index: int) -> dict[str, Any]:
-        if self.rules:
-            n = len(self)
-            if not 0 <= index < n:
-                raise IndexError(f"config index {index} out of range for {n}")
+        if self._scan is not None:
+            if index < 0 or self._scan.through(index + 1) <= index:
+                raise IndexError(f"config index {index} out of range for {len(self)}")
             position = int(self._positions([index])[0])
         else:
             if not 0 <= index < self.product_size:
@@ -128,7 +146,7 @@ class ProductSpace(Space):
     def codes(self, indices: Sequence[int] | NDArray[Any]) -> NDArray[Any]:
         np = numpy_module()
         idx = np.asarray(indices, dtype=np.int64)
-        positions = self._positions(idx) if self.rules else idx
+        positions = self._positions(idx) if self._scan is not None else idx
         return self._decode(positions)
 
     def index_of(self, codes: NDArray[Any]) -> NDArray[Any]:
@@ -136,12 +154,15 @@ class ProductSpace(Space):
         codes = np.asarray(codes, dtype=np.int64).reshape(-1, len(self.params))
         inside = ((codes >= 0) & (codes < np.asarray(self._sizes))).all(axis=1)
         positions = np.where(inside[:, None], codes, 0) @ np.asarray(self._radix, dtype=np.int64)
-        if not self.rules:
+        if self._scan is None:
             return np.where(inside, positions, -1)
-        valid, starts = self._index()
+        chunk, offset = positions // _CHUNK, positions % _CHUNK
+        if len(chunk):
+            self._scan.cover(int(chunk[inside].max()) if inside.any() else 0)
+        valid, starts = self._scan.arrays()
         if not len(valid):
             return np.full(len(codes), -1, dtype=np.int64)
-        chunk, offset = positions // _CHUNK, positions % _CHUNK
+        chunk = np.minimum(chunk, len(starts) - 2)  # rows outside the product: masked below
         lo, end = starts[chunk], starts[chunk + 1]
         hi = end.copy()
         while (active := lo < hi).any():  # a binary search in each row's chunk, all rows at once
@@ -157,25 +178,39 @@ class ProductSpace(Space):
         sizes = np.asarray(self._sizes, dtype=np.int64)
         return (np.asarray(positions, dtype=np.int64)[:, None] // place) % sizes
 
-    def _index(self) -> tuple[NDArray[Any], NDArray[Any]]:
-        """The valid configs, found once: each one's offset in its chunk of the product
-        (uint16), and how many valid configs come before each chunk (one more entry: all)."""
-        if self._valid is None or self._starts is None:
-            self._valid, self._starts, self._pruned = self._scan()
-        return self._valid, self._starts
-
     def _positions(self, indices: Sequence[int] | NDArray[Any]) -> NDArray[Any]:
-        """The product positions of valid configs by index."""
+        """The product positions of valid configs by index (scanning as far as the largest)."""
         np = numpy_module()
-        valid, starts = self._index()
+        assert self._scan is not None
         idx = np.asarray(indices, dtype=np.int64)
+        if len(idx):
+            have = self._scan.through(int(idx.max()) + 1)
+            if int(idx.min()) < 0 or int(idx.max()) >= have:
+                raise IndexError(f"config indices out of range for {len(self)}")
+        valid, starts = self._scan.arrays()
         chunk = np.searchsorted(starts, idx, side="right") - 1
         return chunk * _CHUNK + valid[idx].astype(np.int64)
 
-    def _scan(self) -> tuple[NDArray[Any], NDArray[Any], dict[str, int]]:
+
+class _Scan:
+    """The constraint scan of a product: chunks checked in order, as far as asked.
+
+    ``valid`` holds each valid config's offset in its chunk (uint16), in a buffer that doubles
+    as it fills; ``starts[c]`` is how many valid configs come before chunk ``c`` (one more
+    entry per scanned chunk: the count so far).
+    """
+
+    def __init__(self, space: ProductSpace) -> None:
         np = numpy_module()
-        exprs = [r for r in self.rules if r.expression is not None]
-        calls = [r for r in self.rules if r.expression is None]
+        self.space = space
+        self.chunks = -(-space.product_size // _CHUNK)
+        self.scanned = 0  # chunks checked
+        self.count = 0  # valid configs found in them
+        self.pruned = dict.fromkeys((r.name for r in space.rules), 0)
+        self._valid = np.zeros(_CHUNK, dtype=np.uint16)
+        self._starts = np.zeros(min(self.chunks, 1024) + 1, dtype=np.int64)
+        exprs = [r for r in space.rules if r.expression is not None]
+        self.exprs, self.calls = exprs, [r for r in space.rules if r.expression is None]
         used = {
             node.id
             for r in exprs
@@ -183,36 +218,70 @@ class ProductSpace(Space):
             if isinstance(node, ast.Name)
         }
         # only the parameters the expressions name are decoded (a division per parameter)
-        tables = [(j, p.columns()) for j, p in enumerate(self.params) if used & set(p.names)]
-        entries = [[p.assign(c) for c in range(len(p.values))] for p in self.params]
-        pruned = dict.fromkeys((r.name for r in self.rules), 0)
-        kept, counts = [], [0]
-        for start in range(0, self.product_size, _CHUNK):
-            positions = np.arange(start, min(start + _CHUNK, self.product_size), dtype=np.int64)
-            columns: dict[str, NDArray[Any]] = {}
-            for j, table in tables:
-                code = positions // self._radix[j] % self._sizes[j]
-                columns.update((name, col[code]) for name, col in table.items())
-            alive = np.ones(len(positions), dtype=bool)
-            for rule in exprs:
-                ok = rule.check_columns(columns, len(positions))
-                pruned[rule.name] += int(np.count_nonzero(alive & ~ok))
-                alive &= ok
-            survivors = np.flatnonzero(alive) if calls else ()
-            rows = self._decode(positions[survivors]).tolist() if calls else ()
-            for k, row in zip(survivors, rows):
+        self.tables = [(j, p.columns()) for j, p in enumerate(space.params) if used & set(p.names)]
+        self.entries = [[p.assign(c) for c in range(len(p.values))] for p in space.params]
+
+    @property
+    def done(self) -> bool:
+        return self.scanned >= self.chunks
+
+    def through(self, k: int | None) -> int:
+        """Scan until at least ``k`` valid configs are known (None: the whole product); how
+        many are known then."""
+        while not self.done and (k is None or self.count < k):
+            self._next()
+        return self.count
+
+    def cover(self, chunk: int) -> None:
+        """Scan every chunk up to ``chunk`` (inclusive)."""
+        while not self.done and self.scanned <= chunk:
+            self._next()
+
+    def arrays(self) -> tuple[NDArray[Any], NDArray[Any]]:
+        """The valid offsets and the chunk starts scanned so far (views, not copies)."""
+        return self._valid[: self.count], self._starts[: self.scanned + 1]
+
+    def _next(self) -> None:
+        np = numpy_module()
+        s = self.space
+        start = self.scanned * _CHUNK
+        positions = np.arange(start, min(start + _CHUNK, s.product_size), dtype=np.int64)
+        columns: dict[str, NDArray[Any]] = {}
+        for j, table in self.tables:
+            code = positions // s._radix[j] % s._sizes[j]
+            columns.update((name, col[code]) for name, col in table.items())
+        alive = np.ones(len(positions), dtype=bool)
+        for rule in self.exprs:
+            ok = rule.check_columns(columns, len(positions))
+            self.pruned[rule.name] += int(np.count_nonzero(alive & ~ok))
+            alive &= ok
+        if self.calls:
+            survivors = np.flatnonzero(alive)
+            for k, row in zip(survivors, s._decode(positions[survivors]).tolist()):
                 config = {}
                 for j, code in enumerate(row):
-                    config.update(entries[j][code])
-                for rule in calls:
+                    config.update(self.entries[j][code])
+                for rule in self.calls:
                     if not rule.check(config):
-                        pruned[rule.name] += 1
+                        self.pruned[rule.name] += 1
                         alive[k] = False
                         break
-            kept.append(np.flatnonzero(alive).astype(np.uint16))  # an offset in a chunk of 2^16
-            counts.append(len(kept[-1]))
-        valid = np.concatenate(kept) if kept else np.zeros(0, dtype=np.uint16)
-        return valid, np.cumsum(counts, dtype=np.int64), pruned
+        kept = np.flatnonzero(alive).astype(np.uint16)  # an offset in a chunk of 2^16
+        end = self.count + len(kept)
+        if end > len(self._valid):
+            grown = np.zeros(max(end, 2 * len(self._valid)), dtype=np.uint16)
+            grown[: self.count] = self._valid[: self.count]
+            self._valid = grown
+        self._valid[self.count : end] = kept
+        if self.scanned + 2 > len(self._starts):
+            grown_starts = np.zeros(min(self.chunks, 2 * len(self._starts)) + 1, dtype=np.int64)
+            grown_starts[: self.scanned + 1] = self._starts[: self.scanned + 1]
+            self._starts = grown_starts
+        self.count = end
+        self.scanned += 1
+        self._starts[self.scanned] = end
+        if self.done and len(self._valid) > end:  # give back what doubling took beyond it
+            self._valid = self._valid[:end].copy()
 
 
 def product(

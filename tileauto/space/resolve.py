@@ -127,7 +127,7 @@ def _checked_product(
         raise ConfigSpaceError(f"the call does not fit {name}: {exc}") from None
     if passed & set(space.names):
         return None
-    if len(space) == 0:
+    if space.count_upto(1) == 0:  # a constrained product scans to its first valid config only
         raise ConfigSpaceError(
             f"the config space is empty: its constraints pruned every config ({space.pruned})"
         )
@@ -153,7 +153,8 @@ def baseline_config(
     config to compare with, so the first config of the list stands in for it.
     """
     keys = set(keys)
-    if keys - set(defaults) and configs:
+    nonempty = configs.count_upto(1) > 0 if isinstance(configs, Space) else bool(configs)
+    if keys - set(defaults) and nonempty:
         return full_config(configs[0], defaults, keys)
     return full_config({}, defaults, keys)
 

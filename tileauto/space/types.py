@@ -134,6 +134,17 @@ class Space:
         """How many configs each constraint removed (empty when there are none)."""
         return {}
 
+    @property
+    def counted(self) -> bool:
+        """Whether ``len`` is known without work (a constrained product counts its valid
+        configs by scanning the whole product: until then, only a prefix is known)."""
+        return True
+
+    def count_upto(self, k: int) -> int:
+        """``min(len(self), k)``, without counting past ``k`` configs where the space can
+        (a constrained product scans only as far as its ``k``-th valid config)."""
+        return min(len(self), k)
+
     def find(self, config: dict[str, Any]) -> int:
         """The index of ``config`` (a dict with a value for every parameter), or -1.
 
@@ -179,7 +190,8 @@ class Space:
 
     def __repr__(self) -> str:
         params = ", ".join(f"{p.name}[{len(p.values)}]" for p in self.params)
-        return f"{type(self).__name__}({len(self)} configs: {params})"
+        size = len(self) if self.counted else "not yet counted"  # a repr never scans
+        return f"{type(self).__name__}({size} configs: {params})"
 
     @staticmethod
     def from_configs(

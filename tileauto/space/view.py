@@ -43,7 +43,7 @@ class SpaceView:
             keys: set[str] = set(configs.names)
             self._ids: list[str] | None = None
             self._full: list[dict[str, Any]] | None = None
-            self._size = len(configs)
+            self._size: int | None = None  # counted when asked: a constraint scan
         else:
             keys = {k for c in configs for k in c}
             self._full = [full_config(c, defaults, keys) for c in configs]
@@ -60,8 +60,30 @@ class SpaceView:
         self.default_index = self.position(self.default_id)
 
     def __len__(self) -> int:
-        """How many distinct configs the space has."""
+        """How many distinct configs the space has (a constrained product scans it whole)."""
+        if self._size is None:
+            assert self._product is not None
+            self._size = len(self._product)
         return self._size
+
+    @property
+    def counted(self) -> bool:
+        """Whether the number of configs is known without scanning the rest of a product."""
+        return self._product is None or self._product.counted
+
+    def count_upto(self, k: int) -> int:
+        """``min(len(self), k)``, scanning a constrained product only that far."""
+        if self._product is not None:
+            return self._product.count_upto(k)
+        return min(len(self), k)
+
+    @property
+    def size_bound(self) -> int:
+        """The number of configs, or, while a constrained product is not counted, the size of
+        the product (an upper bound)."""
+        if self._product is not None and not self._product.counted:
+            return self._product.product_size
+        return len(self)
 
     def id_at(self, index: int) -> str:
         """The config id at a search index (and remember its config and position)."""
@@ -108,11 +130,13 @@ class SpaceView:
 
     def all_ids(self) -> Iterator[str]:
         """Every config id, in order (a product decodes each: use on small spaces only)."""
-        return iter(self._ids) if self._ids is not None else map(self.id_at, range(self._size))
+        return iter(self._ids) if self._ids is not None else map(self.id_at, range(len(self)))
 
     def lists_never_tried(self) -> bool:
         """Whether the configs never tried are listed one by one (a list, or a small product)."""
-        return self._ids is not None or self._size <= NEVER_TRIED_LISTED
+        return (
+            self._ids is not None or self.count_upto(NEVER_TRIED_LISTED + 1) <= NEVER_TRIED_LISTED
+        )
 
     def ordered(self, measured: dict[str, Any]) -> tuple[Any, ...]:
         """The trials of the space in its order: a list's, one per entry (duplicates repeat),

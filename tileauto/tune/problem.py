@@ -46,5 +46,6 @@ class TuningProblem:
 
     @property
     def pruned(self) -> dict[str, int]:
-        """How many configs each constraint of a product removed before compiling."""
-        return self.configs.pruned if isinstance(self.configs, ProductSpace) else {}
+        """How many configs each constraint of a product removed before compiling, in the part
+        of the product checked (all of it, unless a budget stopped an exhaustive search)."""
+        return self.configs.pruned_so_far if isinstance(self.configs, ProductSpace) else {}

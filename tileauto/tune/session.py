@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 from tileauto.artifact import KernelArtifact
 from tileauto.errors import NoValidConfigError
@@ -63,12 +63,11 @@ from tileauto.tune.stages import (
 )
 from tileauto.utils.threads import background_thread
 
-RunnerMaker: TypeAlias = Callable[[], RunStage]
-"""Makes the run stage when a session tunes (a cache hit needs none)."""
-
 # passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
 # rep / RETIME_ROUNDS timed ones per config; see tileauto.run.worker.retime)
 RETIME_ROUNDS = 10
+# configs a builder is sized from, at most: a constrained product is not counted for it
+_BUILDER_SIZING = 4096
 
 
 class TuningSession:
@@ -78,8 +77,7 @@ class TuningSession:
         problem: the factory, its arguments, the space and the options.
         builder: compiles configs; or a :data:`~tileauto.tune.stages.BuilderMaker` that makes
             one in this run's scratch folder when it tunes (the default builders).
-        runner: checks and times them; or a :data:`RunnerMaker` that makes one when the run
-            tunes (the default runners: a cache hit never imports the run stage).
+        runner: checks and times them.
         store: the cache entry of this problem (None: nothing is read or stored).
         search: which configs to measure (None: the problem's ``search`` option).
         reporter: progress, table and the trial log (None: the console and a JSON-lines log
@@ -100,7 +98,7 @@ class TuningSession:
         problem: TuningProblem,
         *,
         builder: BuildStage | BuilderMaker | None = None,
-        runner: RunStage | RunnerMaker | None = None,
+        runner: RunStage | None = None,
         store: Store | None = None,
         search: SearchStrategy | None = None,
         reporter: Reporter | None = None,
@@ -125,7 +123,7 @@ class TuningSession:
         self.builder = builder
         # a builder made when the run tunes tells its worker count then
         self.workers = builder.workers if isinstance(builder, BuildStage) else 0
-        self.runner: RunStage | RunnerMaker = runner
+        self.runner = runner
         self.store = store
         self.search = search if search is not None else resolve_search(p.profile_args.search)
         if reporter is None:
@@ -196,8 +194,8 @@ class TuningSession:
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
         builder = self._builder(scratch.path)
-        runner = self._runner()
-        self.reporter.started(p.name, len(self.view))
+        runner = self.runner
+        self.reporter.started(p.name, self.view.size_bound)
         ref_latency = None
         stop_reason = None
         try:
@@ -277,7 +275,7 @@ class TuningSession:
                         error=f"{NEVER_TRIED}: {why}",
                     )
         self.stop = outcome
-        return why if outcome.never_tried else None
+        return why if outcome.never_tried != 0 else None  # None: not counted, some left
 
     def _measure(self, round_ids: list[str], builder: BuildStage, runner: RunStage) -> None:
         """Build one round in parallel and run each config (CPU: after all its compiles)."""
@@ -528,7 +526,13 @@ class TuningSession:
         """NoValidConfigError's message: the measured configs' failures; configs a budget left
         untried are counted apart, as they are not failures."""
         measured = sum(not is_never_tried(t) for t in trials)
-        size = len(trials) + self._never_listed(trials)
+        never = self._never_listed(trials)
+        if never is None:  # not counted: say so rather than scan the rest of the product now
+            stopped = self.stop.describe().partition(";")[0] if self.stop is not None else ""
+            head = f"none of the {measured} measured configs passed; the rest of the space was "
+            head += f"never tried ({stopped})" if stopped else "never tried"
+            return f"autotune {self.problem.name}: {head}:\n{failure_summary(trials)}"
+        size = len(trials) + never
         head = f"none of the {f'{measured} measured' if measured < size else size} configs passed"
         if not default_trial.ok and self.view.default_index < 0:
             head += f" (the default config: {default_trial.reason})"
@@ -567,23 +571,20 @@ class TuningSession:
             )
         )
 
-    def _never_listed(self, trials: tuple[Trial, ...]) -> int:
-        """How many configs of a large product were never tried (they have no trial)."""
-        if self.view.lists_never_tried() or self.stop is None:
+    def _never_listed(self, trials: tuple[Trial, ...]) -> int | None:
+        """How many configs of a large product were never tried (they have no trial); None
+        for a constrained product the search did not scan to its end (never counted)."""
+        if self.stop is None or self.view.lists_never_tried():
             return 0
+        if not self.view.counted:
+            return None
         return max(0, len(self.view) - sum(t.index >= 0 for t in trials))
-
-    def _runner(self) -> RunStage:
-        """The runner of this run: the one given, or made now (the first time it tunes)."""
-        if not isinstance(self.runner, RunStage):
-            self.runner = self.runner()
-        return self.runner
 
     def _builder(self, staging_dir: Path) -> BuildStage:
         """The builder of this run: the one given, or made now in the run's scratch folder."""
         if isinstance(self.builder, BuildStage):
             return self.builder
-        builder = self.builder(staging_dir, len(self.view))
+        builder = self.builder(staging_dir, self.view.count_upto(_BUILDER_SIZING))
         self.workers = builder.workers
         return builder
 

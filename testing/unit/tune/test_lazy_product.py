@@ -1,0 +1,94 @@
+"""A budget on a huge constrained product checks only the start of it (issue 33, item 12).
+
+The product here is 2^27 combinations, the most a constrained product may have: scanning it
+whole took 6.8 s and 478 MiB before the first compile. Exhaustive search with ``max_trials``
+now checks the constraints only as far as the configs it measures; the report says the rest
+was never tried, without counting it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tileauto.errors import NoValidConfigError
+from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.report.table import summary_table
+from tileauto.settings import Settings
+from tileauto.space import product
+from tileauto.space.product import MAX_CONSTRAINED_PRODUCT
+from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
+from tileauto.tune.problem import TuningProblem
+from tileauto.tune.session import TuningSession
+from tileauto.tune.stores import MemoryStore
+
+NAMES = [f"p{k}" for k in range(9)]
+
+
+def factory(n, p0=0, p1=0, p2=0, p3=0, p4=0, p5=0, p6=0, p7=0, p8=0):  # never called
+    raise AssertionError("a scripted session must not elaborate the factory")
+
+
+def huge(*constraints):
+    space = product(**{name: list(range(8)) for name in NAMES}, constraints=list(constraints))
+    assert space.product_size == MAX_CONSTRAINED_PRODUCT
+    return space
+
+
+def session(tmp_path, space, latency, **profile):
+    problem = TuningProblem(
+        factory=factory,
+        args=(256,),
+        kwargs={},
+        configs=space,
+        compile_args=CompileArgs(),
+        profile_args=ProfileArgs(search="exhaustive", **profile),
+        settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
+        verbose=False,
+        name="wide",
+    )
+    reporter = RecordingReporter()
+    tuner = TuningSession(
+        problem,
+        builder=ScriptedBuilder(),
+        runner=ScriptedRunner(latency),
+        store=MemoryStore("wide"),
+        reporter=reporter,
+    )
+    return tuner, reporter
+
+
+def test_exhaustive_with_max_trials_checks_one_chunk_of_a_huge_constrained_product(tmp_path):
+    space = huge("p8 != 3", lambda c: c["p7"] != 5)  # a callable too: a dict per config seen
+    tuner, reporter = session(tmp_path, space, lambda c: 1.0 + c["p8"], max_trials=5)
+    result = tuner.run()
+
+    # before: the whole product (2,048 chunks of 65,536) was checked before the first compile;
+    # now what exhaustive search's first batch (65,536 valid configs) needs: two chunks
+    assert space._scan is not None and space._scan.scanned == 2 and not space.counted
+    measured = [t for t in result.trials if t.status.value != "not_run"]
+    assert len(measured) == 5  # the default (all zeros, the first config) among them
+    assert [t.config["p8"] for t in measured] == [0, 1, 2, 4, 5]  # p8 == 3 pruned
+    assert result.config == {name: 0 for name in NAMES}
+    summary = reporter.events[-1][1]
+    assert summary.never_tried is None and summary.pruned["p8 != 3"] > 0
+    table = summary_table("wide", summary)
+    assert "5 configs measured (the rest never tried)" in table
+    assert "not counted" in table and "in the part of the product checked" in table
+
+
+def test_nothing_passing_under_a_budget_says_the_rest_was_never_tried(tmp_path):
+    space = huge("p0 + p1 < 13")
+    tuner, _ = session(tmp_path, space, lambda c: "mismatch", max_trials=3)
+    with pytest.raises(NoValidConfigError, match="none of the 3 measured configs passed; the rest"):
+        tuner.run()
+    assert space._scan is not None and space._scan.scanned <= 2 and not space.counted
+
+
+def test_a_search_that_needs_the_count_still_scans_the_whole_product(tmp_path):
+    space = product(
+        **{name: list(range(4)) for name in NAMES[:8]}, constraints="p0 != p1"
+    )  # 4^8 = 65,536: one chunk exactly
+    tuner, reporter = session(tmp_path, space, lambda c: 1.0, max_trials=2)
+    tuner.run()
+    assert space.counted  # one chunk is the whole product: counted after all
+    assert reporter.events[-1][1].never_tried == len(space) - 2
