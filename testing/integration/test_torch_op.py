@@ -85,6 +85,18 @@ def _copy_and_zero(n):
     return main
 
 
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _padded(n, pad=0):
+    """B = A followed by ``pad`` zeros: a config that changes the output's shape."""
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n + pad,), "float32")):
+        for i in range(n + pad):
+            B[i] = T.if_then_else(i < n, A[T.min(i, n - 1)], T.float32(0))
+
+    return main
+
+
 def _inputs(m=8, n=16, dtype=torch.float32):
     torch.manual_seed(m * 1000 + n)
     return torch.randn(m, n, dtype=dtype), torch.randn(m, n, dtype=dtype)
@@ -307,6 +319,20 @@ def test_out_shapes_replaces_the_inference_and_is_checked():
     compiled = torch.compile(lambda g, u: wrong(g, u) + 0, fullgraph=True, backend="aot_eager")
     with pytest.raises(TorchOpError, match="where the op's fake says"):
         compiled(*_inputs(4, 4))
+
+
+def test_a_config_that_pads_its_output_is_caught_after_a_trace():
+    only_padded = {"early_config_prune": lambda configs, named_args, **kw: configs[1:]}
+    tuned = tileauto.autotune(
+        configs=[{"pad": 0}, {"pad": 1}], prune_configs_by=only_padded, verbose=False
+    )(_padded)
+    op = tileauto.torch_op(_name("padded"), tuned, problem=lambda a: a.shape[0])
+    compiled = torch.compile(lambda a: op(a) + 1, fullgraph=True, backend="aot_eager")
+    with pytest.raises(
+        TorchOpError,
+        match=r"returned outputs of shapes \[\(7,\)\] where the op's fake says \[\(6,\)\]",
+    ):
+        compiled(torch.randn(6))
 
 
 # -- autograd ------------------------------------------------------------------------------------
