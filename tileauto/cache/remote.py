@@ -151,7 +151,8 @@ class RemoteCache:
         self.timeout_s = float(timeout_s)
         self.lease_s = float(lease_s)
         self._client: Any = None
-        self.report = disk.OnceWarner()
+        self.report = disk.OnceWarner()  # unusable entries: one warning per message
+        self._faulted = False  # a fault was warned of: later ones are logged
 
     @classmethod
     def from_settings(cls, settings: Any) -> RemoteCache | None:
@@ -194,11 +195,17 @@ class RemoteCache:
         return self._client
 
     def fault(self, exc: BaseException, doing: str) -> None:
-        """One warning per address and kind of fault: tuning goes on with the local cache."""
-        self.report(
+        """A failed operation: the first is a warning naming the address (the tuning goes on
+        with the local cache), later ones of this cache object are logged."""
+        message = (
             f"remote cache {self.address}: {doing} failed ({type(exc).__name__}: "
             f"{_first_line(exc)}); tuning goes on with the local cache"
         )
+        if self._faulted:
+            log.info("%s", message)
+            return
+        self._faulted = True
+        disk.warn(message)
 
     def ping(self) -> None:
         """Raise the client's error when the server does not answer."""

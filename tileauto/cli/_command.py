@@ -9,6 +9,8 @@
     tileauto cache export KEY DIR               copy one entry to DIR (to ship it)
     tileauto cache export KEY --trials FILE     write its trials as JSON (tileauto-trials/1)
     tileauto cache import DIR                   copy an exported entry (or a folder of them) in
+    tileauto cache list|show|verify|clear --remote [URL]   the same, on the fleet's Redis
+    tileauto cache push [KEY...] / pull [KEY...]           seed the fleet's Redis / the disk
     tileauto env                                every TILEAUTO_* setting, as in effect now
 
 Exit codes: 0 success, 1 the operation failed or found problems, 2 a usage error (bad
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tileauto.cli import _remote_commands as remote_commands
 from tileauto.cli._base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, CommandError, parse_age, settings_of
 from tileauto.cli._cache_commands import (
     cmd_clear,
@@ -57,6 +60,15 @@ def cmd_env(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _local_or_remote(local: Any, remote: Any) -> Any:
+    """A verb that works on the disk cache, or on the fleet's Redis with ``--remote``."""
+
+    def run(args: argparse.Namespace) -> int:
+        return int(remote(args) if args.remote is not None else local(args))
+
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command and verb; each sets ``func``, the command to run."""
     parser = argparse.ArgumentParser(
@@ -82,10 +94,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=fn)
         return p
 
+    remote_help = (
+        "the fleet's Redis instead of the disk cache: URL, or TILEAUTO_REMOTE_CACHE when "
+        "given alone"
+    )
+
+    def add_remote(p: argparse.ArgumentParser, local: Any, remote: Any) -> None:
+        p.add_argument(
+            "--remote", nargs="?", const="", default=None, metavar="URL", help=remote_help
+        )
+        p.set_defaults(func=_local_or_remote(local, remote))
+
     p = add("list", "list entries: key, kernel, target, age, size, best latency", cmd_list)
+    add_remote(p, cmd_list, remote_commands.cmd_list)
     p.add_argument("--kind", choices=("all", "autotuner", "kernels"), default="all")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p = add("show", "show one entry: its facts and the table of every config's trial", cmd_show)
+    add_remote(p, cmd_show, remote_commands.cmd_show)
     p.add_argument("key", metavar="KEY", help="the key, or a unique prefix of it")
     p.add_argument(
         "--plot",
@@ -100,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", choices=("all", "autotuner", "kernels"), default="all")
     p.add_argument("--delete", action="store_true", help="delete the entries that fail")
     p.add_argument("-v", "--verbose", action="store_true", help="also list the entries that pass")
+    add_remote(p, cmd_verify, remote_commands.cmd_verify)
     p = add(
         "clear",
         "delete entries (all of them, or those older than --older-than) and what killed runs "
@@ -121,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run", action="store_true", help="list what would be deleted; delete nothing"
     )
+    add_remote(p, cmd_clear, remote_commands.cmd_clear)
     p = add(
         "export",
         "copy one entry to DIR, a new or empty folder, to ship it; or write its trials as JSON",
@@ -138,6 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
         "import", "copy an exported entry, or every entry in a folder, into the cache", cmd_import
     )
     p.add_argument("dir", metavar="DIR", help="an exported entry, or a folder of them")
+    p = add(
+        "push",
+        "publish tuned entries to the fleet's Redis (with their kernels, signed, when "
+        "TILEAUTO_REMOTE_CACHE_KEY is set): seed a fleet from a machine that has tuned",
+        remote_commands.cmd_push,
+    )
+    p.add_argument("keys", metavar="KEY", nargs="*", help="only these entries (default: all)")
+    p.add_argument("--remote", default=None, metavar="URL", help="default: TILEAUTO_REMOTE_CACHE")
+    p = add(
+        "pull",
+        "write the fleet's signed entries into the disk cache (needs TILEAUTO_REMOTE_CACHE_KEY)",
+        remote_commands.cmd_pull,
+    )
+    p.add_argument("keys", metavar="KEY", nargs="*", help="only these entries (default: all)")
+    p.add_argument("--remote", default=None, metavar="URL", help="default: TILEAUTO_REMOTE_CACHE")
     cache.set_defaults(func=None, parser=cache)
 
     env = sub.add_parser(

@@ -1,0 +1,342 @@
+"""The remote level of the tuning cache against a real ``redis-server`` (started per test).
+
+Records round-trip; a damaged, forged, foreign-version or foreign-format entry is a miss (one
+warning for the first two); a signed kernel is accepted under the key and refused without it;
+the lease gives one holder, is taken over past the holder's limit or after its expiry; a
+server that is down, paused or full is one warning naming the address.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from redis_server import RedisServer, free_port, redis_server
+
+from tileauto.cache import _signing
+from tileauto.cache._lease import Holder
+from tileauto.cache.key import versions
+from tileauto.cache.remote import FORMAT, RemoteCache, check_url, family_of, shown_address
+from tileauto.errors import SettingsError
+from tileauto.records import LatencyStats, Trial, TrialStatus
+from tileauto.settings import Settings
+
+KEY = "0123456789abcdef0123456789abcdef"
+TARGET = '{"kind": "llvm"}'
+DEVICE = {"kind": "cpu", "name": "test"}
+
+
+@pytest.fixture
+def server(tmp_path):
+    with redis_server(tmp_path / "redis") as srv:
+        yield srv
+
+
+def trial(index: int, block: int, ms: float) -> Trial:
+    stats = LatencyStats.from_samples_ns([ms * 1e6] * 5)
+    return Trial(index, {"block": block}, TrialStatus.OK, latency=stats)
+
+
+def record(config=None, target=TARGET, device=None) -> dict:
+    trials = [trial(0, 8, 1.0), trial(1, 16, 0.5)]
+    return {
+        "kind": "autotuner",
+        "kernel": "scale_add",
+        "target": target,
+        "device": device or DEVICE,
+        "files": {
+            "best_config.json": {"config": config or {"block": 16}},
+            "latency.json": {"latency_ms": 0.5, "ref_latency_ms": None},
+            "trials.json": {"trials": [t.to_json() for t in trials], "default": None},
+        },
+    }
+
+
+def kernel_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    (folder / "kernel.so").write_bytes(b"\x7fELF not really a library")
+    (folder / "kernel.json").write_text("{}")
+    return folder
+
+
+def caught(fn):
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(w.message) for w in got]
+
+
+# -- records --------------------------------------------------------------------------------------
+def test_a_record_round_trips_with_its_trials(server):
+    cache = RemoteCache(server.url)
+    assert cache.get(KEY) is None  # a miss, no warning
+    assert cache.put(KEY, record(), family="fam")
+    entry = cache.get(KEY)
+    assert entry is not None and entry.config == {"block": 16} and entry.latency_ms == 0.5
+    assert [t.config for t in entry.trials()] == [{"block": 8}, {"block": 16}]
+    assert entry.kernel is None and not entry.signed
+    assert cache.entry_keys() == [KEY]
+
+
+def test_a_damaged_record_is_a_miss_with_one_warning(server):
+    cache = RemoteCache(server.url)
+    cache.put(KEY, record())
+    name = cache.name("entry", KEY)
+    raw = server.client().hget(name, "record")
+    server.client().hset(name, "record", raw.replace(b"0.5", b"0.1"))
+    (first, w1), (second, w2) = caught(lambda: cache.get(KEY)), caught(lambda: cache.get(KEY))
+    assert first is None and second is None
+    assert len(w1) == 1 and "damaged" in w1[0] and "127.0.0.1" in w1[0] and not w2
+
+
+def test_a_forged_record_fails_its_signature(server):
+    signed = RemoteCache(server.url, signing_key="fleet-secret")
+    signed.put(KEY, record())
+    name = signed.name("entry", KEY)
+    body = json.loads(server.client().hget(name, "record"))
+    body["files"]["best_config.json"]["config"] = {"block": 8}  # the forger's pick
+    raw = json.dumps(body, sort_keys=True).encode()
+    forged_mac = _signing.sign(b"not the key", raw)
+    server.client().hset(
+        name, mapping={"record": raw, "sha256": _signing.sha256_hex(raw), "hmac": forged_mac}
+    )
+    entry, messages = caught(lambda: signed.get(KEY))
+    assert entry is None
+    assert len(messages) == 1 and "signature" in messages[0]
+
+
+def test_a_signed_kernel_is_accepted_with_the_key_and_refused_without(server, tmp_path):
+    RemoteCache(server.url, signing_key="fleet-secret").put(KEY, record(), kernel_dir(tmp_path))
+    with_key = RemoteCache(server.url, signing_key="fleet-secret").get(KEY)
+    assert with_key is not None and with_key.signed
+    assert with_key.kernel is not None
+    assert with_key.kernel["kernel.so"] == b"\x7fELF not really a library"
+    without = RemoteCache(server.url).get(KEY)
+    assert without is not None and without.kernel is None  # its config only: compiled locally
+    other, messages = caught(lambda: RemoteCache(server.url, signing_key="other").get(KEY))
+    assert other is None and "signature" in messages[0]
+
+
+def test_a_swapped_kernel_fails_its_signature(server, tmp_path):
+    cache = RemoteCache(server.url, signing_key="fleet-secret")
+    cache.put(KEY, record(), kernel_dir(tmp_path))
+    name = cache.name("entry", KEY)
+    blob = json.loads(server.client().hget(name, "kernel"))
+    blob["kernel.so"] = "bWFsd2FyZQ=="  # "malware"
+    server.client().hset(name, "kernel", json.dumps(blob).encode())
+    entry, messages = caught(lambda: cache.get(KEY))
+    assert entry is None and "kernel's signature" in messages[0]
+
+
+@pytest.mark.parametrize("field", ["versions", "format"])
+def test_an_entry_of_another_version_or_format_is_ignored_quietly(server, field):
+    cache = RemoteCache(server.url)
+    cache.put(KEY, record())
+    name = cache.name("entry", KEY)
+    body = json.loads(server.client().hget(name, "record"))
+    body[field] = {**versions(), "tileauto": "0.0.1"} if field == "versions" else FORMAT + 1
+    raw = json.dumps(body, sort_keys=True).encode()
+    server.client().hset(name, mapping={"record": raw, "sha256": _signing.sha256_hex(raw)})
+    entry, messages = caught(lambda: cache.get(KEY))
+    assert entry is None and messages == []
+
+
+def test_an_entry_naming_another_key_is_refused(server):
+    cache = RemoteCache(server.url)
+    cache.put(KEY, record())
+    other = "f" * 32
+    server.client().rename(cache.name("entry", KEY), cache.name("entry", other))
+    entry, messages = caught(lambda: cache.get(other))
+    assert entry is None and "another key" in messages[0]
+
+
+def test_trials_of_other_devices_for_the_search(server):
+    cache = RemoteCache(server.url)
+    cache.put(KEY, record(), family="fam")
+    cache.put("a" * 32, record(device={"kind": "cpu", "name": "other"}), family="fam")
+    cache.put("b" * 32, record(), family="another-problem")
+    found = cache.trials_elsewhere("fam", TARGET, DEVICE)
+    assert [f.key for f in found] == ["a" * 32]
+    assert found[0].device == {"kind": "cpu", "name": "other"} and len(found[0].trials) == 2
+
+
+def scale_add(n: int, block: int = 8) -> int:
+    """A factory as the key sees it (its source and its call)."""
+    return n * block
+
+
+def test_family_of_ignores_the_target_but_not_the_call():
+    assert family_of(scale_add, (1024,), {}) == family_of(scale_add, (1024,), {})
+    assert family_of(scale_add, (1024,), {}) != family_of(scale_add, (2048,), {})
+
+
+# -- faults ---------------------------------------------------------------------------------------
+def test_a_server_that_is_down_is_one_warning_naming_its_address():
+    cache = RemoteCache(f"redis://:pw@127.0.0.1:{free_port()}/0", timeout_s=0.5)
+    (got, w1), (put, w2) = caught(lambda: cache.get(KEY)), caught(lambda: cache.put(KEY, record()))
+    assert got is None and put is False
+    assert len(w1) == 1 and f"redis://127.0.0.1:{cache.url.split(':')[-1]}" in w1[0]
+    assert "pw" not in w1[0] and "local cache" in w1[0]
+    assert w2 == []  # one warning: later faults are logged
+
+
+def test_a_paused_server_times_out(server):
+    cache = RemoteCache(server.url, timeout_s=0.2)
+    cache.put(KEY, record())
+    pauser = server.client()
+    pauser.execute_command("CLIENT", "PAUSE", "3000", "ALL")  # a server that stops answering
+    try:
+        start = time.monotonic()
+        got, messages = caught(lambda: cache.get(KEY))
+        waited = time.monotonic() - start
+    finally:
+        pauser.execute_command("CLIENT", "UNPAUSE")
+    assert got is None and "Timeout" in messages[0]
+    assert waited < 2.5  # the operation's limit, not the pause, ended it
+
+
+def test_a_full_server_refuses_the_publish(tmp_path):
+    with redis_server(
+        tmp_path / "full", "--maxmemory", "2mb", "--maxmemory-policy", "noeviction"
+    ) as srv:
+        client = srv.client()
+        filler = b"x" * 65536
+        n = 0
+        while True:  # fill it to its limit
+            try:
+                client.set(f"fill:{n}", filler)
+            except Exception:  # noqa: BLE001 - OOM: full
+                break
+            n += 1
+        cache = RemoteCache(srv.url)
+        put, messages = caught(lambda: cache.put(KEY, record()))
+        assert put is False and ("OutOfMemory" in messages[0] or "OOM" in messages[0])
+
+
+def test_a_restarted_server_is_used_again(tmp_path):
+    with redis_server(tmp_path / "r") as srv:
+        cache = RemoteCache(srv.url, timeout_s=1)
+        assert cache.put(KEY, record())
+        srv.kill()
+        got, messages = caught(lambda: cache.get(KEY))
+        assert got is None and len(messages) == 1
+        restarted = RedisServer(srv.data_dir)
+        restarted.port = srv.port
+        restarted.start()
+        try:
+            assert cache.put(KEY, record())  # the client reconnects by itself
+            assert cache.get(KEY) is not None
+        finally:
+            restarted.stop()
+
+
+# -- the lease ------------------------------------------------------------------------------------
+def test_one_holder_at_a_time_and_who_it_is(server):
+    cache = RemoteCache(server.url, lease_s=30)
+    first, second = cache.lease(KEY, limit_s=60), cache.lease(KEY)
+    assert first.acquire() and not second.acquire()
+    holder = second.holder()
+    assert holder is not None and holder.limit_s == 60 and not holder.overdue(time.time())
+    assert ":" in holder.owner and "since" in holder.describe(time.time())
+    second.release()  # not its lease: nothing happens
+    assert cache.lease(KEY).holder() is not None
+    assert first.renew()
+    first.release()
+    assert second.acquire()
+
+
+def test_a_holder_past_its_limit_is_taken_over(server):
+    cache = RemoteCache(server.url, lease_s=30)
+    holder = cache.lease(KEY, limit_s=0.001)
+    assert holder.acquire()
+    seen = []
+    waiter = cache.lease(KEY)
+    while not holder.holder().overdue(time.time()):  # its limit is one millisecond
+        pass
+    assert cache.wait_for(KEY, waiter, seen.append)
+    assert not holder.renew()  # the old holder learns it lost the lease
+
+
+def test_a_dead_holder_expires_and_the_waiter_takes_it(server):
+    cache = RemoteCache(server.url, lease_s=0.3)
+    dead = cache.lease(KEY)  # never renewed: as a process killed with -9
+    assert dead.acquire()
+    seen: list[Holder] = []
+    waiter = cache.lease(KEY)
+    assert cache.wait_for(KEY, waiter, seen.append)
+    assert len(seen) == 1 and seen[0].raw == dead.value
+
+
+def test_a_waiter_returns_when_the_entry_is_published(server):
+    cache = RemoteCache(server.url, lease_s=30)
+    holder = cache.lease(KEY)
+    assert holder.acquire()
+    cache.put(KEY, record())
+    assert cache.wait_for(KEY, cache.lease(KEY)) is False
+
+
+def test_the_holder_renews_its_lease(server):
+    cache = RemoteCache(server.url, lease_s=1.5)
+    lease = cache.lease(KEY)
+    assert lease.acquire()
+    client = server.client()
+    lowest = client.pttl(lease.name)
+    lease.keep_renewed(lambda exc: None)
+    try:
+        while True:  # until a renewal has pushed the expiry back (every 0.5 s)
+            left = client.pttl(lease.name)
+            assert left > 0, "the lease expired: it was not renewed"
+            if left > lowest:
+                break
+            lowest = left
+    finally:
+        lease.stop()
+    lease.release()
+    assert client.get(lease.name) is None
+
+
+# -- settings and arguments -----------------------------------------------------------------------
+def test_settings_read_the_remote_variables_and_hide_secrets():
+    s = Settings.from_env(
+        {
+            "TILEAUTO_REMOTE_CACHE": "rediss://:hunter2@cache.local:6380/3",
+            "TILEAUTO_REMOTE_CACHE_KEY": "k",
+            "TILEAUTO_REMOTE_CACHE_LEASE": "5",
+        }
+    )
+    shown = s.describe()
+    assert "hunter2" not in json.dumps(shown)
+    assert shown["TILEAUTO_REMOTE_CACHE_KEY"] == "(set)"
+    cache = RemoteCache.from_settings(s)
+    assert cache is not None and cache.lease_s == 5 and cache.signing_key == b"k"
+    assert cache.address == "rediss://cache.local:6380/3"
+    assert RemoteCache.from_settings(Settings.from_env({})) is None
+
+
+@pytest.mark.parametrize("bad", ["http://host:6379", "redis://", "host:6379", "redis://h:port/0"])
+def test_a_bad_url_names_the_variable(bad):
+    with pytest.raises(SettingsError, match="TILEAUTO_REMOTE_CACHE=.*expected redis://"):
+        Settings.from_env({"TILEAUTO_REMOTE_CACHE": bad})
+    with pytest.raises(SettingsError, match="store"):
+        check_url(bad, "store")
+
+
+def test_store_option_is_checked_where_it_is_given():
+    import tileauto
+    from tileauto.tune import defaults
+
+    defaults.check_store(None)
+    defaults.check_store("local")
+    defaults.check_store("redis://h:1/0")
+    with pytest.raises(TypeError, match="store must be"):
+        tileauto.autotune(configs=[{}], store=42)
+    with pytest.raises(SettingsError, match="store"):
+        tileauto.AutoTuner(lambda: None, [{}]).set_profile_args(store="http://nope")
+
+
+def test_shown_address_drops_the_password():
+    assert shown_address("redis://user:pw@h:1/2") == "redis://h:1/2"

@@ -1,0 +1,268 @@
+"""The fleet's Redis on the command line: ``list|show|verify|clear --remote``, ``push``, ``pull``.
+
+``push`` seeds a fleet from a machine that has tuned (a CI job before a rollout): every tuned
+disk entry is published, with its kernel when a signing key is set. ``pull`` writes signed
+entries into the disk cache (a kernel is only ever written after its signature verifies).
+A server that cannot be reached is an error naming its address, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from tileauto.cli._base import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    format_age,
+    format_size,
+    settings_of,
+    text_table,
+)
+
+TYPE_CHECKING = False  # as in _cache_commands: no typing import before a verb needs it
+if TYPE_CHECKING:
+    from typing import Any
+
+_NO_REMOTE = (
+    "no remote cache: give --remote redis://host:6379/0 (or rediss:// for TLS), or set "
+    "TILEAUTO_REMOTE_CACHE"
+)
+
+
+def remote_of(args: argparse.Namespace) -> Any:
+    """The remote cache of ``--remote URL`` or ``TILEAUTO_REMOTE_CACHE``, answering PING."""
+    from tileauto.cache.remote import RemoteCache
+    from tileauto.errors import SettingsError
+
+    settings = settings_of(args)
+    url = getattr(args, "remote", None) or settings.remote_cache
+    if not url:
+        raise CommandError(_NO_REMOTE, EXIT_USAGE)
+    try:
+        cache = RemoteCache(
+            url,
+            password=settings.remote_cache_password,
+            signing_key=settings.remote_cache_key,
+            timeout_s=settings.remote_cache_timeout_s,
+            lease_s=settings.remote_cache_lease_s,
+        )
+    except SettingsError as exc:
+        raise CommandError(str(exc).replace("url=", "--remote="), EXIT_USAGE) from None
+    try:
+        cache.ping()
+    except ImportError as exc:
+        raise CommandError(str(exc), EXIT_FAIL) from None
+    except Exception as exc:  # noqa: BLE001 - any client error: the server is not usable
+        raise CommandError(f"cannot reach {cache.address}: {type(exc).__name__}: {exc}") from None
+    return cache
+
+
+def _checked(cache: Any) -> list[tuple[str, Any, str | None]]:
+    from tileauto.cache.remote import iter_checked
+
+    return list(iter_checked(cache))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    cache = remote_of(args)
+    now = time.time()
+    entries = _checked(cache)
+    if args.json:
+        data = [
+            {
+                "key": key,
+                "kernel": entry.record.get("kernel") if entry else None,
+                "target": entry.record.get("target") if entry else None,
+                "age_s": round(now - float(entry.record.get("created", now)), 3) if entry else None,
+                "size_bytes": entry.size_bytes if entry else None,
+                "latency_ms": entry.latency_ms if entry else None,
+                "signed_kernel": bool(entry and entry.kernel),
+                "problem": problem,
+            }
+            for key, entry, problem in entries
+        ]
+        print(json.dumps(data, indent=1))
+        return EXIT_OK
+    if not entries:
+        print(f"no entries in {cache.address}")
+        return EXIT_OK
+    rows = [("KEY", "KERNEL", "TARGET", "AGE", "SIZE", "BEST MS", "BINARY")]
+    for key, entry, problem in entries:
+        if entry is None:
+            rows.append((key, f"({problem})", "-", "-", "-", "-", "-"))
+            continue
+        lat = entry.latency_ms
+        rows.append(
+            (
+                key,
+                str(entry.record.get("kernel")),
+                str(entry.record.get("target")),
+                format_age(now - float(entry.record.get("created", now))),
+                format_size(entry.size_bytes),
+                f"{lat:.4g}" if lat is not None else "-",
+                "signed" if entry.kernel else "-",
+            )
+        )
+    print(text_table(rows))
+    print(f"{len(entries)} entries in {cache.address}")
+    return EXIT_OK
+
+
+def _find(cache: Any, prefix: str) -> str:
+    matches = [k for k in cache.entry_keys() if k.startswith(prefix)]
+    if not matches:
+        raise CommandError(f"no remote entry with key {prefix!r} in {cache.address}")
+    if len(matches) > 1:
+        raise CommandError(f"{prefix!r} matches {len(matches)} remote entries; give more of it")
+    return matches[0]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from tileauto.report.table import format_table
+
+    cache = remote_of(args)
+    key = _find(cache, args.key)
+    entry, problem = cache.check(key, cache.fields(key))
+    if entry is None:
+        print(f"key     {key}\nstatus  {problem or 'another format or tileauto version'}")
+        return EXIT_FAIL
+    record = entry.record
+    versions = record.get("versions", {})
+    created = float(record.get("created", 0))
+    facts = [
+        ("key", key),
+        ("address", cache.address),
+        ("kernel", str(record.get("kernel"))),
+        ("target", str(record.get("target"))),
+        ("device", json.dumps(record.get("device"), sort_keys=True)),
+        ("versions", f"tileauto {versions.get('tileauto')}, TVM {versions.get('tvm')}"),
+        ("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))),
+        ("size", format_size(entry.size_bytes)),
+        ("binary", "signed kernel (verified)" if entry.kernel else "none: configs only"),
+        ("best config", json.dumps(entry.config, sort_keys=True)),
+        ("best latency", f"{entry.latency_ms:.4g} ms" if entry.latency_ms else "-"),
+    ]
+    width = max(len(k) for k, _ in facts)
+    for k, v in facts:
+        print(f"{k.ljust(width)}  {v}")
+    trials = [t for t in entry.trials() if t.index >= 0 or t.config != entry.config]
+    best = next((t.index for t in trials if t.ok and t.config == entry.config), None)
+    print()
+    print(format_table(trials, best, None, title=f"{len(trials)} configs"))
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    cache = remote_of(args)
+    bad = 0
+    checked = _checked(cache)
+    for key, entry, problem in checked:
+        if entry is not None:
+            if args.verbose:
+                print(f"ok    {key}")
+            continue
+        bad += 1
+        print(f"FAIL  {key}: {problem}")
+        if args.delete:
+            cache.delete(key)
+            print(f"      deleted {key}")
+    print(f"{len(checked)} remote entries checked, {bad} unusable")
+    return EXIT_FAIL if bad and not args.delete else EXIT_OK
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    cache = remote_of(args)
+    now = time.time()
+    removed = 0
+    for key, entry, _ in _checked(cache):
+        if args.older_than is not None and entry is not None:
+            if now - float(entry.record.get("created", now)) < args.older_than:
+                continue
+        if args.dry_run:
+            print(f"would delete {key}")
+        else:
+            cache.delete(key)
+        removed += 1
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"{verb} {removed} remote entries in {cache.address}")
+    return EXIT_OK
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """Publish tuned disk entries (all, or the given keys) to the remote cache."""
+    from tileauto.cache import catalog
+    from tileauto.cache.entry import KERNEL_DIR, KIND_TUNED
+    from tileauto.cache.remote import record_of_entry
+
+    cache = remote_of(args)
+    root = settings_of(args).cache_dir
+    entries = catalog.list_entries(root, (KIND_TUNED,))
+    if args.keys:
+        entries = [catalog.find_entry(root, k) for k in args.keys]
+    pushed = failed = 0
+    for info in entries:
+        problem = catalog.verify_entry(info)
+        if problem is None and info.manifest is not None:
+            meta = {k: v for k, v in info.manifest.items() if k not in ("files", "created")}
+            try:
+                record = record_of_entry(info.path, meta)
+            except (OSError, ValueError) as exc:
+                problem = f"unreadable ({exc})"
+        if problem is not None:
+            print(f"skipped {info.key}: {problem}")
+            failed += 1
+            continue
+        if cache.put(info.key, record, info.path / KERNEL_DIR):
+            pushed += 1
+        else:
+            failed += 1
+    binary = "with signed kernels" if cache.signing_key else "configs and trials only"
+    print(f"pushed {pushed} entries to {cache.address} ({binary}); {failed} not pushed")
+    return EXIT_OK if failed == 0 else EXIT_FAIL
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Write signed remote entries (all, or the given keys) into the disk cache."""
+    from tileauto.cache import disk
+    from tileauto.cache.entry import KIND_TUNED
+
+    settings = settings_of(args)
+    cache = remote_of(args)
+    if cache.signing_key is None:
+        raise CommandError(
+            "pull writes compiled kernels, which are shared only when signed: set "
+            "TILEAUTO_REMOTE_CACHE_KEY to the fleet's key (without it, a tuning finds the remote "
+            "entry by itself and compiles its winner)",
+            EXIT_USAGE,
+        )
+    keys = [_find(cache, k) for k in args.keys] if args.keys else cache.entry_keys()
+    pulled = skipped = 0
+    for key in keys:
+        entry, problem = cache.check(key, cache.fields(key))
+        if entry is None or entry.kernel is None:
+            why = problem or ("no signed kernel" if entry is not None else "another version")
+            print(f"skipped {key}: {why}")
+            skipped += 1
+            continue
+        meta = {
+            k: v
+            for k, v in entry.record.items()
+            if k not in ("files", "created", "versions", "family")
+        }
+        meta.update(entry.record["versions"])
+        meta["kind"] = KIND_TUNED
+
+        def fill(out: Any, entry: Any = entry) -> None:
+            entry.write_records(out)
+            entry.write_kernel(out)
+
+        disk.write_entry(settings.cache_dir / KIND_TUNED / key, fill, meta, settings.staging_dir)
+        pulled += 1
+    print(
+        f"pulled {pulled} entries from {cache.address} into {settings.cache_dir}; {skipped} skipped"
+    )
+    return EXIT_OK
