@@ -247,7 +247,8 @@ def test_a_read_only_cache_leaves_no_staging_folder_per_process(tmp_path):
 
 def measurement_records(cache: Path) -> dict[int, dict]:
     """The stored trial of each measured config of scale_add, by its block."""
-    (folder,) = (cache / "measurements").iterdir()
+    (problem,) = (cache / "measurements").iterdir()  # measurements/<problem>/<checks>/
+    (folder,) = (p for p in problem.iterdir() if p.is_dir())
     records = [json.loads(p.read_text())["trial"] for p in folder.glob("*.json")]
     return {r["config"]["block"]: r for r in records}
 

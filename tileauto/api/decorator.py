@@ -120,6 +120,8 @@ class AutoTuneImpl:
         self._served: dict[Any, AutotuneResult] = {}  # a bucket's calls checked on their own
         self._with_passes: dict[str, JITImpl] = {}  # @jit variants for configs' pass_configs
         self._kernels = CallCache(jit_impl.factory)
+        # calls of positional ints only (sizes), by their tuple: what _kernels answers them with
+        self._int_calls: dict[tuple, JITKernel] = {}
         # tells on_trial of the hits of this decorator's memory (a session tells its own)
         self._observer = TrialObserver(
             profile_args.on_trial, getattr(jit_impl.factory, "__name__", "kernel")
@@ -132,8 +134,19 @@ class AutoTuneImpl:
         return freeze(describe_value(self.key(*args, **kwargs)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
+        if not kwargs:  # the lookup: the same sizes again, a dict lookup and a type check
+            kernel = self._int_calls.get(args)
+            if kernel is not None:
+                for value in args:
+                    if type(value) is not int:  # 64.0 and True equal 64 and 1 as keys
+                        break
+                else:
+                    return kernel
         if not self._observer.active:  # the common call: nothing to tell, nothing to add
-            return self._kernels.get(args, kwargs, self._kernel_for)
+            kernel = self._kernels.get(args, kwargs, self._kernel_for)
+            if not kwargs and all(type(value) is int for value in args):
+                self._int_calls[args] = kernel  # the observer tells nothing: served as is
+            return kernel
         made: list[bool] = []
 
         def make(args: tuple, kwargs: dict[str, Any]) -> JITKernel:

@@ -1,20 +1,26 @@
-"""The kernel cache: plain ``@jit`` compiles under ``kernels/<key>/``.
+"""The kernel cache: plain ``@jit`` compiles and a tuning's compiles under ``kernels/<key>/``.
 
 The key is the factory's fingerprint, the bound arguments (tensors by shape, dtype, strides
 and device), the compile arguments, the target, the device and the versions. A second process
 calling a ``@jit`` factory with the same arguments loads the shared library instead of
 compiling; concurrent processes compiling one key compile it once (the others wait, then load).
+
+A tuning's compile of a config is keyed the same way, with the config (:class:`ConfigKernels`):
+by what the compile depends on, never by how configs are checked or timed, so a tuning of the
+same space with another reference, tolerance, warm-up or budget compiles nothing twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.cache import disk
+from tileauto.cache.args import bind_arguments
 from tileauto.cache.entry import KIND_KERNEL, REQUIRED, read_artifact, write_kernel_dir
 from tileauto.cache.key import (
     UnkeyableError,
@@ -26,6 +32,7 @@ from tileauto.cache.key import (
 )
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings
+from tileauto.space import config_id, merged_pass_configs, split_pass_configs
 
 log = get_logger("cache")
 
@@ -77,6 +84,13 @@ class KernelStore:
         except UnkeyableError as exc:
             report_unkeyable(name, exc)
             return None
+        return cls.at(settings, key, name, target=target, device=device)
+
+    @classmethod
+    def at(
+        cls, settings: Settings, key: str, name: str, *, target: str, device: dict[str, Any]
+    ) -> KernelStore:
+        """The store of the entry ``key`` (a kernel of ``name``, for ``target`` and ``device``)."""
         meta = {
             **versions(),
             "kind": KIND_KERNEL,
@@ -107,8 +121,9 @@ class KernelStore:
         with disk.best_effort_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}"):
             yield
 
-    def save(self, artifact: KernelArtifact) -> bool:
-        """Store a compiled kernel. A failed write is a warning, not an error."""
+    def save(self, artifact: KernelArtifact, *, warn: bool = True) -> bool:
+        """Store a compiled kernel. A failed write is a warning (a log line without ``warn``),
+        not an error."""
         try:
             disk.write_entry(
                 self.entry_dir,
@@ -118,7 +133,11 @@ class KernelStore:
             )
             disk.sweep(self.entry_dir.parent)
         except OSError as exc:
-            disk.warn(f"could not write kernels/{self.key} ({exc}); the kernel is not cached")
+            message = f"could not write kernels/{self.key} ({exc}); the kernel is not cached"
+            if warn:
+                disk.warn(message)
+            else:
+                log.info("%s", message)
             return False
         return True
 
@@ -152,3 +171,87 @@ class KernelStore:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.report(f"kernels/{self.key} does not load ({first}); compiling again")
             return None
+
+
+class ConfigKernels:
+    """A tuning's compiles in the kernel cache: one entry per config, shared by every tuning of
+    the same factory, arguments, compile arguments, target and device.
+
+    The factory is fingerprinted once (:meth:`open`); each config's key then costs a digest.
+    The key holds the config as given (the kernel's description records it), its arguments
+    applied to the call, and the compile arguments with the config's own ``pass_configs``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        base: dict[str, Any],
+        call: tuple[Callable[..., Any], tuple, dict[str, Any]],
+        compile_args: CompileArgs,
+    ) -> None:
+        self.settings = settings
+        self.base = base
+        self.factory, self.args, self.kwargs = call
+        self.compile_args = compile_args
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings,
+        factory: Callable[..., Any],
+        args: tuple,
+        kwargs: dict[str, Any],
+        compile_args: CompileArgs,
+        *,
+        target: str,
+        device: dict[str, Any],
+    ) -> ConfigKernels | None:
+        """The compiles of ``factory(*args, **kwargs, **config)``; None when either cache is
+        off (a tuning that caches nothing leaves no compile behind) or the factory cannot be
+        keyed (logged once: the tuning compiles every config)."""
+        if not (settings.kernel_cache_enabled and settings.tuning_cache_enabled):
+            return None
+        name = getattr(factory, "__qualname__", "kernel")
+        try:
+            fingerprint = function_fingerprint(factory)
+        except UnkeyableError as exc:
+            report_unkeyable(name, exc)
+            return None
+        base = {
+            "versions": versions(),
+            "factory": fingerprint,
+            "name": name,
+            "target": target,
+            "device": device,
+        }
+        return cls(settings, base, (factory, args, kwargs), compile_args)
+
+    def store(self, config: dict[str, Any]) -> KernelStore | None:
+        """The entry of ``config``'s compile; None when its arguments cannot be keyed."""
+        arguments, own = split_pass_configs(config)
+        compile_args = self.compile_args
+        if own:
+            merged = merged_pass_configs(compile_args.pass_configs, own)
+            compile_args = dataclasses.replace(compile_args, pass_configs=merged)
+        try:
+            bound = bind_arguments(
+                self.factory, self.args, {**self.kwargs, **arguments}, partial=True
+            )
+            described = describe_arguments(bound)
+        except (UnkeyableError, TypeError):
+            return None  # compiled as usual, and its compile error reported there
+        key = digest(
+            {
+                **self.base,
+                "args": described,
+                "compile": compile_args.fingerprint(),
+                "config": config_id(config),
+            }
+        )
+        return KernelStore.at(
+            self.settings,
+            key,
+            self.base["name"],
+            target=self.base["target"],
+            device=self.base["device"],
+        )

@@ -1,12 +1,17 @@
 """The tuning cache: one entry per (problem, config space), measurements kept per config.
 
-    autotuner/<key>/                         the answer for one problem and one config space
-    measurements/<problem>/<config>.json     one trial per config, whatever space it came from
+    autotuner/<key>/                                the answer for one problem and one space
+    measurements/<base>/<checks>/<config>.json      one trial per config, whatever space it came from
+    measurements/<base>/<checks>.json               what those trials were checked with
 
-``<problem>`` hashes everything that changes a measurement (versions, the factory's
-fingerprint, the bound arguments, compile and profile options, input layouts, target, device);
-``<key>`` adds the list of configs. Adding a config to the space is a new key whose other
-configs are already measured, so only the new one is measured.
+``<base>`` hashes everything that changes a measurement except its checks (versions, the
+factory's fingerprint, the bound arguments, compile options, how configs are timed, input
+layouts, target, device); ``<checks>`` hashes the checks (``ref_prog``, ``manual_check_prog``,
+``skip_check`` and the tolerances); ``<key>`` adds the list of configs. Adding a config to the
+space is a new key whose other configs are already measured, so only the new one is measured.
+A tuning under other checks finds the measurements of its siblings under the same ``<base>``:
+it takes those whose checks were at least as strict as its own (:func:`at_least_as_strict`),
+and the failures to compile, which no check changes.
 """
 
 from __future__ import annotations
@@ -42,13 +47,27 @@ from tileauto.cache.key import (
     versions,
 )
 from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.records import TRANSIENT, Trial
+from tileauto.records import TRANSIENT, Trial, TrialStatus
 from tileauto.settings import Settings
 from tileauto.space import ProductSpace, config_id, full_config, tunable_parameters
 
 log = get_logger("cache")
 
 MEASUREMENTS = "measurements"
+# The profile options that decide whether a config passes, not how it is timed.
+CHECK_OPTIONS = (
+    "ref_prog",
+    "manual_check_prog",
+    "skip_check",
+    "rtol",
+    "atol",
+    "max_mismatched_ratio",
+)
+# What a tuning under other checks may take from a sibling's measurements: a pass under checks
+# at least as strict (a looser check passes it too), and a failure to compile (no check runs).
+_PASSED = frozenset({TrialStatus.OK})
+_CHECK_FREE = frozenset({TrialStatus.COMPILE_ERROR, TrialStatus.COMPILE_CRASH})
+EARLIER_CHECKS = "measured by an earlier tuning checked"  # a lent trial's note starts so
 
 
 def _callable_key(fn: Any, owner: str) -> Any:
@@ -128,7 +147,9 @@ class TuningStore:
         self.base_config = dict(base_config or {})
         self.product = product  # a lazy space: measurements are found by listing the folder
         self.entry_dir = self.root / KIND_TUNED / key
-        self.measure_dir = self.root / MEASUREMENTS / problem_key
+        self.base_dir = self.root / MEASUREMENTS / problem_key  # see place_measurements
+        self.measure_dir = self.base_dir / "checks"
+        self.checks: dict[str, Any] = {}
         self.report = disk.OnceWarner()
         # what the measurement files hold now, as this store read or wrote them (by identity)
         self._stored: dict[str, dict[str, Any]] = {}
@@ -171,6 +192,7 @@ class TuningStore:
         bound = bind_arguments(factory, args, kwargs, partial=True)  # tunables may lack defaults
         defaults = tunable_parameters(factory)
         try:
+            profile_part = profile_fingerprint(profile, timer)
             problem = {
                 "versions": versions(),
                 "factory": function_fingerprint(factory),
@@ -184,7 +206,7 @@ class TuningStore:
                 "device": device,
                 # On a CPU the run worker's thread count decides which tiling wins.
                 "run_threads": settings.run_threads() if device.get("kind") == "cpu" else None,
-                "profile": profile_fingerprint(profile, timer),
+                "profile": profile_part,
                 # Captured inputs count by layout, not values: fresh random inputs still hit.
                 "inputs": describe_arguments(dict(enumerate(captured))) if captured else None,
             }
@@ -204,6 +226,11 @@ class TuningStore:
             report_unkeyable(getattr(factory, "__qualname__", "kernel"), exc)
             return None
         problem_key = digest(problem)
+        # the measurements' folders: the problem without its checks, then the checks
+        timing = {k: v for k, v in profile_part.items() if k not in CHECK_OPTIONS}
+        base_key = digest({**problem, "profile": timing})
+        checks = checks_record({k: profile_part[k] for k in CHECK_OPTIONS})
+        checks_key = digest(checks)
         if lazy is not None:
             full_ids: dict[str, dict[str, Any]] | None = None
             space_key: Any = {"product": described}
@@ -221,7 +248,16 @@ class TuningStore:
             "target": target,
             "device": device,
         }
-        return cls(settings, key, problem_key, meta, full_ids, base, lazy)
+        store = cls(settings, key, problem_key, meta, full_ids, base, lazy)
+        store.place_measurements(base_key, checks_key, checks)
+        return store
+
+    def place_measurements(self, base_key: str, checks_key: str, checks: dict[str, Any]) -> None:
+        """Keep the measurements in ``measurements/<base_key>/<checks_key>/``, checked with
+        ``checks`` (a :func:`checks_record`), beside those of the same problem's other checks."""
+        self.base_dir = self.root / MEASUREMENTS / base_key
+        self.measure_dir = self.base_dir / checks_key
+        self.checks = dict(checks)
 
     # -- reading --------------------------------------------------------------------------------
     def load(self) -> StoredResult | None:
@@ -241,48 +277,80 @@ class TuningStore:
     def known_trials(self) -> dict[str, Trial]:
         """Trials measured before for the configs of this space, by config id.
 
-        A measurement is used only from folders and files of this user's that nobody else
-        can write, and only when its sha256 matches: an edited file is measured again.
+        First this problem's own; then, for the configs left, the passes measured under checks
+        at least as strict as this problem's, and the failures to compile measured under any
+        checks (each with a note that says so: the session writes them into this problem's
+        folder as it records them). A measurement is used only from folders and files of this
+        user's that nobody else can write, and only when its sha256 matches: an edited file is
+        measured again.
         """
         out: dict[str, Trial] = {}
-        if not self.measure_dir.is_dir():
+        if not self.base_dir.is_dir():
             return out
         try:
             unsafe = self._unsafe_measurements()
         except OSError as exc:
             unsafe = f"unreadable ({exc})"
         if unsafe is not None:
-            self.report(f"ignoring measurements/{self.problem_key}: {unsafe}")
+            self.report(f"ignoring measurements/{self.base_dir.name}: {unsafe}")
             return out
         bad = 0
-        for cid, config, path in self._candidates():
-            identity = self.measurement_id(config)
-            trial = _read_measurement(path, identity)
-            if trial is None:
-                bad += 1
-            elif trial.status not in TRANSIENT:
-                out[cid] = replace(trial, config=dict(config))  # named as this space names it
-                self._stored[identity] = _measured_part(trial)
+        if self.measure_dir.is_dir():
+            for cid, config, path in self._candidates(self.measure_dir):
+                identity = self.measurement_id(config)
+                trial = _read_measurement(path, identity)
+                if trial is None:
+                    bad += 1
+                elif trial.status not in TRANSIENT:
+                    out[cid] = replace(trial, config=dict(config))  # named as this space names it
+                    self._stored[identity] = _measured_part(trial)
         if bad:
             self.report(
                 f"{bad} measurement file(s) in measurements/{self.problem_key} are corrupt, "
                 "modified, unsigned (older tileauto) or not yours; those configs are measured again"
             )
+        for folder, checks in self._siblings():
+            reusable = _CHECK_FREE | (_PASSED if at_least_as_strict(checks, self.checks) else set())
+            why = f"{EARLIER_CHECKS} {describe_checks(checks)}"
+            for cid, config, path in self._candidates(folder):
+                if cid in out:
+                    continue
+                trial = _read_measurement(path, self.measurement_id(config))
+                if trial is not None and trial.status in reusable:
+                    note = (
+                        f"{why}: not measured again"
+                        if trial.status in _PASSED
+                        else "failed to compile in an earlier tuning of this problem (no check "
+                        "changes that): not compiled again"
+                    )
+                    out[cid] = replace(trial, config=dict(config), notes=(*trial.notes, note))
         return out
 
-    def _candidates(self) -> Iterator[tuple[str, dict[str, Any], Path]]:
-        """(config id, config, file) of each measurement file that may hold a config of this
-        space: a list's configs are looked up by name; a product's folder is listed (it holds
-        the configs measured, far fewer than the product has)."""
+    def _siblings(self) -> Iterator[tuple[Path, dict[str, Any]]]:
+        """(folder, checks) of each other set of checks this problem was measured under."""
+        for record in sorted(self.base_dir.glob("*.json")):
+            folder = record.with_suffix("")
+            if folder == self.measure_dir or not folder.is_dir():
+                continue
+            checks = _read_checks(record)
+            if checks is None or digest(checks) != folder.name:
+                continue  # not a record this tileauto wrote, or edited
+            if disk.unsafe_reason(folder) is None:
+                yield folder, checks
+
+    def _candidates(self, folder: Path) -> Iterator[tuple[str, dict[str, Any], Path]]:
+        """(config id, config, file) of each measurement file in ``folder`` that may hold a
+        config of this space: a list's configs are looked up by name; a product's folder is
+        listed (it holds the configs measured, far fewer than the product has)."""
         if self.full_ids is not None:
             for cid, config in self.full_ids.items():
-                path = self.measure_dir / f"{digest(self.measurement_id(config))}.json"
+                path = folder / f"{digest(self.measurement_id(config))}.json"
                 if path.exists():
                     yield cid, config, path
             return
         assert self.product is not None
         names = self.product.names
-        for path in sorted(self.measure_dir.glob("*.json")):
+        for path in sorted(folder.glob("*.json")):
             try:
                 with open(path) as f:
                     identity = json.load(f)["config"]
@@ -295,11 +363,11 @@ class TuningStore:
 
     def _unsafe_measurements(self) -> str | None:
         """Why the measurement folders cannot be trusted (see ``disk.folder_problem``), or None."""
-        for folder in (self.root, self.measure_dir.parent):
+        for folder in (self.root, self.base_dir.parent, self.base_dir):
             reason = disk.folder_problem(folder)
             if reason is not None:
                 return reason
-        return disk.unsafe_reason(self.measure_dir)
+        return disk.unsafe_reason(self.measure_dir) if self.measure_dir.is_dir() else None
 
     # -- writing --------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -382,8 +450,9 @@ class TuningStore:
             return False
         if not self._writable:
             disk.make_private_dir(self.measure_dir)
-            disk.check_private(self.measure_dir.parent)  # measurements/
-            disk.check_private(self.root)
+            for folder in (self.base_dir, self.base_dir.parent, self.root):  # measurements/
+                disk.check_private(folder)
+            _write_whole(self.measure_dir.with_suffix(".json"), self.checks)
             self._writable = True
         self._write_trial(trial)
         self._stored[identity] = measured
@@ -391,22 +460,92 @@ class TuningStore:
 
     def _write_trial(self, trial: Trial) -> None:
         identity = self.measurement_id(trial.config)
-        name = digest(identity)
-        tmp = self.measure_dir / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
         body = {"config": identity, "trial": trial.to_json()}
         record = {"format": MEASUREMENT_FORMAT, **body, "sha256": _measurement_hash(body)}
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with open(fd, "w") as f:
-                json.dump(record, f, default=repr)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.measure_dir / f"{name}.json")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        _write_whole(self.measure_dir / f"{digest(identity)}.json", record)
 
 
-MEASUREMENT_FORMAT = 2  # a file of another format is not a measurement (docs/cache_format.md)
+def _write_whole(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to a temporary file of mode 600, fsync it, rename it into place."""
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(fd, "w") as f:
+            json.dump(data, f, default=repr)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+# -- checks ---------------------------------------------------------------------------------------
+def checks_record(checks: dict[str, Any]) -> dict[str, Any]:
+    """The checks of a tuning as its measurements' folder records them: programs by the digest
+    of everything they reach (their fingerprint), the rest by value."""
+    out = dict(checks)
+    for name in ("ref_prog", "manual_check_prog"):
+        if out.get(name) is not None:
+            out[name] = digest(out[name])
+    return out
+
+
+def at_least_as_strict(earlier: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a config that passed ``earlier``'s checks passes ``now``'s (both
+    :func:`checks_record` s): ``now`` checks nothing; or both run the same manual check (or
+    none), ``earlier`` compared with the same reference (or ``now`` has none: it compares with
+    the default config's outputs), with tolerances no looser."""
+    if now.get("skip_check"):
+        return True
+    if earlier.get("skip_check") or earlier.get("manual_check_prog") != now.get(
+        "manual_check_prog"
+    ):
+        return False
+    if now.get("ref_prog") is not None and earlier.get("ref_prog") != now.get("ref_prog"):
+        return False
+    try:
+        return all(
+            float(earlier[t]) <= float(now[t]) for t in ("rtol", "atol", "max_mismatched_ratio")
+        )
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def describe_checks(checks: dict[str, Any]) -> str:
+    """How a config was checked, in words (for a reused trial's note)."""
+    if checks.get("skip_check"):
+        return "with no check"
+    against = (
+        "against a reference program" if checks.get("ref_prog") else "against the default config"
+    )
+    how = " with a manual check" if checks.get("manual_check_prog") else ""
+    return (
+        f"{against}{how} (rtol {checks.get('rtol')}, atol {checks.get('atol')}, "
+        f"max_mismatched_ratio {checks.get('max_mismatched_ratio')})"
+    )
+
+
+def _read_checks(path: Path) -> dict[str, Any] | None:
+    """A checks record of this user's (a plain file nobody else can write), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with open(fd) as f:
+            st = os.fstat(f.fileno())
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_uid != os.getuid()
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            ):
+                return None
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+MEASUREMENT_FORMAT = (
+    3  # 3: in measurements/<base>/<checks>/; another is not read (docs/cache_format.md)
+)
 
 
 def _measured_part(trial: Trial) -> dict[str, Any]:

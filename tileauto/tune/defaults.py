@@ -90,18 +90,21 @@ def default_builder(
         if cluster is not None:
             from tileauto.scale.ray import RayBuilder  # Ray only for a Ray tuning
 
-            return RayBuilder(
-                p.factory,
-                p.compile_args,
-                staging_dir=staging_dir,
-                timeout_s=p.settings.compile_timeout_s,
-                cluster=cluster,
+            return with_kernel_cache(
+                p,
+                RayBuilder(
+                    p.factory,
+                    p.compile_args,
+                    staging_dir=staging_dir,
+                    timeout_s=p.settings.compile_timeout_s,
+                    cluster=cluster,
+                ),
             )
         if decide_spin and p.device_type == "cpu":
             _decide_spin(p)
         from tileauto.build.builder import Builder  # the builder's imports wait for a miss
 
-        return Builder(
+        builder = Builder(
             p.factory,
             p.compile_args,
             workers=max(1, min(p.settings.compile_workers(), configs + 1)),
@@ -109,8 +112,31 @@ def default_builder(
             timeout_s=p.settings.compile_timeout_s,
             staging_dir=staging_dir,
         )
+        return with_kernel_cache(p, builder)
 
     return make
+
+
+def with_kernel_cache(problem: TuningProblem, builder: BuildStage) -> BuildStage:
+    """``builder`` behind the kernel cache (:class:`tileauto.build.cached.CachedBuilder`): a
+    config compiled by any tuning of this factory, call and target is loaded, not compiled
+    again, whatever the checks or the timing. ``builder`` itself when either cache is off.
+    """
+    from tileauto.build.cached import CachedBuilder
+    from tileauto.cache.kernels import ConfigKernels
+    from tileauto.jit.target_memo import resolve
+
+    p, ca = problem, problem.compile_args
+    if not (p.settings.kernel_cache_enabled and p.settings.tuning_cache_enabled):
+        return builder
+    try:
+        target = resolve(ca.target, ca.target_host, p.settings)
+    except Exception:  # noqa: BLE001 - a bad target fails in each compile, with its message
+        return builder
+    kernels = ConfigKernels.open(
+        p.settings, p.factory, p.args, p.kwargs, ca, target=target.json, device=target.device
+    )
+    return builder if kernels is None else CachedBuilder(builder, kernels)
 
 
 def default_runner(problem: TuningProblem, cluster: RayCluster | None = None) -> RunStage:

@@ -165,19 +165,35 @@ class TuningSession:
         hit = self.store.load()
         if hit is not None:
             self.observer.cache_hit(hit)  # a marker trial, never stored as a measurement
-            message = (
+            self._tell(
                 f"tileauto: using cached tuning {hit.key} ({hit.config}, {hit.latency:.4f} ms)"
             )
-            if isinstance(self.reporter, NotingReporter):
-                self.reporter.note(message)
-            else:
-                note(message, show=self.problem.verbose)
         return hit
 
     def _tune(self) -> AutotuneResult:
         from tileauto.workers.procs import kill_workers_on_sigterm
 
         # a SIGTERM kills the workers and removes this run's scratch folder, as Ctrl-C does
+    def _tell(self, message: str) -> None:
+        """A one-line note to the user, through the reporter when it takes notes."""
+        if isinstance(self.reporter, NotingReporter):
+            self.reporter.note(message)
+        else:
+            note(message, show=self.problem.verbose)
+
+    def _tell_borrowed(self) -> None:
+        """Say how many configs an earlier tuning under checks at least as strict measured
+        (the store lends them: see each trial's notes), since they are not measured again."""
+        from tileauto.cache.tuning import EARLIER_CHECKS
+
+        borrowed = sum(any(EARLIER_CHECKS in n for n in t.notes) for t in self.known.values())
+        if borrowed:
+            self._tell(
+                f"tileauto: autotune {self.problem.name}: {borrowed} config(s) measured by an "
+                "earlier tuning whose checks were at least as strict are not measured again "
+                "(each trial's notes say how it was checked)"
+            )
+
         with kill_workers_on_sigterm():
             return self._tune_here()
 
@@ -197,6 +213,7 @@ class TuningSession:
         runner = self.runner
         self.reporter.started(p.name, self.view.size_bound)
         ref_latency = None
+        self._tell_borrowed()
         stop_reason = None
         try:
             builder.start()  # fork workers now, before this run starts any thread
@@ -209,6 +226,7 @@ class TuningSession:
             # an error or Ctrl-C: kill compiles and the run worker now, never wait for them
             builder.cancel()
             runner.kill()
+            self._build_known_winner(builder)
             self._report_end(None, None, stop_reason, f"{type(exc).__name__}: {exc}")
             scratch.remove()
             raise
@@ -450,6 +468,28 @@ class TuningSession:
     def _record(self, cid: str, trial: Trial) -> None:
         """Keep a config's trial, complete (its index in the space), and report it."""
         trial = trial.at_index(self.view.position(cid))
+    def _build_known_winner(self, builder: BuildStage) -> None:
+        """The winner, when an earlier run measured it, has no library here: build it while
+        the builder is open (a builder behind the kernel cache loads the earlier compile)."""
+
+        def rank(cid: str, trial: Trial) -> tuple[float, int]:
+            return (trial.latency_ms or 0.0, self.view.position(cid))
+
+        pool = {**self.known, **self._measured}
+        ranked = sorted(
+            (rank(cid, t), cid)
+            for cid, t in pool.items()
+            if t.ok and t.latency_ms is not None and self.view.position(cid) >= 0
+        )
+        if not ranked or ranked[0][1] in self._artifacts:
+            return
+        cid, p = ranked[0][1], self.problem
+        request = BuildRequest(index=0, config=self.view.config(cid), args=p.args, kwargs=p.kwargs)
+        built: list[BuildResult] = []
+        builder.build([request], built.append)
+        if built and built[0].ok and built[0].artifact is not None:
+            self._artifacts[cid] = built[0].artifact
+
         self._measured[cid] = trial
         if isinstance(self.store, TrialStore):  # an interrupted or killed run keeps it
             self.store.save_trial(trial)

@@ -138,12 +138,13 @@ def _attack_a_cache(root: Path) -> None:
 
 # -- 1. measurements are signed ----------------------------------------------------------------
 def test_an_edited_measurement_is_not_used(tmp_path):
-    from tileauto.cache.tuning import _measurement_hash, _read_measurement
+    from tileauto.cache.tuning import MEASUREMENT_FORMAT, _measurement_hash, _read_measurement
 
     trial = Trial(0, {"block": 8}, TrialStatus.COMPILE_ERROR, error="does not compile")
     body = {"config": '{"block": 8}', "trial": trial.to_json()}
     path = tmp_path / "m.json"
-    path.write_text(json.dumps({"format": 2, **body, "sha256": _measurement_hash(body)}))
+    signed = {"format": MEASUREMENT_FORMAT, **body, "sha256": _measurement_hash(body)}
+    path.write_text(json.dumps(signed))
     path.chmod(0o600)
     assert _read_measurement(path, body["config"]) == trial
     edited = json.loads(path.read_text())

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from tileauto.build.cached import CachedBuilder
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.search import RandomSearch
 from tileauto.settings import Settings
 from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
 from tileauto.tune import defaults
 from tileauto.tune.problem import TuningProblem
-from tileauto.tune.stages import BuildStage
+from tileauto.tune.stages import BuildStage, RunStage
 from tileauto.tune.stores import MemoryStore
 
 
@@ -58,10 +61,23 @@ def test_the_local_executor_makes_its_builder_when_the_session_tunes(problem, tm
     from tileauto.run.runner import Runner
 
     s = defaults.session(problem(search="exhaustive"))
-    assert isinstance(s.runner, Runner) and not isinstance(s.builder, BuildStage)
+    # neither is made before the session tunes: a cache hit needs no runner and no builder
+    assert not isinstance(s.runner, RunStage) and not isinstance(s.builder, BuildStage)
+    assert isinstance(s._runner(), Runner) and s._runner() is s.runner
     assert s.search.describe() == "Exhaustive"
     made = s.builder(tmp_path, 2)  # what the session does once it claimed its scratch folder
-    assert isinstance(made, Builder) and made.workers <= 3
+    assert isinstance(made, CachedBuilder)  # the kernel cache in front of the local builder
+    assert isinstance(made.inner, Builder) and made.workers <= 3
+    made.close()
+
+
+def test_without_the_kernel_cache_the_builder_is_the_local_one(problem, tmp_path, monkeypatch):
+    from tileauto.build.builder import Builder
+
+    p = problem()
+    p = dataclasses.replace(p, settings=Settings.from_env({"TILEAUTO_DISABLE_CACHE": "1"}))
+    made = defaults.session(p).builder(tmp_path, 2)
+    assert isinstance(made, Builder)
     made.close()
 
 
@@ -70,9 +86,11 @@ def test_the_ray_executor_shares_one_cluster_and_connects_nothing_yet(problem, t
     from tileauto.scale.ray import RayBuilder, RayRunner
 
     s = defaults.session(problem(executor="ray"))
-    assert isinstance(s.runner, RayRunner)
+    runner = s._runner()
+    assert isinstance(runner, RayRunner)
     made = s.builder(tmp_path, 2)
-    assert isinstance(made, RayBuilder) and made.cluster is s.runner.cluster
+    assert isinstance(made, CachedBuilder) and isinstance(made.inner, RayBuilder)
+    assert made.inner.cluster is runner.cluster
 
 
 def test_a_bad_search_name_fails_before_anything_runs(problem):
