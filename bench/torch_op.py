@@ -23,8 +23,10 @@ Each ratio is taken within a round and the median over rounds is printed. The go
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ["TILEAUTO_CACHE_DIR"] = tempfile.mkdtemp(prefix="tileauto-bench-torch-op-")
+atexit.register(shutil.rmtree, os.environ["TILEAUTO_CACHE_DIR"], ignore_errors=True)
 
 import torch  # noqa: E402
 

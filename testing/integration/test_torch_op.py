@@ -565,3 +565,27 @@ def test_the_mlp_example_compiles_whole_and_matches_eager(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "graph breaks: 0" in proc.stdout
     assert "24 tokens: compiled block matches eager torch" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_bench_runs_and_prints_its_ratios(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "torch_op.py"
+    proc = subprocess.run(
+        [sys.executable, str(bench), "--rounds", "2", "--configs", "1"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [
+        line.split() for line in proc.stdout.splitlines() if line.strip().startswith(("1x", "512x"))
+    ]
+    assert [r[0] for r in rows] == ["1x16", "512x512"], proc.stdout
+    assert all(r[4].endswith("x") and r[-1].endswith("x") for r in rows), proc.stdout
