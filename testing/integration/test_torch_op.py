@@ -456,6 +456,12 @@ def test_problem_that_does_not_fit_the_factory():
         op(*_inputs())
 
 
+def test_problem_that_leaves_a_problem_argument_unset():
+    op = tileauto.torch_op(_name("swiglu"), swiglu, problem=lambda gate, up: gate.shape[0])
+    with pytest.raises(TorchOpError, match=r"leaves \['N'\] of _silu_mul\(M, N, "):
+        op(*_inputs())
+
+
 def test_problem_that_sets_a_tunable():
     tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], verbose=False)(swiglu)
     op = tileauto.torch_op(

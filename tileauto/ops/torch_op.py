@@ -261,17 +261,32 @@ class TorchOp:
                 "problem must map the op's arguments to the factory's problem arguments, "
                 "e.g. problem=lambda gate, up: gate.shape"
             ) from None
-        given = set(inspect.signature(fn).bind_partial(*pargs, **pkwargs).arguments)
-        tunables = given & self._tunable_names(pargs, pkwargs)
+        signature = inspect.signature(fn)
+        given = set(signature.bind_partial(*pargs, **pkwargs).arguments)
+        names = self._tunable_names()
+        tunables = given & (names or set())
         if tunables:
             raise TorchOpError(
                 f"{self.name}: problem returned {value!r}, which sets the tunable(s) "
                 f"{sorted(tunables)} of {where}: tunables are tuned, not given; problem "
                 "returns the problem arguments only"
             )
+        if names is not None:  # the space is known: what it does not set, problem must
+            missing = [
+                n
+                for n, p in signature.parameters.items()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and n not in given and n not in names
+            ]  # fmt: skip
+            if missing:
+                raise TorchOpError(
+                    f"{self.name}: problem returned {value!r}, which leaves {missing} of {where} "
+                    "unset: problem must return every problem argument of the factory"
+                )
         return pargs, pkwargs
 
-    def _tunable_names(self, pargs: tuple, pkwargs: dict[str, Any]) -> set[str]:
+    def _tunable_names(self) -> set[str] | None:
+        """The names the space sets (none for ``@jit``); None where a callable space hides them."""
         if not isinstance(self.factory, AutoTuneImpl):
             return set()
         configs = self.factory.configs
@@ -279,7 +294,7 @@ class TorchOp:
             return set(configs.names)
         if isinstance(configs, list):
             return {k for cfg in configs for k in split_pass_configs(cfg)[0]}
-        return set()  # a callable space: its names are known once it is called
+        return None  # a callable space: its names are known once it is called
 
     def _elaborate(self, args: tuple, kwargs: dict[str, Any]) -> Signature:
         fn = self._jit.factory
