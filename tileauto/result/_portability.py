@@ -1,7 +1,8 @@
 """Whether a stored kernel can run on this machine, and compiling its config again when not.
 
 Answered from the target memo when this machine has answered it before, so that loading a
-result does not import TVM's compiler (see :mod:`tileauto.jit.target_memo`).
+result does not import TVM's compiler (see :mod:`tileauto.jit.target_memo`); the compiler,
+the kernel (torch) and the space are imported only to compile again.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from typing import Any
+
+from tileauto.errors import CacheError
+from tileauto.options import CompileArgs
 
 
 def cannot_run_here(artifact: Any, compile_args: Any) -> str | None:
@@ -31,11 +35,9 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
     Raises:
         CacheError: no factory is given and the entry holds no TVMScript.
     """
-    from tileauto.errors import CacheError
     from tileauto.jit.compiler import compile_to_dir
     from tileauto.jit.impl import process_scratch_dir
     from tileauto.jit.kernel import JITKernel
-    from tileauto.options import CompileArgs
     from tileauto.settings import Settings
     from tileauto.space import merged_pass_configs, split_pass_configs
 

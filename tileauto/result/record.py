@@ -1,7 +1,8 @@
 """AutotuneResult: the tuned config, its latency, the loaded kernel and every trial.
 
 Built once, complete, by the session or a store; nothing sets its fields afterwards. Its
-shipping methods (TileLang's API) call :mod:`tileauto.result.shipping` when they are used.
+methods (TileLang's names) delegate to the report's table and plot, the summary and shipping:
+the record presents itself through them, and none of them imports the record.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tileauto.records import Trial
-
-if TYPE_CHECKING:
-    from tileauto.result.summary import TuningResult
+from tileauto.report.plot import plot_trials
+from tileauto.report.table import format_table
+from tileauto.result.shipping import kernel_name, load_result, save_result
+from tileauto.result.summary import TuningResult
 
 
 @dataclass
@@ -33,6 +35,8 @@ class AutotuneResult:
         cache_hit: whether it came from the disk cache (or a saved folder) without tuning.
         key: the cache key of the tuning problem (None when the tuning cache was off).
         extra: more facts about the run (``"problem"``: the problem arguments, if plain).
+        rebuild: compiles the best config again when the kernel's files are gone and it must
+            be saved (None for a loaded folder).
     """
 
     config: dict[str, Any]
@@ -46,8 +50,6 @@ class AutotuneResult:
     cache_hit: bool = False
     key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # compiles the best config again when the kernel's files are gone and it must be saved
-    # (None for a loaded folder)
     rebuild: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -75,15 +77,11 @@ class AutotuneResult:
 
     def table(self) -> str:
         """The per-config report table."""
-        from tileauto.report.table import format_table
-
         best = self.best_trial
         return format_table(self.trials, best.index if best else None, self.default_trial)
 
     def as_tuning_result(self) -> TuningResult:
         """The cuTile-style view: best (mean, 95% margin, samples), successes, failures."""
-        from tileauto.result.summary import TuningResult
-
         trials = list(self.trials)
         best = self.best_trial
         if best is not None and best not in trials:
@@ -93,9 +91,6 @@ class AutotuneResult:
     def plot(self, path: str | Path) -> Path:
         """Draw the trials (latency per config, failures marked, the winner and the default
         highlighted) to ``path`` (.png or .svg). Needs matplotlib (``tileauto[plot]``)."""
-        from tileauto.report.plot import plot_trials
-        from tileauto.result.shipping import kernel_name
-
         best = self.best_trial
         return plot_trials(
             self.trials,
@@ -105,7 +100,7 @@ class AutotuneResult:
             title=f"{kernel_name(self.kernel)}: {self.config}, {self.latency:.4f} ms",
         )
 
-    # -- shipping (see tileauto.result.shipping) ---------------------------------------------------------
+    # -- shipping (tileauto.result.shipping) --------------------------------------------------
     def save_to_disk(self, path: str | Path, *, verbose: bool = False) -> Path:
         """Write this result to the folder ``path`` for another process or machine.
 
@@ -121,8 +116,6 @@ class AutotuneResult:
                 of the kernel is gone and this result cannot compile it again.
             OSError: the folder could not be written.
         """
-        from tileauto.result.shipping import save_result
-
         return save_result(self, path, verbose=verbose)
 
     @classmethod
@@ -149,8 +142,6 @@ class AutotuneResult:
         Raises:
             CacheError: the folder is missing, incomplete, corrupt, or writable by others.
         """
-        from tileauto.result.shipping import load_result
-
         return load_result(cls, path, compile_args, factory=factory)
 
     @classmethod

@@ -2,7 +2,9 @@
 
 The folder has the format of a cache entry (``docs/cache_format.md``). Loading runs the stored
 library as is; where it cannot run (see :mod:`tileauto.result._portability`) the stored best config
-is compiled again for this machine, with a warning.
+is compiled again for this machine, with a warning. The cache and the kernel (torch) are
+imported when a folder is written or read, so that importing the record, which imports this
+module (``from tileauto import AutotuneResult``), loads neither.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
+from tileauto.errors import CacheError
+from tileauto.options import CompileArgs
 from tileauto.report.notes import note
+from tileauto.result._portability import cannot_run_here, recompile, with_out_idx
 
 log = get_logger("shipping")
 
@@ -27,7 +32,6 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
     from tileauto.cache import disk
     from tileauto.cache.entry import KIND_TUNED, fill_result
     from tileauto.cache.key import versions
-    from tileauto.errors import CacheError
     from tileauto.jit.target_memo import device_fingerprint
 
     path = Path(path).expanduser().absolute()
@@ -70,9 +74,7 @@ def load_result(
     """:meth:`AutotuneResult.load_from_disk <tileauto.result.record.AutotuneResult.load_from_disk>`."""
     from tileauto.cache import disk
     from tileauto.cache.entry import KIND_TUNED, REQUIRED_TUNED, read_result
-    from tileauto.errors import CacheError
     from tileauto.jit.kernel import JITKernel
-    from tileauto.result._portability import cannot_run_here, recompile, with_out_idx
 
     path = Path(path).expanduser().absolute()
     args = _compile_args(compile_args)
@@ -114,8 +116,6 @@ def _complete_artifact(result: Any, path: Path) -> Any:
     Raises:
         CacheError: a file is gone and this result cannot compile the kernel again.
     """
-    from tileauto.errors import CacheError
-
     artifact = result.kernel.artifact
     missing = artifact.missing_files()
     if not missing:
@@ -176,8 +176,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _compile_args(compile_args: Any) -> Any:
-    from tileauto.options import CompileArgs
-
     if compile_args is None or isinstance(compile_args, CompileArgs):
         return compile_args
     if isinstance(compile_args, dict):
@@ -197,8 +195,6 @@ class _Saved:
 
 def _fill_complete(result: Any, out: Path, fill: Callable[[Any, Path], None]) -> None:
     """Fill a saved folder, refusing to publish one without every file of the kernel."""
-    from tileauto.errors import CacheError
-
     fill(result, out)
     written = result.kernel.artifact.moved_to(out / "kernel")
     missing = written.missing_files()
