@@ -33,6 +33,16 @@ Tunes the 16-config CPU GEMM space of ``examples/gemm_cpu.py`` (tuning cache off
   fact of life: the efficiency is what tileauto controls (two compiles slowing each other
   beyond sharing the cores: threads inside TVM or LLVM, memory bandwidth), and it should not
   change verdict when busy processes take cores.
+
+Then a re-tuning of the same space with other checks or timing, against a cold tuning, each
+in a fresh process with a cache of its own (``--recheck-rounds`` rounds, 0 skips it;
+``--only-recheck`` runs it alone): a cold tuning with ``ref_prog=torch.matmul``, then the same
+space tuned without a reference (a compile and a measurement of every config are taken from
+the first: issue 38), with ``rep`` doubled (the compiles are taken, every config is timed
+again), and, for the figures before issue 38, the tuning without a reference with the caches
+off (``TILEAUTO_DISABLE_CACHE=1``: every config compiled and measured again, which is what a
+re-tuning under other checks cost before). Each reports its wall time and the configs it
+compiled (kernel entries it added).
 """
 
 from __future__ import annotations
@@ -209,16 +219,115 @@ def tune_once(size: int, workers: int, warmup: int, rep: int) -> dict:
     }
 
 
+def _retune(size: int, warmup: int, rep: int, ref: bool, cache: Path) -> dict:
+    """One tuning through the public API with ``cache`` as the cache (in this process)."""
+    import torch
+
+    import tileauto
+
+    os.environ.pop("TILEAUTO_DISABLE_CACHE", None)
+    os.environ.pop("TILEAUTO_AUTO_TUNING_DISABLE_CACHE", None)
+    os.environ["TILEAUTO_CACHE_DIR"] = str(cache)
+    if os.environ.get("RECHECK_CACHES_OFF"):
+        os.environ["TILEAUTO_DISABLE_CACHE"] = "1"
+    kernels = cache / "kernels"
+
+    def entries() -> int:
+        return len(list(kernels.iterdir())) if kernels.is_dir() else 0
+
+    tuner = tileauto.AutoTuner.from_kernel(gemm_cpu.gemm, gemm_cpu.configs(size, size, size))
+    tuner.args = (size, size, size)
+    tuner.set_compile_args(out_idx=[-1], target="llvm")
+    tuner.set_profile_args(
+        warmup_iters=warmup, rep_iters=rep, ref_prog=torch.matmul if ref else None
+    )
+    before, start = entries(), time.perf_counter()
+    result = tuner.run(verbose=False)
+    wall = time.perf_counter() - start
+    borrowed = sum(any("earlier tuning" in n for n in t.notes) for t in result.trials)
+    return {
+        "wall": wall,
+        "compiled": entries() - before,
+        "borrowed": borrowed,
+        "configs": len(result.trials),
+        "best_ms": result.latency,
+        "load": os.getloadavg()[0],
+    }
+
+
+def recheck(size: int, warmup: int, rep: int, rounds: int) -> list[str]:
+    """The re-tuning under other checks or timing against a cold tuning (see the docstring)."""
+    import shutil
+
+    runs: dict[str, list[dict]] = {}
+
+    def child(label: str, cache: Path, ref: bool, rep_n: int, off: bool = False) -> None:
+        env = {**os.environ, "RECHECK_CACHES_OFF": "1" if off else ""}
+        args = ["--size", str(size), "--warmup", str(warmup), "--rep", str(rep_n)]
+        out = subprocess.run(
+            [sys.executable, __file__, "--recheck-json", str(cache), str(int(ref)), *args],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        runs.setdefault(label, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    for r in range(rounds):
+        cache = Path(tempfile.mkdtemp(prefix="tileauto-recheck-"))
+        try:
+            child("cold, with ref_prog", cache, True, rep)
+            later = [  # (label, ref_prog, rep, caches off)
+                ("again without ref_prog", False, rep, False),
+                ("again, rep doubled", True, 2 * rep, False),  # the same checks, other timing
+                ("without ref_prog, caches off (before)", False, rep, True),
+            ]
+            for label, ref, rep_n, off in later if r % 2 == 0 else later[::-1]:
+                child(label, cache, ref, rep_n, off)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    cold = statistics.median(x["wall"] for x in runs["cold, with ref_prog"])
+    lines = [
+        f"\nre-tuning with other checks or timing: GEMM {size}^3, "
+        f"{runs['cold, with ref_prog'][0]['configs']} configs, fresh processes, median of "
+        f"{rounds} round(s), each with an empty cache; ratios against the cold tuning"
+    ]
+    for label, got in runs.items():
+        wall = statistics.median(x["wall"] for x in got)
+        lines.append(
+            f"  {label:<40} {wall:6.2f} s  {wall / cold:5.2f} x cold  compiled "
+            f"{statistics.median(x['compiled'] for x in got):4.0f}  measurements taken "
+            f"{statistics.median(x['borrowed'] for x in got):4.0f}  load "
+            f"{min(x['load'] for x in got):.2f}-{max(x['load'] for x in got):.2f}"
+        )
+    after = statistics.median(x["wall"] for x in runs["again without ref_prog"])
+    before = statistics.median(x["wall"] for x in runs["without ref_prog, caches off (before)"])
+    lines.append(
+        f"  without ref_prog after a tuning with one: {after:.2f} s now against {before:.2f} s "
+        f"before issue 38 ({before / after:.1f}x faster; {after / cold:.2f} of a cold tuning)"
+    )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--warmup", type=int, default=25)
     parser.add_argument("--rep", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved 1- and 2-worker rounds")
+    parser.add_argument(
+        "--recheck-rounds", type=int, default=1, help="re-tuning rounds (0: skip them)"
+    )
+    parser.add_argument("--only-recheck", action="store_true", help="the re-tuning alone")
+    parser.add_argument("--recheck-json", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--cold-json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--import-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = ["--size", str(args.size), "--warmup", str(args.warmup), "--rep", str(args.rep)]
+    if args.recheck_json:  # one tuning with a cache, in this fresh process (see recheck)
+        cache, ref = args.recheck_json
+        print(json.dumps(_retune(args.size, args.warmup, args.rep, ref == "1", Path(cache))))
+        return 0
+    if args.only_recheck:
+        print("\n".join(recheck(args.size, args.warmup, args.rep, max(1, args.recheck_rounds))))
+        return 0
     if args.cold_json:  # one cold tuning in this fresh process, as JSON (see below)
         print(json.dumps(tune_once(args.size, 2, args.warmup, args.rep)))
         return 0
@@ -351,6 +460,8 @@ def main() -> int:
         f"wall / floor: cold {wf_cold:.2f}, warm {wf_warm:.2f} (target <= {FLOOR_TARGET}: "
         f"{'met' if max(wf_cold, wf_warm) <= FLOOR_TARGET else 'MISSED'})"
     )
+    if args.recheck_rounds > 0:
+        print("\n".join(recheck(args.size, args.warmup, args.rep, args.recheck_rounds)))
     return 0
 
 

@@ -151,14 +151,15 @@ class Builder(SlotStage):
         them; it is done for CPU targets only (a GPU driver does not survive a fork), and when
         :func:`tileauto.workers.procs.fork_unsafe_reason` finds nothing against it.
         """
+        from tileauto.jit.target_memo import resolve
         from tileauto.utils.imports import collector_paused
-
-        with collector_paused():  # the tuning process's first import of TVM, usually
-            from tileauto.jit.target import device_type_of, resolve_target
 
         ca = self.compile_args
         try:
-            cpu = device_type_of(resolve_target(ca.target, ca.target_host)) == "cpu"
+            # the memo answers without TVM's compiler: a build served by the kernel cache
+            # never imports it; on a miss, this is the tuning process's first import of TVM
+            with collector_paused():
+                cpu = resolve(ca.target, ca.target_host).device_type == "cpu"
         except Exception:  # noqa: BLE001 - a bad target fails in the compile, with its message
             return "the target cannot be resolved"
         return fork_unsafe_reason() if cpu else "a GPU target"
