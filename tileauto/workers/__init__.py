@@ -1,9 +1,9 @@
 """Worker processes: started, watched and killed with their whole process group.
 
-procs.py          Worker: a killable process (fork, forkserver or spawn) that runs jobs
-pool.py           a pool of workers with per-job time limits, restarted on failure
-forkserver.py     a forkserver that starts workers without importing torch and TVM again
-_process_tree.py  finding and killing every descendant of a worker
-entry.py          the entry point a spawned worker runs
-pickling.py       shipping jobs and results between processes (cloudpickle)
+procs.py          Worker: a killable process (forked, or from the forkserver) that runs jobs
+pool.py           the compile workers that builds lease, one build at a time each
+forkserver.py     the caller's side of the forkserver, which starts workers as forks of itself
+_process_tree.py  waiting for a forked worker, killing every descendant of a worker
+entry.py          inside a worker: the job loop, and the forkserver itself
+pickling.py       cloudpickle for jobs, with the source file of every function kept
 """

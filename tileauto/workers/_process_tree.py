@@ -123,8 +123,6 @@ def kill_all(processes: list[psutil.Process]) -> None:
 
 def kill_tree(pid: int) -> None:
     """SIGKILL a worker, its process group and every descendant (setsid ones too). No lock."""
-    # walked before the worker dies (afterwards its orphans belong to init, out of reach),
-    # with the worker stopped so that it starts nothing new meanwhile
     for send in (os.kill, os.killpg):
         try:
             send(pid, signal.SIGSTOP)

@@ -1,15 +1,9 @@
 """Inside a worker process: the job loop, and the forkserver that starts workers.
 
-This module is what a worker runs, whichever way it started:
-
-- forked from the caller (:class:`tileauto.workers.procs.Worker` with ``fork_ok``), it calls
-  :func:`child_main` right after the fork;
-- otherwise it is forked by the *forkserver*: ``python -m tileauto.workers.entry FD``, a
-  fresh interpreter that imports TVM and torch once (``worker_preload``) and then forks one
-  worker per request received on the socket ``FD``. The server is started from this module, not
-  from the user's script, so nothing of the user's ``__main__`` is imported again (a script
-  without an ``if __name__ == "__main__":`` guard would otherwise tune again in the worker).
-  Jobs arrive as cloudpickle bytes, so functions of ``__main__`` travel by value.
+A worker forked from the caller calls :func:`child_main` right after the fork. The forkserver,
+``python -m tileauto.workers.entry FD``, imports the modules it is told once and forks one
+worker per request on the socket ``FD``; it runs this module, never the user's ``__main__``
+(a script without a ``__main__`` guard would tune again in every worker).
 
 Protocol with the caller (:mod:`tileauto.workers.forkserver`), on a ``SOCK_SEQPACKET`` socket:
 the first message is the caller's ``sys.path`` and the modules to preload; then each request
@@ -62,12 +56,11 @@ class RemoteError:
 
 # -- a worker --------------------------------------------------------------------------------
 def set_pdeathsig() -> None:
-    """Die with the parent (SIGKILL), and keep the job's orphans as our descendants."""
+    """Die with the parent (SIGKILL), and keep the job's orphans (a daemonized child) as our
+    descendants, so that killing the worker finds and kills them too."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        # orphans of the job (a daemonized child) stay our descendants, so that killing the
-        # worker finds and kills them too
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
     except OSError:  # pragma: no cover - non-glibc systems
         pass

@@ -1,9 +1,9 @@
 """The caller's side of the forkserver: a fresh interpreter with TVM and torch loaded that forks
 workers on request (the server itself is :mod:`tileauto.workers.entry`).
 
-Starting the server takes seconds (importing TVM and torch), once per process; each worker is
-then a fork of it, ready in tens of milliseconds. One server serves the whole process
-(:meth:`ForkServer.shared`); it exits, and its workers die, when this process exits.
+It pays for importing TVM and torch once, and each worker is then a cheap fork of it. One
+server serves the whole process (:meth:`ForkServer.shared`); it exits, and its workers die,
+when this process exits.
 """
 
 from __future__ import annotations

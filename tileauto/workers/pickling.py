@@ -1,13 +1,10 @@
 """cloudpickle for the jobs that go to workers, with the source file of every function kept.
 
-Functions that cloudpickle sends by value (those of ``__main__``, of a notebook, defined inside
-another function) arrive in the worker as new code objects. Since cloudpickle 3.1.3 their
-file name is ``"<dynamic-code>"`` (so that a payload does not depend on where its code was
-defined). A worker then cannot read their source, and TVMScript needs it: a factory that
-builds its kernel with ``@T.prim_func`` fails every compile with "OSError: could not get source
-code". :func:`dumps` pickles as cloudpickle does, except that code objects keep their file
-name; the worker reads the source from that file, as it did before cloudpickle 3.1.3 (a
-worker on another machine needs the file at the same path, as before).
+Functions that cloudpickle sends by value (of ``__main__``, a notebook, or defined inside
+another function) arrive with the file name ``"<dynamic-code>"`` (cloudpickle >= 3.1.3), so a
+worker cannot read their source, which TVMScript's ``@T.prim_func`` needs ("could not get
+source code"). :func:`dumps` pickles as cloudpickle does but keeps each code object's file
+name; a worker on another machine needs that file at the same path.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 A build leases the workers it runs on and gives each back when it is done with it; while
 leased, a worker runs that build's jobs only, so a build can kill the workers it holds (a
-cancel) without touching another build's. Workers from the forkserver stay up between builds
-(starting one costs tens of milliseconds, the server seconds); workers forked from the caller
-are closed when their build ends (:meth:`WorkerPool.close_forked`), since they keep the memory
-the caller had at the fork.
+cancel) without touching another build's. Workers from the forkserver stay up between builds;
+workers forked from the caller are closed when their build ends
+(:meth:`WorkerPool.close_forked`), since they keep the memory the caller had at the fork.
 
 One pool serves the whole process by default (:meth:`WorkerPool.shared`); a session may own
 one instead.
@@ -113,7 +112,7 @@ class WorkerPool:
 
         A forked worker shares the caller's memory as it was at the fork: kept alive, it would
         keep memory the caller has since freed (a model's weights, say) from going back to the
-        system. Forking again for the next build costs milliseconds.
+        system; forking again for the next build is cheap.
         """
         with self._lock:
             forked = [w for w in self._workers if w.start_method == "fork" and w.alive]

@@ -1,31 +1,12 @@
 """Worker processes that can be killed: one job at a time, own process group, respawn on demand.
 
-A worker starts one of two ways:
-
-- *forked from the caller* (``fork_ok`` workers, when :func:`fork_unsafe_reason` finds nothing
-  against it): ready in milliseconds, with TVM, torch and the user's modules already imported.
-  The fork must come from the main thread with no other Python thread running (one could hold
-  a lock the child would find locked). The thread pools of OpenMP (torch) and TVM do not
-  survive a fork: they belong to the thread that started them, and a child that used the
-  copied state would wait forever for threads that were not copied. So a forked worker runs
-  its jobs in a new thread, which starts pools of its own, and first runs a probe through
-  OpenMP (if that hangs, the process uses the forkserver from then on);
-- otherwise from the *forkserver* (:mod:`tileauto.workers.forkserver`), a fresh interpreter
-  started from tileauto's own entry module that imported TVM and torch once and runs no torch
-  op (a few seconds to boot, once per process; later workers fork from it in tens of
-  milliseconds).
-
-Each worker leads its own process group so a kill ends the job together with anything it
-started (g++, for instance), and it dies with its parent (``PR_SET_PDEATHSIG``). Jobs travel
-as cloudpickle bytes; results come back as pickles. The worker's side is
-:mod:`tileauto.workers.entry`.
-
-A kill never waits for the job: :meth:`Worker.kill` may come from any thread (a cancel), and
-the thread running the job then gets :class:`WorkerCancelled`; it kills the whole tree
-(:mod:`tileauto.workers._process_tree`). A thread waiting in :meth:`Worker.call` leaves Ctrl-C to
-the main thread (:mod:`tileauto.utils.threads`). The only state this module keeps for the
-whole process is its safety net: the live workers, killed at exit and on SIGTERM, and the
-scratch folders a SIGTERM removes as an interrupted run's own clean-up would.
+A worker is forked from the caller where :func:`fork_unsafe_reason` finds nothing against it
+(``fork_ok`` workers, with everything the caller imported), else from the forkserver
+(:mod:`tileauto.workers.forkserver`); its side is :mod:`tileauto.workers.entry`. It leads its
+own process group, so a kill ends whatever the job started, and dies with its parent. A kill
+never waits for the job (:meth:`Worker.kill`, from any thread). The process-wide state is the
+safety net: the live workers, killed at exit and on SIGTERM, and the scratch folders a SIGTERM
+removes. Why each of these: docs/architecture.md ("Worker processes").
 """
 
 from __future__ import annotations
@@ -81,7 +62,7 @@ _PROBE_TIMEOUT_S = 10.0
 _LOG_CAP_BYTES = 16 << 20
 _LOG_KEEP_BYTES = 1 << 20
 _POLL_S = 0.05  # how often a running job is checked (result, death, memory, deadline, cancel)
-_REAP_S = 2.0  # a SIGKILLed process is gone in milliseconds; this only bounds a stuck one
+_REAP_S = 2.0  # a SIGKILLed process is gone at once; this only bounds a stuck one
 
 
 class _SafetyNet:
@@ -266,14 +247,12 @@ class Worker:
     def _start_forked(self) -> None:
         parent, child = Pipe(duplex=True)
         out = self._output_file()
-        # The child would otherwise copy-on-write every page the collector touches; frozen
-        # objects are left alone there (the parent thaws at once).
+        # the child's collector leaves frozen objects alone, so it copies none of their pages
         gc.freeze()
         try:
             with warnings.catch_warnings():
-                # Python >= 3.12 warns on any fork of a threaded process. The only other
-                # threads here are native ones, typically the pools of OpenMP, TVM or OpenBLAS,
-                # whose state a forked worker does not use: its jobs run in a thread of its own.
+                # Python >= 3.12 warns on any fork of a threaded process; the other threads
+                # here are native pools (OpenMP, TVM), unused by the child's own job thread
                 warnings.filterwarnings(
                     "ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning
                 )

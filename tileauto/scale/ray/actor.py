@@ -89,10 +89,10 @@ class _RunActor:
     def ping(
         self, device: str, path: list[str], token: tuple[str, str] | None = None
     ) -> dict[str, Any]:
-        """Where the actor runs, and its size with the run worker's code imported: the memory
-        limit counts from there, as for a local run worker (which starts with TVM and torch
-        imported), and the default limit from the node's memory available now; whether it
-        sees the driver's files (``token``: see :meth:`RayCluster.share_files`)."""
+        """Where the actor runs; its size with the run worker's code imported (the memory limit
+        counts from there, as a local run worker's) and the node's available memory (the
+        default limit); whether it sees the driver's files (``token``: see
+        :meth:`RayCluster.share_files`)."""
         import psutil
         import ray
 
@@ -190,8 +190,8 @@ _VERDICT_S = 5.0  # a dead actor's watcher answers within a poll; this only boun
 
 def _memory_watch_class() -> type:
     """The memory watcher's actor class, made in a function so that Ray ships it by value:
-    its process imports psutil, not this module (torch, TVM), and starts in about the time
-    of a bare Ray worker. Everything it uses is the standard library's, psutil's or its own."""
+    its process imports psutil, not this module (torch, TVM), so it may use only the standard
+    library, psutil and itself."""
 
     class _MemoryWatch:
         """An actor beside a run actor (pinned to its node, no CPU): kills it when it grows
@@ -334,7 +334,7 @@ class RayWorker:
                 )
                 .remote()
             )
-            # started at the same time (it is ready first): no CPU, so a core hold lets it be
+            # no CPU: a hold of the node's cores does not keep the watcher from starting
             watcher = (
                 actor_class(ray, _MemoryWatch)
                 .options(
@@ -481,8 +481,7 @@ class RayWorker:
             self._busy = False
         self._shipped.update(folders)
         if ray.wait([watch], timeout=0)[0]:
-            # the watcher answered after the job did: the actor is gone; a new one (its
-            # sessions set up again) runs the next job
+            # the watcher answered after the job: the actor is gone; a new one runs the next job
             self.kill()
         if status == "ok":
             return value

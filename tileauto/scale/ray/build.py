@@ -47,11 +47,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the terminal colours of Ray's task erro
 
 
 def _warm_task(setup: bytes, probed: Any = None) -> dict[str, Any]:
-    """On a node, in a worker the compiles then reuse (a Ray task of the compiles' runtime
-    environment, with a compile's CPUs): import what a compile needs (TVM's compiler, the
-    factory's modules), so that the worker's first compile does not; say which worker, and
-    whether TVM is in it now. ``probed``, the node's probe answer, is not used: taking it
-    makes the warm-up wait for the probe, whose worker then runs it (see RayBuilder.start)."""
+    """On a node, in a worker the compiles then reuse: import what a compile needs (TVM's
+    compiler, the factory's modules); which worker, and whether TVM is in it now. ``probed``
+    is unused: taking it makes the warm-up wait for the probe, whose idle worker then runs it
+    (so Ray starts no worker that runs nothing)."""
     import ray
 
     from tileauto.jit.compiler import load_compiler
@@ -203,17 +202,13 @@ class RayBuilder(SlotStage):
         """Join the cluster, probe each node's hardware and warm up a worker per compile slot,
         without waiting for any of it.
 
-        A Ray worker is a fresh interpreter: it would import TVM's compiler (over a second)
-        in its first compile. Each warm-up task holds a compile's CPUs while it imports that
-        (and the factory's modules), so the compiles, which wait for those CPUs, then run in
-        the warm workers. The probe of each node (what :func:`matching_nodes` asks) is a task
-        of its own, started first, with no CPU and no heavy import: it answers in the time a
-        worker starts, even on a node whose CPUs are busy. The warm-ups take the probe's
-        answer as an argument, so they wait for it: the probe's worker, idle by then, runs
-        one of them and becomes a compile worker, and Ray starts no worker that runs nothing.
+        A warm-up holds a compile's CPUs while it imports TVM's compiler, so the compiles,
+        which wait for those CPUs, run in warm workers. The probes (what
+        :func:`matching_nodes` asks) take no CPU and import neither torch nor TVM, so they
+        answer even on a node whose CPUs are busy (docs/scale.md, "What runs where").
         """
         ray = self.cluster.connect()
-        self.cluster.share_files(self.staging_dir)  # before the run actors start: they look
+        self.cluster.share_files(self.staging_dir)  # before the run actors look for its token
         setup = pickling.dumps((list(sys.path), settings_env(), self._payload()))
         probe_task, warm_task = ray.remote(probe), ray.remote(_warm_task)
         job = ray.get_runtime_context().get_job_id()
@@ -304,10 +299,9 @@ class RayBuilder(SlotStage):
         ray = self.cluster.connect()
         self.cluster.release_cores()  # a timing run of this session is over: compile there
         token = self.cluster.share_files(self.staging_dir)
-        # sent with each task, not ray.put: Ray ends a driver that holds an object of the
-        # object store of its own node when that node dies (exit code 1, no message)
+        # with each task, not ray.put: a driver holding an object on its own node dies with it
         setup = pickling.dumps((list(sys.path), settings_env(), self._payload()))
-        dead = frozenset(self._dead_nodes())  # once, not per job: a GCS query costs 1-2 ms
+        dead = frozenset(self._dead_nodes())  # once per build, not per job: a query of the GCS
         slots = [
             _TaskSlot(self, ray, setup, token, dead)
             for _ in range(min(self.workers, len(requests)))
@@ -399,7 +393,7 @@ class RayBuilder(SlotStage):
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
             log.info("config %s failed to compile: %s", request.config, message.splitlines()[:1])
             return failed(request, status, first_lines(message), wall)
-        if value[0] == "here":  # compiled into its folder here
+        if value[0] == "here":
             artifact = KernelArtifact.from_json(value[1], directory=out)
         else:
             _, data, files = value

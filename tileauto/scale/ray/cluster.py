@@ -113,9 +113,8 @@ class RayCluster:
                 if from_env:
                     address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
                 if address in (None, "local"):
-                    # a local cluster of its own (Ray takes these settings only for a new
-                    # one), even where `ray start` runs one on this machine: Ray would join
-                    # that one for address=None (and refuse the settings)
+                    # a cluster of its own even where `ray start` runs one here: Ray would
+                    # join that one for address=None and refuse these settings
                     address = "local"
                     kwargs.setdefault("_system_config", dict(LOCAL_SYSTEM_CONFIG))
                 elif address != "auto":
@@ -190,10 +189,8 @@ class RayCluster:
         """Hold every CPU of ``node_id`` (waits for the compiles running there to end); the
         nodes held already stay held (several run actors time at once, one per node).
 
-        The hold is a placement group pinned to the node by its ``ray.io/node-id`` label: a
-        reservation without a process, made and given back in milliseconds. On a Ray whose
-        nodes have no such label it is an actor with the node's CPUs (a process started per
-        hold, about a second).
+        The hold is a placement group pinned by the node's ``ray.io/node-id`` label (no
+        process); on a Ray without node labels, an actor with the node's CPUs.
 
         Raises:
             NodeLost: the node died before its cores were free.

@@ -1,9 +1,8 @@
 """What a Ray node runs for tileauto before it compiles or times anything: its hardware probe.
 
 A Ray worker imports the module of the function it runs. This one imports neither torch nor
-TVM (about a second of CPU in a fresh interpreter, against milliseconds here), so a probe
-answers in the time a worker process starts, and the node's CPUs, few on a small machine,
-go to the compiles that start at the same moment.
+TVM, so a probe answers in the time a worker process starts and leaves the node's CPUs to the
+compiles that start at the same moment.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ def local_hardware(device: str) -> dict[str, Any]:
     only when this is equal).
 
     A CPU: a hash of its model and flags, and the TVM version (together they fix what LLVM
-    makes of the CPU, the cache key's device fingerprint), read in milliseconds without the
-    compiler; where the model cannot be read, the device fingerprint itself. A GPU: the
-    device fingerprint (name, compute capability, SM count, CUDA version).
+    makes of the CPU, the cache key's device fingerprint), read without the compiler; where
+    the model cannot be read, the device fingerprint itself. A GPU: the device fingerprint
+    (name, compute capability, SM count, CUDA version).
     """
     from tileauto.jit.target_memo import device_fingerprint, host_identity
 

@@ -88,8 +88,8 @@ class RayRunner(Runner):
             self.nodes = gpus
         self._started = True
         if self.worker is None:
-            # the actor's start (a process that imports torch and TVM: seconds) overlaps the
-            # compiles; a job waits for it (the worker's lock)
+            # the actor starts (importing torch and TVM) while the configs compile; a job
+            # waits for it (the worker's lock)
             worker = self.make_worker(self.device, self.threads, self.memory_limit_mb)
             self.worker = worker  # type: ignore[assignment]  # stands in for a Worker
             worker.starter = background_thread(start_quietly, worker, name="tileauto-ray-run-start")
@@ -293,8 +293,8 @@ class RayRunner(Runner):
         return chosen
 
     def kill(self) -> None:
-        """Kill every slot's run actor, and wait for the starts still in progress to give up
-        (a fraction of a second): once closed, this runner has no thread left in Ray."""
+        """Kill every slot's run actor, and wait for the starts still in progress to give up:
+        once closed, this runner has no thread left in Ray."""
         workers = [lane.worker for lane in self._lanes] + [self.worker]
         for lane in self._lanes:
             lane.kill_worker()
