@@ -66,6 +66,7 @@ class AutotuneResult:
 
     @property
     def best_trial(self) -> Trial | None:
+        """The best config's trial (the default's, when it won and is not among the trials)."""
         for t in self.trials:
             if t.ok and t.config == self.config:
                 return t
