@@ -97,6 +97,31 @@ def _padded(n, pad=0):
     return main
 
 
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _concat_static(n):
+    """B = [A, A] with static shapes: B's extent, 2 * n, is none of the op's sizes."""
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((2 * n,), "float32")):
+        for i in range(n):
+            B[i] = A[i]
+            B[i + n] = A[i]
+
+    return main
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _head3(n):
+    """B = 2 * A[:3]: an output of constant length whatever n is (n >= 3)."""
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((3,), "float32")):
+        for i in range(3):
+            B[i] = A[i] * T.float32(2)
+
+    return main
+
+
 def _inputs(m=8, n=16, dtype=torch.float32):
     torch.manual_seed(m * 1000 + n)
     return torch.randn(m, n, dtype=dtype), torch.randn(m, n, dtype=dtype)
@@ -333,6 +358,66 @@ def test_a_config_that_pads_its_output_is_caught_after_a_trace():
         match=r"returned outputs of shapes \[\(7,\)\] where the op's fake says \[\(6,\)\]",
     ):
         compiled(torch.randn(6))
+
+
+def test_a_padding_config_is_caught_under_dynamic_shapes():
+    only_padded = {"early_config_prune": lambda configs, named_args, **kw: configs[1:]}
+
+    def padded_op():
+        tuned = tileauto.autotune(
+            configs=[{"pad": 0}, {"pad": 2}], prune_configs_by=only_padded, verbose=False
+        )(_padded)
+        return tileauto.torch_op(_name("padded"), tuned, problem=lambda a: a.shape[0])
+
+    op = padded_op()  # traced first: the first real call of each size is checked
+    compiled = torch.compile(lambda a: op(a) + 1, fullgraph=True, dynamic=True, backend="eager")
+    with pytest.raises(
+        TorchOpError, match=r"shapes \[\(11,\)\] where the op's fake says \[\(9,\)\]"
+    ):
+        compiled(torch.randn(9))
+
+    op = padded_op()  # called first: the trace compares the kernel in memory
+    assert tuple(op(torch.randn(10)).shape) == (12,)  # eager: the kernel's own output
+    compiled = torch.compile(lambda a: op(a) + 1, fullgraph=True, dynamic=True, backend="eager")
+    with pytest.raises(Exception, match=r"outputs \[\(\(12,\), 'float32'\)\] where the default"):
+        compiled(torch.randn(10))
+
+
+def test_a_static_extent_the_fake_cannot_write_is_refused_under_dynamic_shapes():
+    op = tileauto.torch_op(_name("concat"), _concat_static, problem=lambda a: a.shape[0])
+    x = torch.randn(5)
+    torch.testing.assert_close(op(x), torch.cat([x, x]))  # eager: fine
+    static = torch.compile(lambda a: op(a) + 1, fullgraph=True, backend="eager")
+    torch.testing.assert_close(static(x), torch.cat([x, x]) + 1)  # static shapes: fine
+    dynamic = torch.compile(lambda a: op(a) + 1, fullgraph=True, dynamic=True, backend="eager")
+    with pytest.raises(Exception, match=r"dim 0 is 14 at these sizes and 28 at twice.*out_shapes"):
+        dynamic(torch.randn(7))
+    writable = tileauto.torch_op(
+        _name("concat"),
+        _concat_static,
+        problem=lambda a: a.shape[0],
+        out_shapes=lambda a: [(2 * a.shape[0],)],
+    )
+    dynamic = torch.compile(lambda a: writable(a) + 1, fullgraph=True, dynamic=True)
+    for n in (7, 8, 13):
+        a = torch.randn(n)
+        torch.testing.assert_close(dynamic(a), torch.cat([a, a]) + 1)
+
+
+def test_a_constant_extent_stays_a_constant_under_dynamic_shapes():
+    op = tileauto.torch_op(_name("head"), _head3, problem=lambda a: a.shape[0])
+    shapes = []
+
+    def record(gm, example_inputs):
+        (node,) = [n for n in gm.graph.nodes if getattr(n.target, "_name", "") == op.name]
+        shapes.append(node.meta["example_value"].shape)
+        return gm.forward
+
+    compiled = torch.compile(lambda a: op(a), fullgraph=True, dynamic=True, backend=record)
+    for n in (3, 5, 9):  # 3: an input as long as the constant output, at the trace
+        a = torch.randn(n)
+        torch.testing.assert_close(compiled(a), a[:3] * 2)
+    assert [tuple(s) for s in shapes] == [(3,)]  # one trace; the output is 3 long, always
 
 
 # -- autograd ------------------------------------------------------------------------------------

@@ -94,12 +94,24 @@ def elaborated_signature(
 
 
 def output_shapes(
-    sig: Signature, kernel_args: Sequence[Any], problem_values: Sequence[Any]
+    sig: Signature,
+    kernel_args: Sequence[Any],
+    problem_values: Sequence[Any],
+    doubled: Signature | None = None,
 ) -> list[tuple[Any, ...]]:
     """Each output's shape in the sizes of ``kernel_args`` (fake tensors, maybe symbolic).
 
     ``kernel_args`` are what the kernel is called with (its inputs, in order);
-    ``problem_values`` the factory's problem arguments as the op computed them.
+    ``problem_values`` the factory's problem arguments as the op computed them. ``doubled``,
+    the signature at the problem with every symbolic value doubled, tells a static extent
+    that follows a size (it doubles: written as that size) from a constant (it stays) and
+    from one the fake cannot write (anything else: an error).
+
+    Raises:
+        ValueError: an extent that depends on the symbolic sizes otherwise than as one of
+            them (``2 * M`` in a kernel of static shapes), or a shape expression it cannot
+            evaluate.
+        KeyError: a size variable no input binds.
     """
     by_value: dict[int, Any] = {}  # a static extent -> the op's first size that has it
     bindings: dict[str, Any] = {}  # a size variable -> the op's size that binds it
@@ -121,13 +133,52 @@ def output_shapes(
     shapes = []
     for pos in sig.out_pos:
         shape = []
-        for dim in sig.params[pos].shape:
-            if isinstance(dim, int):
-                shape.append(by_value.get(dim, dim))
-            else:
+        for d, dim in enumerate(sig.params[pos].shape):
+            if not isinstance(dim, int):
                 shape.append(evaluate_dim(dim, bindings))
+                continue
+            size = by_value.get(dim, dim)
+            if doubled is not None:
+                size = _checked_extent(sig.params[pos].name, d, dim, size, doubled, pos)
+            shape.append(size)
         shapes.append(tuple(shape))
     return shapes
+
+
+def _checked_extent(name: str, d: int, dim: int, size: Any, doubled: Signature, pos: int) -> Any:
+    """``size`` for a static extent ``dim`` of the output ``name``, checked against the
+    signature at doubled sizes (see :func:`output_shapes`)."""
+    other = doubled.params[pos].shape[d] if pos < len(doubled.params) else None
+    if other == dim:
+        return dim  # a constant (an input of that size is a coincidence)
+    if isinstance(size, torch.SymInt) and other == 2 * dim:
+        return size
+    raise ValueError(
+        f"output {name!r} dim {d} is {dim} at these sizes and {other} at twice the symbolic "
+        "ones: not one of the op's sizes, which the fake could write"
+    )
+
+
+def doubled_problem(value: Any) -> Any:
+    """A problem with each symbolic value at twice its example value (divisibility kept)."""
+    if isinstance(value, torch.SymInt):
+        return 2 * hint(value)
+    if isinstance(value, (tuple, list)):
+        return tuple(doubled_problem(v) for v in value)
+    if isinstance(value, dict):
+        return {k: doubled_problem(v) for k, v in value.items()}
+    return value
+
+
+def is_symbolic(value: Any) -> bool:
+    """Whether a problem holds a symbolic size."""
+    if isinstance(value, torch.SymInt):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(is_symbolic(v) for v in value)
+    if isinstance(value, dict):
+        return any(is_symbolic(v) for v in value.values())
+    return False
 
 
 def output_dtypes(sig: Signature) -> list[torch.dtype]:

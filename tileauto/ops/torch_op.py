@@ -26,8 +26,10 @@ from tileauto.jit.impl import JITImpl
 from tileauto.ops._fake import (
     Signature,
     SignatureMemo,
+    doubled_problem,
     elaborated_signature,
     hint,
+    is_symbolic,
     output_dtypes,
     output_shapes,
     problem_values,
@@ -118,7 +120,8 @@ class TorchOp:
         self._memo: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
         self._frozen: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
         self._lock = threading.RLock()
-        self._signatures = SignatureMemo(self._elaborate)
+        self._signatures = SignatureMemo(self._elaborate)  # the default config's, elaborated
+        self._kernel_signatures: dict[Any, Signature] = {}  # of the kernels in memory
         self._traced = False  # a fake ran: real outputs are checked against it from now on
         self._checked_writes: set[Any] = set()
         self._custom = torch.library.custom_op(
@@ -185,13 +188,13 @@ class TorchOp:
                     )
                 pargs, pkwargs = self._factory_call(value)
                 kernel = self.factory(*pargs, **pkwargs)
-                self._remember_signature(value, kernel)
                 entry = (kernel, self._kernel_positions(kernel.num_inputs, args))
             kernel, positions = entry
             kargs = args if positions is None else tuple(args[i] for i in positions)
             out = self._checked_call(key, kernel, kargs, args)
             if self._traced:
                 self._check_against_fake(args, out)
+            self._remember_signature(value, kernel)
             memo[key] = entry
         return out
 
@@ -221,14 +224,13 @@ class TorchOp:
     def _check_against_fake(self, args: tuple, out: Any) -> None:
         """Outputs whose shapes differ from the fake's (a config that pads its output, a wrong
         ``out_shapes``) would make traced graphs wrong: said at the first call of a problem."""
-        outs = [] if out is None else [out] if isinstance(out, torch.Tensor) else list(out)
-        expected = [tuple(t.shape) for t in _as_list(self._fake(*args))]
-        got = [tuple(t.shape) for t in outs]
+        expected = [tuple(shape) for shape in self._fake_shapes(args, elaborated=True)[1]]
+        got = [tuple(t.shape) for t in _as_list(out)]
         if got != expected:
             raise TorchOpError(
                 f"{self.name}: the kernel returned outputs of shapes {got} where the op's fake "
                 f"says {expected}: the tuned config changes the output shape (outputs must not "
-                "depend on the tunables: return the unpadded result) or out_shapes is wrong"
+                "depend on the tunables: return the unpadded result), or out_shapes is wrong"
             )
 
     # -- problems, signatures and the fake ----------------------------------------------------
@@ -314,37 +316,41 @@ class TorchOp:
                 "fake=..."
             ) from exc
 
-    def _signature(self, args: tuple) -> tuple[Signature, tuple, dict[str, Any], Any]:
-        value = self._problem_value(args)
-        pargs, pkwargs = self._factory_call(value)
+    def _signature(
+        self, args: tuple, *, elaborated: bool = False
+    ) -> tuple[Signature, tuple, dict[str, Any]]:
+        """The signature of the problem of ``args``: a kernel's in memory where that is
+        enough, else the default config's, elaborated once.
+
+        With symbolic sizes (or ``elaborated``) the default config's is used, as the fake's
+        extents are checked against the factory elaborated at other sizes; a kernel in memory
+        whose outputs differ from it (a config that pads its output) is an error here, at
+        the trace, not a wrong graph later.
+        """
+        pargs, pkwargs = self._factory_call(self._problem_value(args))
         hargs, hkwargs = hint(pargs), hint(pkwargs)
-        sig = self._signatures.get(freeze(describe_value((hargs, hkwargs))), hargs, hkwargs)
-        return sig, pargs, pkwargs, value
+        key = freeze(describe_value((hargs, hkwargs)))
+        known = None if elaborated else self._kernel_signatures.get(key)
+        if known is not None and not is_symbolic((pargs, pkwargs)):
+            return known, pargs, pkwargs
+        sig = self._signatures.get(key, hargs, hkwargs)
+        if known is not None:
+            _check_same_outputs(self.name, known, sig)
+        return sig, pargs, pkwargs
 
     def _remember_signature(self, value: Any, kernel: Any) -> None:
-        """A kernel in memory gives its problem's signature: a later fake elaborates nothing."""
+        """A kernel in memory gives its problem's signature: a later fake elaborates nothing.
+
+        After the check against the elaborated one where the op was traced: with configs
+        whose outputs differ (a padded output), a kernel's signature is its own config's."""
         pargs, pkwargs = self._factory_call(value)
-        sig = Signature(tuple(kernel.params), tuple(kernel.artifact.out_idx))
         key = freeze(describe_value((hint(pargs), hint(pkwargs))))
-        self._signatures.put(key, sig)
+        sig = Signature(tuple(kernel.params), tuple(kernel.artifact.out_idx))
+        self._kernel_signatures.setdefault(key, sig)
 
     def _fake(self, *args: Any) -> Any:
         self._traced = True
-        sig, pargs, pkwargs, _ = self._signature(args)
-        positions = self._kernel_positions(len(sig.in_pos), args)
-        kargs = args if positions is None else tuple(args[i] for i in positions)
-        _check_dtypes(self.name, sig, kargs)
-        if self.out_shapes is not None:
-            shapes = _shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
-        else:
-            try:
-                shapes = output_shapes(sig, kargs, problem_values(pargs, pkwargs))
-            except (KeyError, ValueError) as exc:
-                raise TorchOpError(
-                    f"{self.name}: the fake cannot infer the output shapes from the kernel's "
-                    f"signature ({type(exc).__name__}: {exc}); give torch_op(..., "
-                    "out_shapes=lambda *args: [shape, ...]) or fake=..."
-                ) from None
+        sig, shapes = self._fake_shapes(args)
         device = args[self._tensor_pos[0]].device
         outs = [
             torch.empty(shape, dtype=dtype, device=device)
@@ -353,6 +359,40 @@ class TorchOp:
         if not outs:
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _fake_shapes(
+        self, args: tuple, *, elaborated: bool = False
+    ) -> tuple[Signature, list[tuple[Any, ...]]]:
+        """The fake's signature and output shapes for ``args``."""
+        sig, pargs, pkwargs = self._signature(args, elaborated=elaborated)
+        positions = self._kernel_positions(len(sig.in_pos), args)
+        kargs = args if positions is None else tuple(args[i] for i in positions)
+        _check_dtypes(self.name, sig, kargs)
+        if self.out_shapes is not None:
+            shapes = _shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
+        else:
+            try:
+                shapes = output_shapes(
+                    sig, kargs, problem_values(pargs, pkwargs), self._doubled(pargs, pkwargs)
+                )
+            except (KeyError, ValueError) as exc:
+                raise TorchOpError(
+                    f"{self.name}: the fake cannot infer the output shapes from the kernel's "
+                    f"signature ({type(exc).__name__}: {exc}); give torch_op(..., "
+                    "out_shapes=lambda *args: [shape, ...]) or fake=..."
+                ) from None
+        return sig, shapes
+
+    def _doubled(self, pargs: tuple, pkwargs: dict[str, Any]) -> Signature | None:
+        """The signature at twice the symbolic sizes (None: no symbolic size, or a factory
+        that refuses them; then a static extent equal to an input's size is taken as it)."""
+        if not is_symbolic((pargs, pkwargs)):
+            return None
+        dargs, dkwargs = doubled_problem(pargs), doubled_problem(pkwargs)
+        try:
+            return self._signatures.get(freeze(describe_value((dargs, dkwargs))), dargs, dkwargs)
+        except TorchOpError:
+            return None
 
     def _kernel_positions(self, num_in: int, args: tuple) -> tuple[int, ...] | None:
         """Which op arguments the kernel takes: all of them (None), or the tensors alone."""
@@ -515,6 +555,20 @@ def _shapes_of(name: str, shapes: Any, count: int) -> list[tuple[Any, ...]]:
             f"{name}: out_shapes returned {len(shapes)} shape(s) for a kernel of {count} output(s)"
         )
     return shapes
+
+
+def _check_same_outputs(name: str, kernel: Signature, default: Signature) -> None:
+    """A tuned kernel's outputs are those of the default config (what the fake tells)."""
+
+    def outputs(sig: Signature) -> list[tuple[tuple[Any, ...], str]]:
+        return [(tuple(sig.params[p].shape), sig.params[p].dtype) for p in sig.out_pos]
+
+    if outputs(kernel) != outputs(default):
+        raise TorchOpError(
+            f"{name}: the tuned kernel returns outputs {outputs(kernel)} where the default "
+            f"config's signature says {outputs(default)}: outputs must not depend on the "
+            "tunables (return the unpadded result), or give torch_op(..., fake=...)"
+        )
 
 
 def _check_dtypes(name: str, sig: Signature, kargs: Sequence[Any]) -> None:

@@ -91,3 +91,20 @@ def test_the_memo_elaborates_once_per_problem():
     memo.put("other", known)
     assert memo.get("other", (2,), {}) is known
     assert calls == [(1,)]
+
+
+def test_the_doubled_signature_tells_sizes_constants_and_the_unwritable():
+    env = ShapeEnv()
+    m = env.create_unbacked_symint()
+
+    class Sized:
+        shape = (m,)
+
+    def sig(n: int, out: tuple[int, ...]) -> Signature:
+        return _sig(ParamSpec("A", (n,), "float32"), ParamSpec("B", out, "float32"))
+
+    # B follows A (doubles with it), B's 3 is a constant although A is 3 long here
+    assert output_shapes(sig(3, (3,)), [Sized()], [], doubled=sig(6, (6,))) == [(m,)]
+    assert output_shapes(sig(3, (3,)), [Sized()], [], doubled=sig(6, (3,))) == [(3,)]
+    with pytest.raises(ValueError, match="dim 0 is 6 at these sizes and 12 at twice"):
+        output_shapes(sig(3, (6,)), [Sized()], [], doubled=sig(6, (12,)))
