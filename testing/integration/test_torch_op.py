@@ -165,6 +165,16 @@ def test_two_ops_of_one_factory_share_its_kernels():
     assert k1 is k2
 
 
+def test_a_problem_of_lists_is_remembered_by_its_description():
+    op = tileauto.torch_op(_name("swiglu"), swiglu, problem=lambda g, u: [g.shape[0], g.shape[1]])
+    gate, up = _inputs(6, 10)
+    before = COMPILES.count
+    for _ in range(3):
+        torch.testing.assert_close(op(gate, up), _reference(gate, up), rtol=1e-5, atol=1e-5)
+    assert COMPILES.count - before == 1
+    assert len(op.kernels()) == 1
+
+
 def test_no_grad_and_inference_mode():
     op = tileauto.torch_op(_name("swiglu"), swiglu, problem=lambda gate, up: gate.shape)
     gate, up = _inputs(4, 8)

@@ -179,6 +179,7 @@ class TorchOp:
             key, memo = (freeze(describe_value(value)), device), self._frozen
         with self._lock:
             entry = memo.get(key)
+            new = entry is None
             if entry is None:
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise TorchOpError(
@@ -192,10 +193,11 @@ class TorchOp:
             kernel, positions = entry
             kargs = args if positions is None else tuple(args[i] for i in positions)
             out = self._checked_call(key, kernel, kargs, args)
-            if self._traced:
-                self._check_against_fake(args, out)
-            self._remember_signature(value, kernel)
-            memo[key] = entry
+            if new:
+                if self._traced:
+                    self._check_against_fake(args, out)
+                self._remember_signature(value, kernel)
+                memo[key] = entry
         return out
 
     def _checked_call(self, key: Any, kernel: Any, kargs: tuple, args: tuple) -> Any:
