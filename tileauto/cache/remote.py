@@ -349,8 +349,8 @@ class RemoteCache:
             while True:
                 if lease.acquire():
                     return True
-                if self.exists(key):
-                    return False
+                if self.exists(key) and self.get(key) is not None:
+                    return False  # published (an unusable entry is replaced by this tuning)
                 holder = lease.holder()
                 if holder is None:
                     continue  # it expired or was released since: take it

@@ -279,6 +279,16 @@ def test_a_waiter_returns_when_the_entry_is_published(server):
     assert cache.wait_for(KEY, cache.lease(KEY)) is False
 
 
+def test_a_waiter_does_not_stop_at_an_unusable_entry(server):
+    cache = RemoteCache(server.url, lease_s=30)
+    cache.put(KEY, record())
+    server.client().hset(cache.name("entry", KEY), "sha256", "0" * 64)  # damaged
+    waiter = cache.lease(KEY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cache.wait_for(KEY, waiter)  # it takes the lease: the key is tuned again
+
+
 def test_the_holder_renews_its_lease(server):
     cache = RemoteCache(server.url, lease_s=1.5)
     lease = cache.lease(KEY)
