@@ -6,11 +6,12 @@ foreign or unsafe entry is a miss (one warning), never a crash and never a wrong
 
     key.py       what goes into a key (normalized source, closures, arguments, versions)
     _installed.py  which installed code a module belongs to (named by version, not walked)
+    _memo.py     small JSON memos of a key's slow parts (installed/, sources/)
     args.py      call arguments as in-process keys (the @jit and @autotune memos)
     disk.py      private folders, sealing, atomic publish, locks, verification
     entry.py     the files of one entry, written and read
     tuning.py    TuningStore: tuned results and per-config measurements
-    kernels.py   KernelStore: plain @jit compiles
+    kernels.py   KernelStore: plain @jit compiles; ConfigKernels: a tuning's, shared by its checks
     catalog.py   the whole cache for the command line: list, verify, clear, export, import
     hygiene.py   claimed scratch folders, leftovers of killed runs, log pruning
 

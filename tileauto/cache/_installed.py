@@ -10,8 +10,8 @@ in a virtualenv of 80 packages, more with more). So the answers are remembered o
 distributions as the folders of ``sys.path`` list them (each ``*.dist-info`` / ``*.egg-info``
 entry by name, which holds the version, and modification time): an install, an upgrade or an
 uninstall is another state, so an answer cannot outlive what it describes. A warm process
-lists those folders (a millisecond) and reads one small file; a process that meets a package
-not remembered yet scans once, and adds the answer.
+lists those folders (a millisecond) and reads one small file (:mod:`tileauto.cache._memo`); a
+process that meets a package not remembered yet scans once, and adds the answer.
 """
 
 from __future__ import annotations
@@ -20,20 +20,15 @@ import functools
 import hashlib
 import json
 import os
-import stat
 import sys
 import sysconfig
 import types
-import uuid
 from pathlib import Path
 from typing import Any
 
-from tileauto._logging import get_logger
-
-log = get_logger("cache")
+from tileauto.cache._memo import Memo, memo_dir
 
 MEMO_DIR = "installed"
-MEMO_FORMAT = 1
 
 
 def tileauto_version() -> str:
@@ -98,7 +93,7 @@ def _distribution(root: str) -> str:
     """The versions of the distributions that provide the top-level package ``root``."""
     memo = _memo()
     known = memo.get(root)
-    if known is not None:
+    if isinstance(known, str):
         return known
     found = _scan(root)
     if found is None:  # no distribution: the module's own version, which no state tracks
@@ -140,91 +135,18 @@ def _state_of(path: tuple[str, ...]) -> str:
         except OSError:  # a zip file or a missing folder: it holds no metadata folders here
             continue
         folders.append([folder, listed])
-    payload = {"format": MEMO_FORMAT, "python": sys.version, "path": folders}
+    payload = {"python": sys.version, "path": folders}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-class _Memo:
-    """The answers remembered for one environment state, read once, added to as found.
-
-    Files follow the cache's rules: in a private folder, owned by this user, written whole
-    (renamed into place); one that is not is ignored, and the answer is scanned again.
-    """
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.known: dict[str, str] = _read(path) if path is not None else {}
-
-    def get(self, root: str) -> str | None:
-        return self.known.get(root)
-
-    def add(self, root: str, value: str) -> None:
-        self.known[root] = value
-        if self.path is None:
-            return
-        merged = {**_read(self.path), **self.known}  # what other processes added meanwhile
-        try:
-            _write(self.path, merged)
-        except OSError as exc:
-            log.debug("installed-code memo %s not written: %s", self.path, exc)
-
-
-def _memo() -> _Memo:
-    return _memo_at(_memo_dir(), environment_state())
+def _memo() -> Memo:
+    return _memo_at(memo_dir(MEMO_DIR), environment_state())
 
 
 @functools.lru_cache(maxsize=8)
-def _memo_at(directory: Path | None, state: str) -> _Memo:
-    return _Memo(directory / f"{state}.json" if directory is not None else None)
-
-
-def _memo_dir() -> Path | None:
-    from tileauto.settings import Settings
-
-    settings = Settings.from_env()
-    if not (settings.tuning_cache_enabled or settings.kernel_cache_enabled):
-        return None  # the caches are off: nothing is written under the cache folder
-    return settings.cache_dir / MEMO_DIR
-
-
-def _read(path: Path) -> dict[str, str]:
-    from tileauto.cache.disk import folder_problem
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with open(fd) as f:
-            st = os.fstat(f.fileno())
-            if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_uid != os.getuid()
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-                or folder_problem(path.parent) is not None
-            ):
-                return {}
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("format") != MEMO_FORMAT:
-        return {}
-    roots = data.get("roots")
-    if not isinstance(roots, dict):
-        return {}
-    return {k: v for k, v in roots.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _write(path: Path, roots: dict[str, str]) -> None:
-    from tileauto.cache.disk import make_private_dir
-
-    make_private_dir(path.parent)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"format": MEMO_FORMAT, "roots": roots}, f, sort_keys=True)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _memo_at(directory: Path | None, state: str) -> Memo:
+    return Memo(directory / f"{state}.json" if directory is not None else None)
 
 
 def module_of(obj: Any) -> str:

@@ -24,10 +24,12 @@ import textwrap
 import types
 import warnings
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
 from tileauto.cache._installed import library_of, module_of, qualname, tileauto_version
+from tileauto.cache._memo import Memo, memo_dir
 from tileauto.errors import TileautoError
 
 FORMAT_VERSION = 3  # in every key: a bump makes older entries misses (docs/cache_format.md)
@@ -209,9 +211,48 @@ def _strip_docstrings(tree: ast.AST) -> None:
 
 
 def _source_dump(fn: types.FunctionType) -> str | None:
-    """The AST dump of a named function's source, or None when it cannot be had."""
+    """The AST dump of a named function's source, or None when it cannot be had.
+
+    Remembered per source file's exact contents (``sources/<sha256>.json``, see
+    :mod:`tileauto.cache._memo`): parsing and dumping is most of a warm key's time, and the
+    same bytes give the same dump.
+    """
     if fn.__name__ == "<lambda>":
         return None  # getsource gives the whole line, which may hold other code
+    memo = _sources_of(fn.__code__.co_filename)
+    where = f"{fn.__code__.co_firstlineno}:{fn.__qualname__}"
+    if memo is not None and where in memo:
+        known = memo.get(where)
+        return known if isinstance(known, str) else None
+    dump = _parsed_dump(fn)
+    if memo is not None:
+        memo.add(where, dump)
+    return dump
+
+
+SOURCES_DIR = "sources"
+
+
+def _sources_of(filename: str) -> Memo | None:
+    """The memo of the functions of ``filename`` as it is now; None for code with no file.
+
+    The file is read and hashed at every call (tens of microseconds): an edit is another
+    digest, so a dump is never served for other contents.
+    """
+    try:
+        with open(filename, "rb") as f:
+            digest_now = hashlib.sha256(f.read()).hexdigest()
+    except OSError:  # "<stdin>", a notebook cell, a module that was removed
+        return None
+    return _sources_at(memo_dir(SOURCES_DIR), digest_now)
+
+
+@functools.lru_cache(maxsize=64)
+def _sources_at(directory: Path | None, digest_now: str) -> Memo:
+    return Memo(directory / f"{digest_now}.json" if directory is not None else None)
+
+
+def _parsed_dump(fn: types.FunctionType) -> str | None:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
