@@ -18,12 +18,14 @@ from tileauto.records import Trial
 from tileauto.search._features import Encoder
 from tileauto.search._sampling import Untried
 from tileauto.search.base import SearchStrategy, SpaceLike
+from tileauto.search.prior import Prior, PriorSource, agreement, match
 
 EXTRA = "search"  # pip install "tileauto[search]"
 _MAX_FEATURES = 0.3  # the share of feature columns each split of a tree chooses among
 _STALL_TOP = 8  # when stuck, the neighbourhoods of this many best configs are avoided:
 _STALL_RADIUS = 2  # the configs within this many parameters of one of them
 _STALL_FACTOR = 0.1  # score this much
+_TRUST = 0.3  # a prior record counts once it ranks this space's measurements this alike (rho)
 
 
 def require_sklearn(what: str) -> None:
@@ -53,6 +55,13 @@ class GuidedSearch(SearchStrategy):
         stall: batches without a better config after which the neighbourhoods of the best
             configs are avoided (0: never).
         seed: None: the seed the search is started with.
+        prior: records of the same kernel measured elsewhere (other devices or targets): a
+            :class:`~tileauto.search.RecordedSpace`, a file of one, a list of trials, a list of
+            these, or a callable returning them (see :mod:`tileauto.search.prior`). The first
+            batch leans on them, and afterwards each record counts as far as it ranks this
+            space's measurements alike. ``"auto"`` (default): what the caller hands in through
+            :meth:`use_prior` (the tuner: the trials of the same kernel on other targets found
+            in its cache; :func:`~tileauto.search.replay`: its ``prior=``); None: no prior.
     """
 
     def __init__(
@@ -67,7 +76,9 @@ class GuidedSearch(SearchStrategy):
         pool: int = 20_000,
         local: int = 2,
         stall: int = 2,
+        crossover: int = 0,
         seed: int | None = None,
+        prior: PriorSource = "auto",
     ) -> None:
         for name, value in (("budget", budget), ("batch", batch), ("initial", initial)):
             if value is not None and (
@@ -80,7 +91,7 @@ class GuidedSearch(SearchStrategy):
             raise ValueError(f"GuidedSearch explore must be in [0, 1], got {explore!r}")
         if not isinstance(trees, int) or trees < 1 or not isinstance(pool, int) or pool < 100:
             raise ValueError(f"GuidedSearch needs trees >= 1 and pool >= 100, got {trees}, {pool}")
-        for name, value in (("local", local), ("stall", stall)):
+        for name, value in (("local", local), ("stall", stall), ("crossover", crossover)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"GuidedSearch {name} must be an int >= 0, got {value!r}")
         self.budget, self.batch, self.initial = budget, batch, initial
@@ -90,16 +101,30 @@ class GuidedSearch(SearchStrategy):
             explore,
             pool,
         )
-        self.local, self.stall = local, stall
+        self.local, self.stall, self.crossover = local, stall, crossover
         self.own_seed = seed
+        if isinstance(prior, str) and prior != "auto":
+            raise ValueError(
+                f'GuidedSearch prior must be "auto", None, records or a callable, got {prior!r}'
+            )
+        self.prior = prior
+        self._given: PriorSource = None  # what use_prior() handed in, for prior="auto"
 
     def describe(self) -> str:
         seed = "" if self.own_seed is None else f", seed={self.own_seed}"
+        prior = "" if self.prior == "auto" else f", prior={_prior_text(self.prior)}"
+        cross = f", crossover={self.crossover}" if self.crossover else ""
         return (
             f"GuidedSearch(budget={self.budget}, batch={self.batch}, initial={self.initial}, "
             f"trees={self.trees}, good_fraction={self.good_fraction}, explore={self.explore}, "
-            f"pool={self.pool}, local={self.local}, stall={self.stall}{seed})"
+            f"pool={self.pool}, local={self.local}, stall={self.stall}{cross}{seed}{prior})"
         )
+
+    def use_prior(self, source: PriorSource) -> None:
+        """Records handed in by the caller, for ``prior="auto"`` (a list, or a callable
+        returning one, called at :meth:`start`); ignored when the search was given records of
+        its own, or ``prior=None``."""
+        self._given = source
 
     def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
         require_sklearn("search='guided'")
@@ -116,6 +141,12 @@ class GuidedSearch(SearchStrategy):
         self._told: list[int] = []
         self._logs: list[float] = []  # log latency, NaN for a failed config
         self._bests: list[float] = []  # the best log latency at each model-guided batch
+        source = self._given if self.prior == "auto" else self.prior
+        self.matched: Prior | None = match(self.space, source) if source is not None else None
+        if self.matched is not None and not len(self.matched):
+            self.matched = None
+        self._queue: Any = None  # the prior's configs, most promising first
+        self._trust: Any = None  # how far each prior record ranks this space alike
 
     def tell(self, index: int, trial: Trial) -> None:
         self._untried.mark([index])
@@ -135,6 +166,10 @@ class GuidedSearch(SearchStrategy):
         picks = None
         if len(self._told) >= self._first and self._encoder.width:
             picks = self._guided(k)
+        if picks is None and self.matched is not None and not self._told:
+            # the first batch: the prior's best configs, a quarter at random
+            picks = self._from_prior(k - k // 4)
+            picks += self._untried.draw(k - len(picks))
         if picks is None:
             picks = self._untried.draw(k)
         self._asked += len(picks)
@@ -157,7 +192,11 @@ class GuidedSearch(SearchStrategy):
         weight = np.ones(len(logs))
         lift = threshold - logs[good] + 1e-3  # the faster, the more a good config counts
         weight[good] = lift * good.sum() / lift.sum()
-        rows = self._encoder.rows(self.space.codes(told))
+        told_codes = self.space.codes(told)
+        rows = self._encoder.rows(told_codes)
+        weights = self._prior_weights(told_codes, logs)
+        if weights is not None:
+            rows = np.concatenate([rows, self._prior_column(told_codes, weights)], axis=1)
         good_model = self._forest().fit(rows[ok], good[ok], sample_weight=weight[ok])
         fail_model = self._forest().fit(rows, ok) if not ok.all() else None
 
@@ -166,6 +205,8 @@ class GuidedSearch(SearchStrategy):
             return None
         cand_codes = self.space.codes(candidates)
         cand_rows = self._encoder.rows(cand_codes)
+        if weights is not None:
+            cand_rows = np.concatenate([cand_rows, self._prior_column(cand_codes, weights)], axis=1)
         score = _positive(good_model, cand_rows)
         passes = _positive(fail_model, cand_rows) if fail_model is not None else None
         if passes is not None:
@@ -184,16 +225,103 @@ class GuidedSearch(SearchStrategy):
 
         explore = self._explore_count(k)
         picks: list[int] = []
+        if weights is not None:  # slots for the prior's next configs, as many as it earns
+            share = 0.5 * float(weights.max())
+            for i in self._from_prior(int(round(share * (k - explore))), weights, mark=False):
+                hit = np.flatnonzero(candidates == i)
+                if len(hit):
+                    self._pick(int(hit[0]), candidates, cand_codes, score, picks)
+                else:
+                    picks.append(i)
         if self.local:  # the best-scored one-parameter changes of the best config
             near = np.isin(candidates, _neighbours(self.space, self.space.codes(ranked_told[:1])))
-            for _ in range(min(self.local, int(near.sum()), k - explore)):
+            for _ in range(min(self.local, int(near.sum()), k - explore - len(picks))):
                 best = int(np.argmax(np.where(near, score, -np.inf)))
                 self._pick(best, candidates, cand_codes, score, picks)
                 near[best] = False
+        if self.crossover:  # children of two of the best configs, the best-scored ones
+            self._children(ranked_told, candidates, cand_codes, score, picks, k - explore)
         for _ in range(min(k - explore - len(picks), len(candidates) - len(picks))):
             self._pick(int(np.argmax(score)), candidates, cand_codes, score, picks)
         self._untried.mark(picks)
         return picks + self._untried.draw(k - len(picks))
+
+    # -- the prior ---------------------------------------------------------------------------
+    def _prior_weights(self, told_codes: Any, logs: Any) -> Any:
+        """How much each prior record counts now (None: none ranks this space alike)."""
+        import numpy as np
+
+        if self.matched is None:
+            return None
+        rho = agreement(self.matched.lookup(told_codes), logs)
+        self._trust = rho
+        if not (rho >= _TRUST).any():
+            return None
+        return np.where(rho >= _TRUST, rho, 0.0) ** 2
+
+    def _prior_column(self, codes: Any, weights: Any) -> Any:
+        """The records' percentiles of ``codes``, averaged by weight (0.5 where none says)."""
+        import numpy as np
+
+        pct = self.matched.lookup(codes) if self.matched is not None else None
+        if pct is None:
+            return np.full((len(codes), 1), 0.5)
+        have = ~np.isnan(pct)
+        w = np.where(have, weights[None, :], 0.0)
+        total = w.sum(axis=1)
+        mean = np.where(have, pct, 0.0) @ weights / np.where(total > 0, total, 1.0)
+        return np.where(total > 0, mean, 0.5)[:, None]
+
+    def _from_prior(self, k: int, weights: Any = None, *, mark: bool = True) -> list[int]:
+        """The ``k`` untried configs the prior ranks best (by ``weights``, or equally)."""
+        import numpy as np
+
+        if k <= 0 or self.matched is None:
+            return []
+        if self._queue is None:
+            self._queue = self.matched.ranked(self._rng)
+        queue = self._queue[~self._untried.mask(self._queue)] if len(self._queue) else self._queue
+        if weights is not None and len(queue):
+            queue = queue[
+                np.argsort(
+                    self._prior_column(self.space.codes(queue), weights)[:, 0], kind="stable"
+                )
+            ]
+        picks = [int(i) for i in queue[:k]]
+        if mark:
+            self._untried.mark(picks)
+        return picks
+
+    def _children(
+        self,
+        ranked_told: Any,
+        candidates: Any,
+        cand_codes: Any,
+        score: Any,
+        picks: list[int],
+        room: int,
+    ) -> None:
+        """Uniform crossover of two of the 8 best configs (one parameter in ten mutated): of
+        the children that are untried configs, the best-scored take ``crossover`` slots."""
+        import numpy as np
+
+        top = self.space.codes(ranked_told[:8])
+        if len(top) < 2:
+            return
+        n = 32
+        a = self._rng.integers(0, len(top), size=n)
+        b = (a + self._rng.integers(1, len(top), size=n)) % len(top)
+        child = np.where(self._rng.random((n, top.shape[1])) < 0.5, top[a], top[b])
+        sizes = np.asarray([len(p.values) for p in self.space.params])
+        mutate = self._rng.random(child.shape) < 0.1
+        child = np.where(mutate, self._rng.integers(0, sizes, size=child.shape), child)
+        found = np.unique(self.space.index_of(child))
+        at = np.flatnonzero(np.isin(candidates, found))
+        for _ in range(min(self.crossover, len(at), room - len(picks))):
+            best = at[int(np.argmax(score[at]))]
+            if not np.isfinite(score[best]):
+                break
+            self._pick(int(best), candidates, cand_codes, score, picks)
 
     @staticmethod
     def _pick(best: int, candidates: Any, cand_codes: Any, score: Any, picks: list[int]) -> None:
@@ -260,3 +388,15 @@ def _neighbours(space: Any, codes: Any) -> Any:
         return np.zeros(0, dtype=np.int64)
     every = np.concatenate(found)
     return np.unique(every[every >= 0])
+
+
+def _prior_text(prior: Any) -> str:
+    """The prior in describe(): stable, and short (records by their number, not their text)."""
+    if prior is None or isinstance(prior, str):
+        return repr(prior)
+    if callable(prior):
+        return "callable"
+    try:
+        return f"{len(prior)} records"
+    except TypeError:
+        return type(prior).__name__

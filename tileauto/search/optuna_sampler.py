@@ -31,6 +31,9 @@ class OptunaSearch(SearchStrategy):
         budget: how many configs to propose in all; None: until the loop stops it.
         batch: configs per batch; None: ``max(parallelism, 8)``.
         retries: proposals outside the space (or repeats) per slot before a random fill.
+        multivariate: TPE models the parameters jointly (``TPESampler(multivariate=True)``).
+        constant_liar: TPE counts the configs of a batch still being measured as bad ones
+            (``constant_liar=True``), so that one batch does not repeat one idea.
     """
 
     def __init__(
@@ -40,13 +43,21 @@ class OptunaSearch(SearchStrategy):
         *,
         batch: int | None = None,
         retries: int = 16,
+        multivariate: bool = False,
+        constant_liar: bool = False,
     ) -> None:
         if sampler not in SAMPLERS:
             raise ValueError(f"OptunaSearch sampler must be one of {SAMPLERS}, got {sampler!r}")
         self.sampler, self.budget, self.batch, self.retries = sampler, budget, batch, retries
+        self.multivariate, self.constant_liar = bool(multivariate), bool(constant_liar)
 
     def describe(self) -> str:
-        return f"OptunaSearch({self.sampler!r}, budget={self.budget}, batch={self.batch})"
+        extra = "".join(
+            f", {name}=True"
+            for name in ("multivariate", "constant_liar")
+            if getattr(self, name) and self.sampler == "tpe"
+        )
+        return f"OptunaSearch({self.sampler!r}, budget={self.budget}, batch={self.batch}{extra})"
 
     def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
         try:
@@ -57,10 +68,15 @@ class OptunaSearch(SearchStrategy):
             ) from None
         super().start(space, parallelism=parallelism, seed=seed)
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        make = (
-            optuna.samplers.TPESampler if self.sampler == "tpe" else optuna.samplers.RandomSampler
-        )
-        self._study = optuna.create_study(sampler=make(seed=self.seed))
+        if self.sampler == "tpe":
+            sampler: Any = optuna.samplers.TPESampler(
+                seed=self.seed,
+                multivariate=self.multivariate,
+                constant_liar=self.constant_liar,
+            )
+        else:
+            sampler = optuna.samplers.RandomSampler(seed=self.seed)
+        self._study = optuna.create_study(sampler=sampler)
         self._dists: dict[str, Any] = {
             f"p{j}": optuna.distributions.CategoricalDistribution(list(range(len(p.values))))
             for j, p in enumerate(self.space.params)

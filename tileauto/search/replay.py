@@ -67,6 +67,7 @@ def replay(
     parallelism: int = 8,
     max_seconds: float | None = None,
     plateau: int | None = None,
+    prior: Any = None,
 ) -> ReplayResult:
     """Run a search against a recorded space, through the tuner's own loop.
 
@@ -80,6 +81,10 @@ def replay(
         max_seconds: a budget in *recorded* seconds (each trial's compile and run time, as
             measured when the space was recorded, one after another).
         plateau: as in :func:`tileauto.search.run_search`.
+        prior: records of the same kernel measured elsewhere (:class:`RecordedSpace`, paths,
+            lists of trials, or a callable returning them), handed to a strategy that takes a
+            prior (``use_prior``: the guided and auto searches, unless made with a prior of
+            their own or ``prior=None``); see :mod:`tileauto.search.prior`.
     """
     record = space if isinstance(space, RecordedSpace) else RecordedSpace.load(space)
     n = len(record)
@@ -88,6 +93,9 @@ def replay(
             raise ValueError(f"a budget given as a share must be in (0, 1], got {budget}")
         budget = max(1, math.ceil(budget * n - 1e-9))
     chosen = resolve_search(strategy)
+    hand_in = getattr(chosen, "use_prior", None)
+    if prior is not None and callable(hand_in):
+        hand_in(prior)
     spent = [0.0]
 
     def measure(indices: list[int]) -> Any:

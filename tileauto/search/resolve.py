@@ -31,12 +31,18 @@ class AutoSearch(SearchStrategy):
 
     warned = False  # one warning per process
 
-    def __init__(self, budget: int | None = None) -> None:
+    def __init__(self, budget: int | None = None, *, prior: Any = "auto") -> None:
         if budget is not None and (
             isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
         ):
             raise ValueError(f"AutoSearch budget must be an int >= 1 or None, got {budget!r}")
+        if isinstance(prior, str) and prior != "auto":
+            raise ValueError(
+                f'AutoSearch prior must be "auto", None, records or a callable, got {prior!r}'
+            )
         self.budget = budget
+        self.prior = prior  # as GuidedSearch takes it
+        self._given: Any = None
         self.limit: int | None = None  # the loop's max_trials (see within)
         self.inner: SearchStrategy = Exhaustive()
 
@@ -54,7 +60,9 @@ class AutoSearch(SearchStrategy):
                 require_sklearn(
                     f"search='auto' on a space of more than {AUTO_EXHAUSTIVE_MAX} configs"
                 )
-                self.inner = GuidedSearch(budget)
+                guided = GuidedSearch(budget, prior=self.prior)
+                guided.use_prior(self._given)
+                self.inner = guided
             except ImportError as exc:
                 if not AutoSearch.warned:
                     AutoSearch.warned = True
@@ -69,9 +77,14 @@ class AutoSearch(SearchStrategy):
         ``max_trials`` as its budget (not walked in order and cut; not stopped at 5% first)."""
         if self.budget is not None:
             return self
-        bounded = AutoSearch()
+        bounded = AutoSearch(prior=self.prior)
         bounded.limit = max_trials
+        bounded._given = self._given
         return bounded
+
+    def use_prior(self, source: Any) -> None:
+        """Records for the guided search's ``prior="auto"`` (see :class:`GuidedSearch`)."""
+        self._given = source
 
     def ask(self) -> list[int]:
         return self.inner.ask()
@@ -80,7 +93,11 @@ class AutoSearch(SearchStrategy):
         self.inner.tell(index, trial)
 
     def describe(self) -> str:
-        return f"auto(budget={self.budget})"
+        if self.prior == "auto":
+            return f"auto(budget={self.budget})"
+        from tileauto.search.guided import _prior_text
+
+        return f"auto(budget={self.budget}, prior={_prior_text(self.prior)})"
 
 
 def resolve_search(search: Any) -> SearchStrategy:

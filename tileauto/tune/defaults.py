@@ -63,11 +63,26 @@ def session(
             runner if runner is not None else functools.partial(default_runner, problem, cluster)
         ),
         store=store,
-        search=resolve_search(problem.profile_args.search if search is None else search),
+        search=with_cache_prior(
+            resolve_search(problem.profile_args.search if search is None else search), problem
+        ),
         reporter=reporter if reporter is not None else default_reporter(problem),
         load_kernel=load_kernel if load_kernel is not None else loader_of(problem, builder),
         rebuild=rebuild_best,
     )
+
+
+def with_cache_prior(search: SearchStrategy, problem: TuningProblem) -> SearchStrategy:
+    """Hand a strategy that takes a prior (``use_prior``: the guided and auto searches) the
+    trials of the same kernel tuned before on other targets, read from the disk cache when
+    the search starts; ``GuidedSearch(prior=None)``/``AutoSearch(prior=None)`` ignore them."""
+    hand_in = getattr(search, "use_prior", None)
+    if callable(hand_in) and problem.settings.tuning_cache_enabled:
+        from tileauto.cache.priors import cache_prior
+
+        kernel = getattr(problem.factory, "__qualname__", problem.name)  # as the cache names it
+        hand_in(cache_prior(problem.settings.cache_dir, kernel))
+    return search
 
 
 def executor(problem: TuningProblem) -> str:

@@ -1,0 +1,126 @@
+"""A search's prior from the disk cache: the trials of a kernel tuned before, elsewhere.
+
+Elsewhere is other targets, devices or problem sizes: the guided search starts from what
+ranked well there.
+
+Read-only: entries are found with the catalog's readers (:func:`list_entries`,
+:func:`read_trials`), which check every record against its manifest; an entry that does not
+verify is skipped, never an error. Entries match by the kernel's name (the factory's qualname);
+the search then matches their configs to its space by parameter name and value, and trusts
+each entry only as far as it ranks the new target's measurements alike.
+
+    python -m tileauto.cache.priors KERNEL --out DIR [--cache CACHE_DIR]
+
+writes one trial export (``tileauto-trials/1``, gzipped) per tuned entry of ``KERNEL`` into
+``DIR``: copy it to another machine and pass it as ``prior="DIR"`` (or give the files to
+``RecordedSpace.load``), or ``tileauto cache import`` the entries there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tileauto.cache.catalog import EntryInfo, list_entries, read_trials, trials_document
+from tileauto.cache.entry import KIND_TUNED
+from tileauto.errors import CacheError
+from tileauto.records import Trial, TrialStatus
+
+MAX_ENTRIES = 16  # the newest entries of a kernel read as a prior, at most
+
+
+def kernel_entries(root: Path, kernel: str) -> list[EntryInfo]:
+    """The tuned entries of ``kernel`` under ``root``, newest first (unreadable ones left out)."""
+    found = [
+        e for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable and e.kernel == kernel
+    ]
+    return sorted(found, key=lambda e: -e.created)
+
+
+def prior_trials(root: Path, kernel: str, *, limit: int = MAX_ENTRIES) -> list[list[Trial]]:
+    """The measured trials of each tuned entry of ``kernel`` (newest first, at most ``limit``
+    entries; entries that do not verify or hold no passing trial are skipped)."""
+    out: list[list[Trial]] = []
+    for info in kernel_entries(root, kernel):
+        if len(out) >= limit:
+            break
+        try:
+            trials = [t for t in read_trials(info).trials if t.status is not TrialStatus.NOT_RUN]
+        except CacheError:
+            continue
+        if any(t.ok for t in trials):
+            out.append(trials)
+    return out
+
+
+def cache_prior(root: Path, kernel: str) -> Callable[[], list[list[Trial]]]:
+    """A prior source for a strategy's ``use_prior``: read when the search starts (a search
+    that never needs it, exhaustive on a small space, never reads the cache)."""
+
+    def read() -> list[list[Trial]]:
+        try:
+            return prior_trials(root, kernel)
+        except (CacheError, OSError, ValueError):  # a prior is a hint: no cache, no hint
+            return []
+
+    return read
+
+
+def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
+    """Write each tuned entry of ``kernel`` as a gzipped trial export into the folder ``out``.
+
+    Raises:
+        CacheError: no tuned entry of ``kernel`` is in the cache (the message lists the
+            kernels that are).
+    """
+    entries = kernel_entries(root, kernel)
+    if not entries:
+        known = sorted({e.kernel for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable})
+        raise CacheError(
+            f"no tuned entry of kernel {kernel!r} in {root}; the cache has tuned entries of "
+            f"{known or 'no kernel'}"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for info in entries:
+        try:
+            document = trials_document(info)
+        except CacheError as exc:
+            print(f"skipped {info.key}: {exc}", file=sys.stderr)
+            continue
+        path = out / f"{kernel}-{info.key[:12]}.json.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as file:
+            json.dump(document, file)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tileauto.settings import Settings
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tileauto.cache.priors",
+        description="Export every tuned entry of a kernel as trial files, a prior for a search.",
+    )
+    parser.add_argument("kernel", help="the kernel's name (as `tileauto cache list` shows it)")
+    parser.add_argument("--out", required=True, type=Path, help="the folder to write into")
+    parser.add_argument("--cache", type=Path, default=None, help="default: TILEAUTO_CACHE_DIR")
+    args = parser.parse_args(argv)
+    root = args.cache if args.cache is not None else Settings.from_env().cache_dir
+    try:
+        written = export_prior(root, args.kernel, args.out)
+    except CacheError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    print(f"{len(written)} entries of {args.kernel} written to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,344 @@
+"""A prior: what records of the same kernel, measured elsewhere, say of a space's configs.
+
+A record measured on another device (or target, or with other problem sizes) ranks configs
+that the space may share. Each record is matched to the space parameter by parameter, by name
+and by value: a record's parameter the space lacks is ignored (its records collapse onto the
+configs they share, the best of them counting), a space parameter the record lacks matches any
+value, and a record whose value the space does not have matches nothing. Nothing about a record
+is an error: one that matches nothing is dropped, and says so in :attr:`Prior.dropped`.
+
+Each record gives every config it matches a *percentile*: 0.0 its fastest config, 1.0 its
+slowest, failures 1.0. A strategy reads them with :meth:`Prior.lookup` (one column per record,
+NaN where it has nothing to say) and learns, from its own trials, how far to trust each one
+(:func:`agreement`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from tileauto.records import Trial, TrialStatus
+from tileauto.space import Space
+
+# What prior= takes: records (RecordedSpace, a file of one, a list of trials), or a callable
+# that returns them (a cache, a remote store), called once when the search starts.
+PriorSource: TypeAlias = "Any"
+_MAX_EXPAND = 64  # a record missing space parameters fills at most this many configs each
+
+
+@dataclass
+class _Source:
+    """One record, matched to the space: keys over the parameters it shares, and percentiles."""
+
+    name: str
+    shared: list[int]  # positions of the space parameters the record has
+    radix: Any  # the mixed radix of those parameters' codes
+    keys: Any  # sorted int64 keys of the matched configs
+    pct: Any  # the percentile of each key (0 fastest, 1 slowest or failed)
+    sizes: list[int]
+
+
+@dataclass
+class Prior:
+    """The records of a prior, matched to one space.
+
+    Attributes:
+        sources: the records that matched at least one config of the space.
+        dropped: a line for each record that matched nothing, saying why.
+    """
+
+    space: Space
+    sources: list[_Source] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def lookup(self, codes: Any) -> Any:
+        """Each record's percentile for each row of ``codes`` (rows x records; NaN: no match)."""
+        import numpy as np
+
+        out = np.full((len(codes), len(self.sources)), np.nan)
+        for j, src in enumerate(self.sources):
+            if not len(src.keys):
+                continue
+            keys = codes[:, src.shared] @ src.radix if src.shared else np.zeros(len(codes), int)
+            at = np.minimum(np.searchsorted(src.keys, keys), len(src.keys) - 1)
+            hit = src.keys[at] == keys
+            out[hit, j] = src.pct[at[hit]]
+        return out
+
+    def ranked(self, rng: Any, limit: int = 4096) -> Any:
+        """Indices of the space, most promising first by the records' mean percentile
+        (the best ``limit`` of each record, completed where it lacks a parameter)."""
+        import numpy as np
+
+        found: list[Any] = []
+        params = self.space.params
+        for src in self.sources:
+            order = np.argsort(src.pct, kind="stable")[:limit]
+            codes = np.zeros((len(order), len(params)), dtype=np.int64)
+            rest = src.keys[order]
+            for j, size in zip(reversed(src.shared), reversed(src.sizes)):
+                codes[:, j] = rest % size
+                rest = rest // size
+            missing = [j for j in range(len(params)) if j not in src.shared]
+            if missing:  # fill what the record lacks: every value while few, else a sample
+                total = math.prod(len(params[j].values) for j in missing)
+                copies = min(total, _MAX_EXPAND)
+                codes = np.repeat(codes, copies, axis=0)
+                for j in missing:
+                    codes[:, j] = rng.integers(0, len(params[j].values), size=len(codes))
+            found.append(self.space.index_of(codes))
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        every = np.concatenate(found)
+        every = np.unique(every[every >= 0])
+        if not len(every):
+            return every
+        score = np.nanmean(_filled(self.lookup(self.space.codes(every))), axis=1)
+        return every[np.argsort(score, kind="stable")]
+
+
+def _filled(columns: Any) -> Any:
+    import numpy as np
+
+    out = columns.copy()
+    out[np.isnan(out).all(axis=1)] = 0.5
+    return out
+
+
+def agreement(prior_pct: Any, logs: Any) -> Any:
+    """How well each record's percentiles rank the configs measured here (Spearman's rho, one
+    per record; 0.0 with fewer than 6 shared measurements). Failures rank last."""
+    import numpy as np
+
+    worst = np.nanmax(logs) + 1.0 if np.isfinite(np.nanmax(logs, initial=-np.inf)) else 1.0
+    seen = np.where(np.isnan(logs), worst, logs)
+    out = np.zeros(prior_pct.shape[1])
+    for j in range(prior_pct.shape[1]):
+        have = ~np.isnan(prior_pct[:, j])
+        if have.sum() < 6:
+            continue
+        a, b = _ranks(prior_pct[have, j]), _ranks(seen[have])
+        if a.std() == 0 or b.std() == 0:
+            continue
+        out[j] = float(np.corrcoef(a, b)[0, 1])
+    return out
+
+
+def _ranks(x: Any) -> Any:
+    import numpy as np
+
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    values, first, counts = np.unique(
+        x, return_index=False, return_inverse=True, return_counts=True
+    )
+    del values
+    sums = np.bincount(first, weights=ranks)
+    return sums[first] / counts[first]  # ties share their mean rank
+
+
+def match(space: Space, prior: PriorSource) -> Prior:
+    """The records of ``prior`` matched to ``space`` (see the module's docstring).
+
+    ``prior`` is a :class:`~tileauto.search.RecordedSpace`, the path of a file that
+    :meth:`RecordedSpace.load` reads (or of a folder of them), a list of :class:`~tileauto.records.Trial` (or of
+    ``{"config": ..., "latency_ms": ...}`` dicts), a list of any of these, or a callable
+    returning one of these (called once here; it may return ``[]``).
+
+    Raises:
+        TypeError: ``prior`` is none of these (the message says what came).
+    """
+    from tileauto.search.recorded import RecordedSpace
+
+    if callable(prior) and not isinstance(prior, type):
+        prior = prior()
+    out = Prior(space)
+    for k, item in enumerate(_items(prior)):
+        if isinstance(item, (str, Path)):
+            item = RecordedSpace.load(item)
+        if isinstance(item, RecordedSpace):
+            name = Path(item.source).name or item.device or item.kernel or f"prior[{k}]"
+            src, why = _from_record(space, name, item)
+        else:
+            name = f"prior[{k}]"
+            src, why = _from_rows(space, name, _rows(item, k))
+        if src is None:
+            out.dropped.append(f"{name}: {why}")
+        else:
+            out.sources.append(src)
+    return out
+
+
+def _items(prior: Any) -> list[Any]:
+    from tileauto.search.recorded import RecordedSpace
+
+    if prior is None:
+        return []
+    if isinstance(prior, (str, Path)) and Path(prior).is_dir():  # a folder of recorded spaces
+        return sorted(p for p in Path(prior).iterdir() if p.name.endswith((".json", ".json.gz")))
+    if isinstance(prior, (RecordedSpace, str, Path)):
+        return [prior]
+    if isinstance(prior, Sequence) and prior and all(isinstance(x, (Trial, dict)) for x in prior):
+        return [list(prior)]  # one record, as trials
+    if isinstance(prior, Iterable) and not isinstance(prior, (bytes, dict)):
+        return list(prior)
+    raise TypeError(
+        "prior must be a RecordedSpace, a path to a recorded space, a list of trials, a list "
+        f"of these, or a callable returning one, got {type(prior).__name__} {prior!r:.80}"
+    )
+
+
+def _rows(item: Any, k: int) -> list[tuple[dict[str, Any], float | None]]:
+    """A list of trials as (config, latency or None) pairs."""
+    if not isinstance(item, Sequence) or isinstance(item, (str, bytes)):
+        raise TypeError(
+            f"prior[{k}] is {type(item).__name__} {item!r:.60}: expected a RecordedSpace, a "
+            "path or a list of trials"
+        )
+    rows = []
+    for t in item:  # a config never tried says nothing (it did not fail)
+        if isinstance(t, Trial):
+            if t.status is not TrialStatus.NOT_RUN:
+                rows.append((dict(t.config), t.latency_ms if t.ok else None))
+        elif isinstance(t, dict) and isinstance(t.get("config"), dict):
+            if t.get("status") == TrialStatus.NOT_RUN.value:
+                continue
+            lat: Any = t.get("latency_ms")
+            ok = t.get("status", "ok") == "ok" and _positive(lat)
+            rows.append((dict(t["config"]), float(lat) if ok else None))
+        else:
+            raise TypeError(
+                f"prior[{k}] holds {type(t).__name__} {t!r:.60}: expected a Trial or a dict "
+                "with 'config' and 'latency_ms'"
+            )
+    return rows
+
+
+def _positive(x: Any) -> bool:
+    return (
+        isinstance(x, numbers.Real)
+        and not isinstance(x, bool)
+        and math.isfinite(float(x))
+        and float(x) > 0
+    )
+
+
+def _value_key(v: Any) -> Any:
+    """A value as it is compared across records: numbers by value, bools apart from numbers."""
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, numbers.Real):
+        return ("n", float(v))
+    if isinstance(v, (list, tuple)):
+        return ("t", tuple(_value_key(x) for x in v))
+    return ("s", repr(v))
+
+
+def _tables(space: Space) -> list[dict[Any, int]]:
+    return [{_value_key(v): c for c, v in enumerate(p.values)} for p in space.params]
+
+
+def _from_record(space: Space, name: str, record: Any) -> tuple[_Source | None, str]:
+    """A recorded space matched by whole columns: each of its parameters' values translated
+    once to the space's value positions, then every config at once."""
+    import numpy as np
+
+    theirs = {p.names: (j, p) for j, p in enumerate(record.space.params)}
+    tables = _tables(space)
+    shared, columns = [], []
+    codes = record.space.codes(np.arange(len(record)))
+    for j, p in enumerate(space.params):
+        if p.names not in theirs:
+            continue
+        k, q = theirs[p.names]
+        to_ours = np.asarray([tables[j].get(_value_key(v), -1) for v in q.values], dtype=np.int64)
+        shared.append(j)
+        columns.append(to_ours[codes[:, k]])
+    if not shared:
+        return None, _no_names(space, {n for p in record.space.params for n in p.names})
+    ours = np.stack(columns, axis=1)
+    keep = (ours >= 0).all(axis=1)
+    lat = np.asarray([t.latency_ms if t.ok and t.latency_ms else math.inf for t in record.trials])
+    return _collapse(space, name, shared, ours[keep], lat[keep])
+
+
+def _from_rows(
+    space: Space, name: str, rows: list[tuple[dict[str, Any], float | None]]
+) -> tuple[_Source | None, str]:
+    import numpy as np
+
+    if not rows:
+        return None, "no records"
+    names_in = set().union(*(r[0].keys() for r in rows))
+    shared = [j for j, p in enumerate(space.params) if all(n in names_in for n in p.names)]
+    if not shared:
+        return None, _no_names(space, names_in)
+    tables = _tables(space)
+    codes, lats = [], []
+    for config, latency in rows:
+        row = []
+        for j in shared:
+            p = space.params[j]
+            value = (
+                config.get(p.names[0])
+                if len(p.names) == 1
+                else tuple(config.get(n) for n in p.names)
+            )
+            c = tables[j].get(_value_key(value))
+            if c is None:
+                break
+            row.append(c)
+        else:
+            codes.append(row)
+            lats.append(latency if latency is not None else math.inf)
+    return _collapse(
+        space,
+        name,
+        shared,
+        np.asarray(codes, dtype=np.int64).reshape(-1, len(shared)),
+        np.asarray(lats, dtype=np.float64),
+    )
+
+
+def _no_names(space: Space, theirs: set[str]) -> str:
+    wanted = sorted(n for p in space.params for n in p.names)
+    return f"no parameter of the space (the space has {wanted}, the record {sorted(theirs)})"
+
+
+def _collapse(
+    space: Space, name: str, shared: list[int], codes: Any, lat: Any
+) -> tuple[_Source | None, str]:
+    """Percentiles of the matched configs, one per key (the best record of a key counts)."""
+    import numpy as np
+
+    if not len(codes):
+        return None, "none of its configs has values the space has"
+    sizes = [len(space.params[j].values) for j in shared]
+    radix = np.asarray([math.prod(sizes[i + 1 :]) for i in range(len(sizes))], dtype=np.int64)
+    passing = np.isfinite(lat)
+    pct = np.ones(len(lat))
+    if passing.sum() > 1:
+        pct[passing] = _ranks(lat[passing]) / (passing.sum() - 1)
+    elif passing.sum() == 1:
+        pct[passing] = 0.0
+    k = codes @ radix
+    order = np.lexsort((pct, k))
+    k, pct = k[order], pct[order]
+    first = np.r_[True, k[1:] != k[:-1]]
+    return _Source(name, shared, radix, k[first], pct[first], sizes), ""
+
+
+def resolve_prior(prior: PriorSource) -> Callable[[Space], Prior] | None:
+    """A function matching ``prior`` to a space, or None for no prior (None or ``[]``)."""
+    if prior is None or (isinstance(prior, (list, tuple)) and not prior):
+        return None
+    return lambda space: match(space, prior)
