@@ -39,6 +39,12 @@ return 0
 """
 
 
+# a holder is overdue past its limit x 1.25 + 30 s: a tuning stops asking for configs at its
+# limit, but the batch in flight and the re-timing of the best still run
+OVERDUE_FACTOR = 1.25
+OVERDUE_MARGIN_S = 30.0
+
+
 def owner_name() -> str:
     """This process as a lease names it: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -69,8 +75,11 @@ class Holder:
             return cls("an unknown process", time.time(), None, raw)
 
     def overdue(self, now: float) -> bool:
-        """Whether the holder has run past its own tuning time limit."""
-        return self.limit_s is not None and now - self.since > self.limit_s
+        """Whether the holder has run past its own tuning time limit, with a margin (the
+        batch in flight at the limit finishes, then the best are re-timed)."""
+        if self.limit_s is None:
+            return False
+        return now - self.since > self.limit_s * OVERDUE_FACTOR + OVERDUE_MARGIN_S
 
     def describe(self, now: float) -> str:
         """``host:pid since 12:03:04 UTC (35 s)``: the progress line's words."""
@@ -93,22 +102,26 @@ class Lease:
         self.name = name
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.limit_s = limit_s
-        self.value = json.dumps(
-            {
-                "owner": owner_name(),
-                "since": time.time(),
-                "limit_s": limit_s,
-                "token": uuid.uuid4().hex,
-            }
-        ).encode()
+        self.value = self._new_value()
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._take_over = client.register_script(_TAKE_OVER)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _new_value(self) -> bytes:
+        """The value naming this process, stamped now (a waiter says since when it tunes)."""
+        data = {
+            "owner": owner_name(),
+            "since": time.time(),
+            "limit_s": self.limit_s,
+            "token": uuid.uuid4().hex,
+        }
+        return json.dumps(data).encode()
+
     def acquire(self) -> bool:
         """Take the lease if nobody holds it."""
+        self.value = self._new_value()
         return bool(self.client.set(self.name, self.value, nx=True, px=self.ttl_ms))
 
     def holder(self) -> Holder | None:
@@ -118,6 +131,7 @@ class Lease:
 
     def take_over(self, holder: Holder) -> bool:
         """Take the lease from ``holder`` (past its limit), if it still holds it."""
+        self.value = self._new_value()
         return bool(self._take_over(keys=[self.name], args=[holder.raw, self.value, self.ttl_ms]))
 
     def renew(self) -> bool:

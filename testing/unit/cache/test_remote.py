@@ -249,16 +249,25 @@ def test_one_holder_at_a_time_and_who_it_is(server):
     assert second.acquire()
 
 
-def test_a_holder_past_its_limit_is_taken_over(server):
+def test_a_holder_past_its_limit_is_taken_over(server, monkeypatch):
+    from tileauto.cache import _lease
+
+    monkeypatch.setattr(_lease, "OVERDUE_MARGIN_S", 0.0)  # the limit alone: 1 ms x 1.25
     cache = RemoteCache(server.url, lease_s=30)
     holder = cache.lease(KEY, limit_s=0.001)
     assert holder.acquire()
     seen = []
     waiter = cache.lease(KEY)
-    while not holder.holder().overdue(time.time()):  # its limit is one millisecond
+    while not holder.holder().overdue(time.time()):  # a deadline of about a millisecond
         pass
     assert cache.wait_for(KEY, waiter, seen.append)
     assert not holder.renew()  # the old holder learns it lost the lease
+
+
+def test_overdue_leaves_a_margin_past_the_limit():
+    holder = Holder("h:1", since=1000.0, limit_s=60.0, raw=b"")
+    assert not holder.overdue(1000.0 + 60 * 1.25 + 29) and holder.overdue(1000.0 + 60 * 1.25 + 31)
+    assert not Holder("h:1", 1000.0, None, b"").overdue(1e12)
 
 
 def test_a_dead_holder_expires_and_the_waiter_takes_it(server):
