@@ -51,6 +51,12 @@ class CachedBuilder:
         self.inner.cancel()
 
     def close(self) -> None:
+        if self.reused or self.compiled:
+            log.info(
+                "kernel cache: %d config(s) compiled before, %d compiled and stored",
+                self.reused,
+                self.compiled,
+            )
         self.inner.close()
 
     def build(

@@ -191,6 +191,7 @@ class ConfigKernels:
     ) -> None:
         self.settings = settings
         self.base = base
+        self.base_digest = digest(base)
         self.factory, self.args, self.kwargs = call
         self.compile_args = compile_args
 
@@ -242,7 +243,7 @@ class ConfigKernels:
             return None  # compiled as usual, and its compile error reported there
         key = digest(
             {
-                **self.base,
+                "base": self.base_digest,  # the factory's fingerprint is serialized once
                 "args": described,
                 "compile": compile_args.fingerprint(),
                 "config": config_id(config),
