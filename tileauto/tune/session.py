@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from tileauto.artifact import KernelArtifact
 from tileauto.errors import NoValidConfigError
@@ -63,6 +63,9 @@ from tileauto.tune.stages import (
 )
 from tileauto.utils.threads import background_thread
 
+RunnerMaker: TypeAlias = Callable[[], RunStage]
+"""Makes the run stage when a session tunes (a cache hit needs none)."""
+
 # passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
 # rep / RETIME_ROUNDS timed ones per config; see tileauto.run.worker.retime)
 RETIME_ROUNDS = 10
@@ -77,7 +80,8 @@ class TuningSession:
         problem: the factory, its arguments, the space and the options.
         builder: compiles configs; or a :data:`~tileauto.tune.stages.BuilderMaker` that makes
             one in this run's scratch folder when it tunes (the default builders).
-        runner: checks and times them.
+        runner: checks and times them; or a :data:`RunnerMaker` that makes one when the run
+            tunes (the default runners: a cache hit never imports the run stage).
         store: the cache entry of this problem (None: nothing is read or stored).
         search: which configs to measure (None: the problem's ``search`` option).
         reporter: progress, table and the trial log (None: the console and a JSON-lines log
@@ -98,7 +102,7 @@ class TuningSession:
         problem: TuningProblem,
         *,
         builder: BuildStage | BuilderMaker | None = None,
-        runner: RunStage | None = None,
+        runner: RunStage | RunnerMaker | None = None,
         store: Store | None = None,
         search: SearchStrategy | None = None,
         reporter: Reporter | None = None,
@@ -123,7 +127,7 @@ class TuningSession:
         self.builder = builder
         # a builder made when the run tunes tells its worker count then
         self.workers = builder.workers if isinstance(builder, BuildStage) else 0
-        self.runner = runner
+        self.runner: RunStage | RunnerMaker = runner
         self.store = store
         self.search = search if search is not None else resolve_search(p.profile_args.search)
         if reporter is None:
@@ -170,10 +174,6 @@ class TuningSession:
             )
         return hit
 
-    def _tune(self) -> AutotuneResult:
-        from tileauto.workers.procs import kill_workers_on_sigterm
-
-        # a SIGTERM kills the workers and removes this run's scratch folder, as Ctrl-C does
     def _tell(self, message: str) -> None:
         """A one-line note to the user, through the reporter when it takes notes."""
         if isinstance(self.reporter, NotingReporter):
@@ -194,6 +194,10 @@ class TuningSession:
                 "(each trial's notes say how it was checked)"
             )
 
+    def _tune(self) -> AutotuneResult:
+        from tileauto.workers.procs import kill_workers_on_sigterm
+
+        # a SIGTERM kills the workers and removes this run's scratch folder, as Ctrl-C does
         with kill_workers_on_sigterm():
             return self._tune_here()
 
@@ -209,11 +213,11 @@ class TuningSession:
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
+        self._tell_borrowed()
         builder = self._builder(scratch.path)
-        runner = self.runner
+        runner = self._runner()
         self.reporter.started(p.name, self.view.size_bound)
         ref_latency = None
-        self._tell_borrowed()
         stop_reason = None
         try:
             builder.start()  # fork workers now, before this run starts any thread
@@ -222,11 +226,11 @@ class TuningSession:
             if self._prepared:
                 self._retime(runner)
                 ref_latency = runner.time_reference()
+            self._build_known_winner(builder)
         except BaseException as exc:
             # an error or Ctrl-C: kill compiles and the run worker now, never wait for them
             builder.cancel()
             runner.kill()
-            self._build_known_winner(builder)
             self._report_end(None, None, stop_reason, f"{type(exc).__name__}: {exc}")
             scratch.remove()
             raise
@@ -464,10 +468,6 @@ class TuningSession:
                     notes=(*t.notes, f"re-timed interleaved with the best {len(chosen)}"),
                 )
 
-    # -- trials ---------------------------------------------------------------------------------
-    def _record(self, cid: str, trial: Trial) -> None:
-        """Keep a config's trial, complete (its index in the space), and report it."""
-        trial = trial.at_index(self.view.position(cid))
     def _build_known_winner(self, builder: BuildStage) -> None:
         """The winner, when an earlier run measured it, has no library here: build it while
         the builder is open (a builder behind the kernel cache loads the earlier compile)."""
@@ -490,6 +490,10 @@ class TuningSession:
         if built and built[0].ok and built[0].artifact is not None:
             self._artifacts[cid] = built[0].artifact
 
+    # -- trials ---------------------------------------------------------------------------------
+    def _record(self, cid: str, trial: Trial) -> None:
+        """Keep a config's trial, complete (its index in the space), and report it."""
+        trial = trial.at_index(self.view.position(cid))
         self._measured[cid] = trial
         if isinstance(self.store, TrialStore):  # an interrupted or killed run keeps it
             self.store.save_trial(trial)
@@ -619,6 +623,12 @@ class TuningSession:
         if not self.view.counted:
             return None
         return max(0, len(self.view) - sum(t.index >= 0 for t in trials))
+
+    def _runner(self) -> RunStage:
+        """The runner of this run: the one given, or made now (the first time it tunes)."""
+        if not isinstance(self.runner, RunStage):
+            self.runner = self.runner()
+        return self.runner
 
     def _builder(self, staging_dir: Path) -> BuildStage:
         """The builder of this run: the one given, or made now in the run's scratch folder."""
