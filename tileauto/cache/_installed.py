@@ -134,7 +134,8 @@ def _state_of(path: tuple[str, ...]) -> str:
                 )
         except OSError:  # a zip file or a missing folder: it holds no metadata folders here
             continue
-        folders.append([folder, listed])
+        if listed:  # a folder of scripts (a script's own, the working directory) tells nothing
+            folders.append([folder, listed])
     payload = {"python": sys.version, "path": folders}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]

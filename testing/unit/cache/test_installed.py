@@ -110,6 +110,17 @@ def test_an_install_or_an_upgrade_is_another_state(tmp_path, monkeypatch):
     assert len({before, installed, upgraded, reinstalled}) == 4
 
 
+def test_folders_without_metadata_do_not_change_the_state(tmp_path, monkeypatch):
+    """A script's own folder heads ``sys.path``: scripts in other folders share one memo."""
+    before = I.environment_state()
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "train.py").write_text("")
+    monkeypatch.syspath_prepend(str(scripts))
+    I._state_of.cache_clear()
+    assert I.environment_state() == before
+
+
 def test_a_new_state_scans_again(tmp_path, monkeypatch):
     I.library_of("numpy")
     site = tmp_path / "site"
