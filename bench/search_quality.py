@@ -1,30 +1,40 @@
-"""How well each search strategy finds the optimum of real recorded spaces, with few trials.
+"""How well each search strategy finds the optimum of recorded spaces it was never tuned on.
 
-    python bench/search_quality.py [--quick] [--seeds 10] [--budgets 1,2,5]
-                                   [--strategies guided,random,tpe] [--plot docs/img/search_quality.png]
-                                   [--json out.json] [--space-scale]
+    nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
+        [--strategies guided,guided+prior,tpe,genetic,pso,random] [--jobs 2]
+        [--plot docs/img/search_quality.png] [--json out.json] [--no-scale]
 
 Replays each strategy on each recorded space of ``../shared/data/tuning-spaces/`` (Kernel Tuner
-cache files: every valid config of a GPU kernel, measured) through ``tileauto.search.replay``,
-the tuner's own search loop with a lookup instead of compile and run. A failed config costs a
-trial. For each space, budget (a share of the space) and strategy, over the seeds:
+cache files: every valid config of a GPU kernel, measured; four kernels, each on two to four
+devices) through ``tileauto.search.replay``, the tuner's own search loop with a lookup instead
+of compile and run. A failed config costs a trial. The score of a replay is optimum / best
+found (1.0: the optimum); a space's figure is the median over the seeds.
 
-- the score (optimum / best found, 1.0 = the optimum): median, 10th percentile and mean;
-- hit: the share of seeds that came within 5% of the optimum;
-- the trials it took to come within 5% (median over the seeds; ">N" when most never did);
-- the proposal time: milliseconds of ``ask()`` per proposed config (timed here, around the
-  strategy, never inside it), at 8 configs per batch.
+Everything is reported held out:
 
-Strategies: ``guided`` (tileauto's ``GuidedSearch``), ``random`` (``RandomSearch``), ``tpe``
-(Optuna's ``TPESampler`` alone, ``OptunaSearch``: see its docstring for how proposals outside
-the space are handled). One replay per seed runs to the largest budget; the smaller budgets
-read the best-so-far trace at their trial count, which is what a replay with that budget
-returns, because no strategy here reads its budget (a unit test checks this for guided).
+- **Leave one kernel out.** The guided search's settings are chosen among ``CANDIDATES`` on
+  the spaces of three kernels (the best mean of per-space medians at 2%) and scored on the
+  spaces of the fourth, for each of the four kernels; every figure of ``guided`` is such a
+  held-out score. The other strategies have no settings to choose (their libraries' or
+  Kernel Tuner's defaults).
+- **Leave one device out (transfer).** ``guided+prior`` scores a space with the records of the
+  same kernel on the *other* devices as its prior (``replay(..., prior=[...])``), never the
+  space's own record.
+- **A prior that does not fit.** ``guided+misfit`` gives each space the records of another
+  kernel whose parameters share names with it (the convolutions: other parameters and
+  values), or, for kernels with no such neighbour, the same kernel's records on another device
+  with their times shuffled (an unlike device); it must stay within 0.02 of ``guided``.
 
-``--quick``: 5 seeds, budgets 1% and 2% (about a minute on 2 shared cores). The full run (20
-seeds, 1/2/5%) takes about 24 minutes, 20 of them TPE on the GEMM space, whose proposal cost
-grows with the number of trials Optuna has seen.
-``--space-scale``: also time the start-up and memory of a product space of 10^6 configs.
+Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``,
+``guided+misfit``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
+driven through ``OptunaSearch``), ``genetic`` and ``pso`` (Kernel Tuner's genetic algorithm
+and particle swarm with its defaults: ``tileauto.search.baselines``), ``random``. One replay
+per seed runs to the largest budget; the smaller budgets read its best-so-far trace, which is
+what a replay with that budget returns, since none of these strategies reads its budget.
+
+Also measured: the proposal time (``ask()``, timed around the strategy, per proposed config)
+on the 17,956-config GEMM spaces, and on a lazy product of 10^6 configs (``--no-scale`` skips
+it). Runs ``--jobs`` replays at once (processes); ``--quick``: 5 seeds at 1% and 2%.
 """
 
 from __future__ import annotations
@@ -32,10 +42,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
+import os
 import statistics
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +61,25 @@ from tileauto.search import (  # noqa: E402
     SearchStrategy,
     replay,
 )
+from tileauto.search.baselines import GeneticSearch, ParticleSwarm  # noqa: E402
 
 SPACES = ROOT.parent / "shared" / "data" / "tuning-spaces"
-STRATEGIES = {
-    "guided": lambda: GuidedSearch(),
-    "random": lambda: RandomSearch(),
-    "tpe": lambda: OptunaSearch("tpe"),
-}
 PARALLELISM = 8
+# the guided search's settings chosen among on the training kernels of each split
+CANDIDATES: dict[str, dict[str, Any]] = {"default": {}}
+BASELINES = {
+    "tpe": lambda: OptunaSearch("tpe", multivariate=True, constant_liar=True),
+    "genetic": lambda: GeneticSearch(),
+    "pso": lambda: ParticleSwarm(),
+    "random": lambda: RandomSearch(),
+}
+ALL = ["guided", "guided+prior", "guided+misfit", "tpe", "genetic", "pso", "random"]
+
+
+def kernel_of(name: str) -> str:
+    """The kernel of a recorded space's file name (its device is the rest)."""
+    parts = name.split("_")
+    return "_".join(parts[:2])
 
 
 class Timed(SearchStrategy):
@@ -66,7 +88,6 @@ class Timed(SearchStrategy):
     def __init__(self, inner: SearchStrategy) -> None:
         self.inner = inner
         self.ask_s = 0.0
-        self.asks = 0
         self.proposed = 0
 
     def start(self, space, *, parallelism=1, seed=0):  # type: ignore[no-untyped-def]
@@ -76,78 +97,149 @@ class Timed(SearchStrategy):
         start = time.perf_counter()
         picks = self.inner.ask()
         self.ask_s += time.perf_counter() - start
-        self.asks += 1
         self.proposed += len(picks)
         return picks
 
     def tell(self, index, trial):  # type: ignore[no-untyped-def]
         self.inner.tell(index, trial)
 
+    def use_prior(self, source: Any) -> None:
+        hand_in = getattr(self.inner, "use_prior", None)
+        if callable(hand_in):
+            hand_in(source)
+
     def describe(self) -> str:
         return self.inner.describe()
 
 
-def run_one(record: RecordedSpace, name: str, budget: int, seed: int) -> dict[str, Any]:
-    timed = Timed(STRATEGIES[name]())
-    result = replay(record, timed, budget=budget, seed=seed, parallelism=PARALLELISM)
+_RECORDS: dict[str, RecordedSpace] = {}
+
+
+def _record(folder: str, name: str) -> RecordedSpace:
+    if name not in _RECORDS:
+        _RECORDS[name] = RecordedSpace.load(Path(folder) / f"{name}.json.gz")
+    return _RECORDS[name]
+
+
+def _shuffled(record: RecordedSpace, seed: int) -> RecordedSpace:
+    """The record with its times dealt out again at random: a device unlike this one."""
+    import random
+
+    latencies = [t.latency_ms if t.ok else None for t in record.trials]
+    random.Random(seed).shuffle(latencies)
+    return RecordedSpace.from_latencies(record.space, latencies, kernel="shuffled")
+
+
+def priors_of(folder: str, name: str, names: list[str], kind: str) -> list[RecordedSpace]:
+    """The prior a space gets: the same kernel's other devices, or one that does not fit."""
+    mine = kernel_of(name)
+    same = [n for n in names if kernel_of(n) == mine and n != name]
+    if kind == "prior":
+        return [_record(folder, n) for n in same]
+    ours = {x for p in _record(folder, name).space.params for x in p.names}
+    for other in names:  # another kernel sharing parameter names: other values, other times
+        if kernel_of(other) != mine:
+            theirs = {x for p in _record(folder, other).space.params for x in p.names}
+            if len(ours & theirs) >= 3:
+                return [_record(folder, other)]
+    return [_shuffled(_record(folder, same[0]), 0)]
+
+
+def guided(settings: dict[str, Any]) -> GuidedSearch:
+    return GuidedSearch(**settings)
+
+
+def run_job(job: tuple[str, str, str, int, int, list[str], str]) -> dict[str, Any]:
+    """One replay: (folder, space, strategy, seed, trials, all space names, candidate)."""
+    folder, name, strategy, seed, budget, names, candidate = job
+    record = _record(folder, name)
+    prior = None
+    if strategy.startswith("guided"):
+        inner: SearchStrategy = guided(CANDIDATES[candidate])
+        if strategy != "guided":
+            kind = "prior" if strategy == "guided+prior" else "misfit"
+            prior = priors_of(folder, name, names, kind)
+    else:
+        inner = BASELINES[strategy]()
+    timed = Timed(inner)
+    start = time.perf_counter()
+    result = replay(record, timed, budget=budget, seed=seed, parallelism=PARALLELISM, prior=prior)
     trace = list(result.trace) + [result.trace[-1]] * (budget - len(result.trace))
-    optimum = result.optimum_ms
     return {
-        "trace": [optimum / b if math.isfinite(b) else 0.0 for b in trace],
-        "reach": result.trials_to_reach(0.05),
-        "ms_per_config": 1e3 * timed.ask_s / max(timed.proposed, 1),
+        "space": name,
+        "strategy": strategy,
+        "candidate": candidate,
+        "seed": seed,
+        "scores": [result.optimum_ms / b if math.isfinite(b) else 0.0 for b in trace],
+        "ask_s": timed.ask_s,
+        "proposed": timed.proposed,
+        "wall_s": time.perf_counter() - start,
     }
 
 
-def summarize(runs: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for b in budgets:
-        scores = sorted(r["trace"][b - 1] for r in runs)
-        out[b] = {
-            "median": statistics.median(scores),
-            "p10": _quantile(scores, 0.10),
-            "mean": statistics.fmean(scores),
-            "hit": sum(s >= 1 / 1.05 for s in scores) / len(scores),
-        }
-    reach = sorted(r["reach"] if r["reach"] is not None else math.inf for r in runs)
-    out["reach"] = statistics.median(reach)
-    out["ms_per_config"] = statistics.fmean(r["ms_per_config"] for r in runs)
-    return out
+def _warm() -> None:
+    """Import the libraries before any replay, so that no strategy's ask() pays for it."""
+    import optuna  # noqa: F401
+    import sklearn.ensemble  # noqa: F401
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+def _median_at(runs: list[dict[str, Any]], trials: int) -> float:
+    return statistics.median(r["scores"][trials - 1] for r in runs)
 
 
-def space_scale() -> None:
-    """Start-up time and memory of a 10^6-config product, unconstrained and constrained."""
+def held_out(
+    by: dict[tuple[str, str, str], list[dict[str, Any]]],
+    names: list[str],
+    budgets: dict[str, list[int]],
+    select_at: int,
+) -> tuple[dict[str, str], dict[str, float]]:
+    """For each kernel left out: the candidate the other kernels choose (best mean of
+    per-space medians at budget ``select_at``), and the per-space figure of that choice."""
+    kernels = sorted({kernel_of(n) for n in names})
+    chosen: dict[str, str] = {}
+    for left in kernels:
+        train = [n for n in names if kernel_of(n) != left]
+
+        def mean(candidate: str, train: list[str] = train) -> float:
+            return statistics.fmean(
+                _median_at(by[(n, "guided", candidate)], budgets[n][select_at]) for n in train
+            )
+
+        chosen[left] = max(CANDIDATES, key=mean) if train else "default"
+    return chosen, {}
+
+
+def space_scale(quick: bool) -> list[str]:
+    """The proposal time of the guided search on a lazy product of 10^6 configs."""
+    import numpy as np
+
+    from tileauto.records import LatencyStats, Trial, TrialStatus
+    from tileauto.search import run_search
     from tileauto.space import product
 
+    lines = []
     values = {name: list(range(10)) for name in "abcdef"}
-    for label, rules in (
-        ("no constraint", []),
-        ("3 expressions", ["a % 2 == 0", "b + c < 12", "d != e or f == 0"]),
-        ("1 callable", [lambda c: c["a"] % 2 == 0]),
-    ):
-        start = time.perf_counter()
+    for label, rules in (("no constraint", []), ("3 expressions", ["a % 2 == 0", "b + c < 12"])):
         space = product(**values, constraints=rules)
-        n = len(space)
-        space.config(n // 2)
-        took = time.perf_counter() - start
-        tracemalloc.start()  # again, apart: tracing slows every allocation down
-        again = product(**values, constraints=rules)
-        len(again)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        kept = getattr(again, "_valid", None)
-        print(
-            f"product of 10^6, {label:13s}: {n:>9,} configs, len + one config in "
-            f"{took * 1e3:8.1f} ms, peak {peak / 2**20:5.1f} MiB, kept "
-            f"{(kept.nbytes if kept is not None else 0) / 2**20:4.1f} MiB"
+        weights = np.random.default_rng(0).uniform(0.5, 2.0, size=6)
+
+        def measure(indices: list[int], space: Any = space, w: Any = weights) -> Any:
+            codes = space.codes(indices)
+            for i, row in zip(indices, codes):
+                ms = float(1.0 + ((row - 4.5) ** 2 * w).sum() / 100)
+                stats = LatencyStats(ms, ms, ms, ms, ms, 1)
+                yield i, Trial(i, space.config(i), TrialStatus.OK, latency=stats)
+
+        timed = Timed(GuidedSearch())
+        trials = 200 if quick else 400
+        start = time.perf_counter()
+        run_search(timed, space, measure, max_trials=trials, parallelism=PARALLELISM)
+        lines.append(
+            f"| lazy product of 10^6, {label} ({len(space):,} configs) | {trials} | "
+            f"{1e3 * timed.ask_s / max(timed.proposed, 1):.2f} | "
+            f"{time.perf_counter() - start:.1f} |"
         )
+    return lines
 
 
 def main() -> None:
@@ -155,106 +247,187 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--budgets", default=None, help="percentages, e.g. 1,2,5")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--strategies", default=",".join(ALL))
     parser.add_argument("--spaces", default=str(SPACES))
-    parser.add_argument("--plot", default=None, help="draw best-so-far per strategy into IMG")
+    parser.add_argument("--only", default="", help="comma-separated parts of space file names")
+    parser.add_argument("--tpe-seeds", type=int, default=None, help="TPE's seeds (slow)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--plot", default=None, help="draw the held-out figures into IMG")
     parser.add_argument("--json", default=None, help="write every number to FILE")
-    parser.add_argument("--space-scale", action="store_true")
+    parser.add_argument("--no-scale", action="store_true", help="skip the 10^6 product timing")
     args = parser.parse_args()
-    seeds = args.seeds or (5 if args.quick else 10)
+    if args.jobs < 1 or args.jobs > (os.cpu_count() or 1):
+        sys.exit(f"--jobs must be between 1 and the {os.cpu_count()} CPUs here, got {args.jobs}")
+    began = time.perf_counter()
+    seeds = args.seeds or (5 if args.quick else 20)
     shares = [
         float(x) / 100 for x in (args.budgets or ("1,2" if args.quick else "1,2,5")).split(",")
     ]
-    names = [s for s in args.strategies.split(",") if s]
+    strategies = [s for s in args.strategies.split(",") if s]
+    unknown = [s for s in strategies if s not in ALL]
+    if unknown:
+        sys.exit(f"--strategies: unknown {unknown}; choose among {ALL}")
     files = sorted(Path(args.spaces).glob("*.json*"))
-    if not files:
+    names = [f.name.split(".")[0] for f in files]
+    if args.only:
+        names = [n for n in names if any(o in n for o in args.only.split(","))]
+    if not names:
         sys.exit(f"no recorded spaces in {args.spaces}")
+    all_names = [f.name.split(".")[0] for f in files]
+    sizes = {n: len(_record(args.spaces, n)) for n in names}
+    budgets = {n: [max(1, math.ceil(s * sizes[n] - 1e-9)) for s in shares] for n in names}
+    jobs = []
+    for strategy in strategies:
+        candidates = list(CANDIDATES) if strategy == "guided" else ["default"]
+        for candidate in candidates:
+            for n in names:
+                for seed in range(args.tpe_seeds or seeds if strategy == "tpe" else seeds):
+                    jobs.append(
+                        (args.spaces, n, strategy, seed, budgets[n][-1], all_names, candidate)
+                    )
+    jobs.sort(key=lambda j: -sizes[j[1]] * (10 if j[2] == "tpe" else 1))  # long ones first
     print(
-        f"{time.strftime('%Y-%m-%d')}: {seeds} seeds, budgets {[f'{s:.0%}' for s in shares]}, "
-        f"{PARALLELISM} configs per batch\n"
+        f"{time.strftime('%Y-%m-%d %H:%M')}: {len(names)} spaces, {seeds} seeds, budgets "
+        f"{[f'{s:.0%}' for s in shares]}, {PARALLELISM} configs per batch, {len(jobs)} replays "
+        f"on {args.jobs} processes\n"
     )
-    if args.space_scale:
-        space_scale()
-        print()
-    everything: dict[str, Any] = {}
-    curves: dict[str, dict[str, list[list[float]]]] = {}
-    for path in files:
-        record = RecordedSpace.load(path)
-        budgets = [max(1, math.ceil(s * len(record) - 1e-9)) for s in shares]
-        print(f"## {path.name.split('.')[0]}: {record.describe()}")
-        rows = {}
-        for name in names:
-            start = time.perf_counter()
-            runs = [run_one(record, name, budgets[-1], seed) for seed in range(seeds)]
-            rows[name] = summarize(runs, budgets)
-            rows[name]["wall_s"] = time.perf_counter() - start
-            curves.setdefault(path.name.split(".")[0], {})[name] = [r["trace"] for r in runs]
-        _print_space(rows, names, budgets, shares)
-        everything[path.name] = {"configs": len(record), "budgets": budgets, "rows": rows}
-    _print_summary(everything, names, shares)
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    with multiprocessing.get_context("fork").Pool(args.jobs, initializer=_warm) as pool:
+        for out in pool.imap_unordered(run_job, jobs):
+            by.setdefault((out["space"], out["strategy"], out["candidate"]), []).append(out)
+    replay_s = time.perf_counter() - began
+    select_at = shares.index(0.02) if 0.02 in shares else len(shares) - 1
+    chosen, _ = held_out(by, names, budgets, select_at) if "guided" in strategies else ({}, {})
+
+    def runs(n: str, s: str) -> list[dict[str, Any]]:
+        if s == "guided":
+            return by[(n, s, chosen[kernel_of(n)])]
+        return by[(n, s, "default")]
+
+    table: dict[str, dict[str, list[float]]] = {
+        n: {s: [_median_at(runs(n, s), b) for b in budgets[n]] for s in strategies} for n in names
+    }
+    if chosen:
+        print(
+            "Settings chosen per held-out kernel (on the other kernels, at "
+            f"{shares[select_at]:.0%}): {chosen}\n"
+        )
+    _print_tables(table, names, strategies, shares, budgets)
+    _print_splits(table, names, strategies, shares)
+    ask = _print_ask(by, names, strategies)
+    scale = [] if args.no_scale else space_scale(args.quick)
+    if scale:
+        print("| proposal time on | trials | ask, ms per config | wall, s |")
+        print("| --- | --- | --- | --- |")
+        print("\n".join(scale))
+    total = time.perf_counter() - began
+    print(
+        f"\nreplays took {replay_s:.0f} s, the whole bench {total:.0f} s, on {args.jobs} processes"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps(everything, indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "table": table,
+                    "chosen": chosen,
+                    "ask_ms": ask,
+                    "budgets": budgets,
+                    "shares": shares,
+                    "seconds": total,
+                },
+                indent=1,
+            )
+        )
     if args.plot:
-        _plot(curves, args.plot)
+        _plot(table, names, strategies, shares, args.plot)
 
 
-def _print_space(
-    rows: dict[str, Any], names: list[str], budgets: list[int], shares: list[float]
+def _print_tables(
+    table: dict[str, dict[str, list[float]]],
+    names: list[str],
+    strategies: list[str],
+    shares: list[float],
+    budgets: dict[str, list[int]],
 ) -> None:
-    print(f"| budget | {' | '.join(f'{n}: median / p10 / mean / hit' for n in names)} |")
-    print(f"| --- | {' | '.join('---' for _ in names)} |")
-    for b, s in zip(budgets, shares):
+    for k, share in enumerate(shares):
+        print(f"## Held out, {share:.0%} of each space: median score over the seeds")
+        print(f"| space (trials) | {' | '.join(strategies)} |")
+        print(f"| --- | {' | '.join('---' for _ in strategies)} |")
+        for n in names:
+            cells = [f"{table[n][s][k]:.3f}" for s in strategies]
+            print(f"| {n} ({budgets[n][k]}) | {' | '.join(cells)} |")
+        means = [statistics.fmean(table[n][s][k] for n in names) for s in strategies]
+        worst = [min(table[n][s][k] for n in names) for s in strategies]
+        print(f"| **mean** | {' | '.join(f'**{m:.3f}**' for m in means)} |")
+        print(f"| worst space | {' | '.join(f'{w:.3f}' for w in worst)} |\n")
+
+
+def _print_splits(
+    table: dict[str, dict[str, list[float]]],
+    names: list[str],
+    strategies: list[str],
+    shares: list[float],
+) -> None:
+    print("## Per held-out kernel: mean of per-space medians (1st / 2nd / ... budget)")
+    print(f"| kernel left out | {' | '.join(strategies)} |")
+    print(f"| --- | {' | '.join('---' for _ in strategies)} |")
+    for kernel in sorted({kernel_of(n) for n in names}):
+        part = [n for n in names if kernel_of(n) == kernel]
         cells = [
-            f"{rows[n][b]['median']:.3f} / {rows[n][b]['p10']:.3f} / {rows[n][b]['mean']:.3f} / "
-            f"{rows[n][b]['hit']:.0%}"
-            for n in names
+            " / ".join(
+                f"{statistics.fmean(table[n][s][k] for n in part):.3f}" for k in range(len(shares))
+            )
+            for s in strategies
         ]
-        print(f"| {s:.0%} ({b}) | {' | '.join(cells)} |")
-    reach = [
-        f"{rows[n]['reach']:.0f}" if math.isfinite(rows[n]["reach"]) else f">{budgets[-1]}"
-        for n in names
-    ]
-    print(f"| trials to 5% (median) | {' | '.join(reach)} |")
-    ask = [f"{rows[n]['ms_per_config']:.2f}" for n in names]
-    wall = [f"{rows[n]['wall_s']:.0f}" for n in names]
-    print(f"| ask, ms per config | {' | '.join(ask)} |")
-    print(f"| wall, s | {' | '.join(wall)} |\n")
+        print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
+    print()
 
 
-def _print_summary(everything: dict[str, Any], names: list[str], shares: list[float]) -> None:
-    print("## Mean score over the spaces")
-    print(f"| budget | {' | '.join(names)} |")
-    print(f"| --- | {' | '.join('---' for _ in names)} |")
-    for k, s in enumerate(shares):
-        means = [
-            statistics.fmean(v["rows"][n][v["budgets"][k]]["mean"] for v in everything.values())
-            for n in names
-        ]
-        print(f"| {s:.0%} | {' | '.join(f'{m:.3f}' for m in means)} |")
+def _print_ask(
+    by: dict[tuple[str, str, str], list[dict[str, Any]]], names: list[str], strategies: list[str]
+) -> dict[str, dict[str, float]]:
+    print("## Proposal time: ask(), ms per proposed config (mean over seeds)")
+    print(f"| space | {' | '.join(strategies)} |")
+    print(f"| --- | {' | '.join('---' for _ in strategies)} |")
+    out: dict[str, dict[str, float]] = {}
+    for n in names:
+        row = {}
+        for s in strategies:
+            runs = [r for (sp, st, _), rs in by.items() if sp == n and st == s for r in rs]
+            row[s] = 1e3 * sum(r["ask_s"] for r in runs) / max(sum(r["proposed"] for r in runs), 1)
+        out[n] = row
+        print(f"| {n} | {' | '.join(f'{row[s]:.2f}' for s in strategies)} |")
+    print()
+    return out
 
 
-def _plot(curves: dict[str, dict[str, list[list[float]]]], path: str) -> None:
+def _plot(
+    table: dict[str, dict[str, list[float]]],
+    names: list[str],
+    strategies: list[str],
+    shares: list[float],
+    path: str,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.6), squeeze=False)
-    for ax, (space, by_name) in zip(axes[0], curves.items()):
-        for name, traces in by_name.items():
-            n = len(traces[0])
-            xs = list(range(1, n + 1))
-            median = [statistics.median(t[i] for t in traces) for i in range(n)]
-            low = [_quantile(sorted(t[i] for t in traces), 0.10) for i in range(n)]
-            ax.plot(xs, median, label=name)
-            ax.fill_between(xs, low, median, alpha=0.15)
-        ax.set_title(space, fontsize=9)
-        ax.set_xlabel("trials")
-        ax.set_ylim(0.5, 1.01)
+    kernels = sorted({kernel_of(n) for n in names})
+    fig, axes = plt.subplots(1, len(kernels) + 1, figsize=(3.4 * (len(kernels) + 1), 3.4))
+    xs = [100 * s for s in shares]
+    for ax, kernel in zip(axes, [*kernels, None]):
+        part = [n for n in names if kernel is None or kernel_of(n) == kernel]
+        for s in strategies:
+            ys = [statistics.fmean(table[n][s][k] for n in part) for k in range(len(shares))]
+            ax.plot(xs, ys, marker="o", label=s)
+        ax.set_title(f"{kernel} ({len(part)} devices)" if kernel else "all spaces", fontsize=9)
+        ax.set_xlabel("budget, % of the space")
+        ax.set_xticks(xs)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("optimum / best so far")
-    fig.suptitle("median over seeds; shaded: down to the 10th percentile", fontsize=9)
-    axes[0][0].legend(fontsize=8)
+    axes[0].set_ylabel("held out: mean of per-space medians")
+    axes[-1].legend(fontsize=7)
+    fig.suptitle("optimum / best found, held out (leave one kernel / device out)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")

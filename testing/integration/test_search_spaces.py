@@ -173,3 +173,33 @@ def test_exhaustive_under_max_trials_measures_the_first_configs_of_a_huge_produc
     assert sorted(t.index for t in result.trials) == [0, 1, 2, 3, default]
     assert all(t.ok for t in result.trials) and result.extra["search"]["measured"] == 5
     assert result.extra["search"]["never_tried"] == len(space) - 5
+
+
+def far_valley(func, args, *, warmup, rep, config, device):
+    """A scripted timer whose floor (1 ms at vec=32, repeat=40) is far from the default."""
+    func(*args)
+    vec, repeat = config.get("vec", 8), config.get("repeat", 1)
+    ms = 1.0 + abs(math.log2(vec) - 5) + abs(repeat - 40) / 8
+    return [ms * 1e6] * rep
+
+
+def test_a_tuning_of_the_same_kernel_elsewhere_in_the_cache_is_the_prior():
+    pytest.importorskip("sklearn", reason="the guided search needs the search extra")
+    from tileauto.search import AutoSearch
+
+    space = product(vec=[2, 4, 8, 16, 32, 64], repeat=list(range(1, 61)))  # 360 configs
+
+    def tune(n, trials, search="auto"):
+        tuned = tileauto.autotune(
+            configs=space, max_trials=trials, timer=far_valley, search=search, **FAST
+        )(tileauto.jit(out_idx=[-1])(slow_scale))
+        tuned(n)
+        return tuned.get_tuner_result(n)
+
+    first = tune(512, 40)  # another problem size: another entry of the same kernel
+    assert first.latency < 2.0
+    # 8 trials (the default and 7 proposals) of a 360-config space: with the first tuning as
+    # its prior, the guided search starts where the first one ended
+    helped = tune(1024, 8)
+    alone = tune(2048, 8, search=AutoSearch(prior=None))
+    assert helped.latency <= first.latency < alone.latency

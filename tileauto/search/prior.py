@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -89,11 +89,17 @@ class Prior:
                 rest = rest // size
             missing = [j for j in range(len(params)) if j not in src.shared]
             if missing:  # fill what the record lacks: every value while few, else a sample
-                total = math.prod(len(params[j].values) for j in missing)
+                sizes = [len(params[j].values) for j in missing]
+                total = math.prod(sizes)
                 copies = min(total, _MAX_EXPAND)
+                rows = len(codes)
                 codes = np.repeat(codes, copies, axis=0)
-                for j in missing:
-                    codes[:, j] = rng.integers(0, len(params[j].values), size=len(codes))
+                if total <= _MAX_EXPAND:  # every combination of the missing values
+                    every = np.indices(sizes).reshape(len(sizes), -1).T
+                    codes[:, missing] = np.tile(every, (rows, 1))
+                else:
+                    for j, size in zip(missing, sizes):
+                        codes[:, j] = rng.integers(0, size, size=len(codes))
             found.append(self.space.index_of(codes))
         if not found:
             return np.zeros(0, dtype=np.int64)
@@ -266,9 +272,8 @@ def _from_record(space: Space, name: str, record: Any) -> tuple[_Source | None, 
     if not shared:
         return None, _no_names(space, {n for p in record.space.params for n in p.names})
     ours = np.stack(columns, axis=1)
-    keep = (ours >= 0).all(axis=1)
     lat = np.asarray([t.latency_ms if t.ok and t.latency_ms else math.inf for t in record.trials])
-    return _collapse(space, name, shared, ours[keep], lat[keep])
+    return _collapse(space, name, shared, ours, lat)
 
 
 def _from_rows(
@@ -293,13 +298,9 @@ def _from_rows(
                 if len(p.names) == 1
                 else tuple(config.get(n) for n in p.names)
             )
-            c = tables[j].get(_value_key(value))
-            if c is None:
-                break
-            row.append(c)
-        else:
-            codes.append(row)
-            lats.append(latency if latency is not None else math.inf)
+            row.append(tables[j].get(_value_key(value), -1))
+        codes.append(row)
+        lats.append(latency if latency is not None else math.inf)
     return _collapse(
         space,
         name,
@@ -317,19 +318,22 @@ def _no_names(space: Space, theirs: set[str]) -> str:
 def _collapse(
     space: Space, name: str, shared: list[int], codes: Any, lat: Any
 ) -> tuple[_Source | None, str]:
-    """Percentiles of the matched configs, one per key (the best record of a key counts)."""
+    """Percentiles among all the record's configs, kept for those whose values the space has
+    (``codes`` -1 elsewhere), one per key (the best record of a key counts)."""
     import numpy as np
 
-    if not len(codes):
-        return None, "none of its configs has values the space has"
-    sizes = [len(space.params[j].values) for j in shared]
-    radix = np.asarray([math.prod(sizes[i + 1 :]) for i in range(len(sizes))], dtype=np.int64)
     passing = np.isfinite(lat)
     pct = np.ones(len(lat))
     if passing.sum() > 1:
         pct[passing] = _ranks(lat[passing]) / (passing.sum() - 1)
     elif passing.sum() == 1:
         pct[passing] = 0.0
+    keep = (codes >= 0).all(axis=1) if len(codes) else np.zeros(0, dtype=bool)
+    codes, pct = codes[keep], pct[keep]
+    if not len(codes):
+        return None, "none of its configs has values the space has"
+    sizes = [len(space.params[j].values) for j in shared]
+    radix = np.asarray([math.prod(sizes[i + 1 :]) for i in range(len(sizes))], dtype=np.int64)
     k = codes @ radix
     order = np.lexsort((pct, k))
     k, pct = k[order], pct[order]
@@ -337,8 +341,11 @@ def _collapse(
     return _Source(name, shared, radix, k[first], pct[first], sizes), ""
 
 
-def resolve_prior(prior: PriorSource) -> Callable[[Space], Prior] | None:
-    """A function matching ``prior`` to a space, or None for no prior (None or ``[]``)."""
-    if prior is None or (isinstance(prior, (list, tuple)) and not prior):
-        return None
-    return lambda space: match(space, prior)
+def check_prior(prior: PriorSource, owner: str) -> None:
+    """Refuse, when a strategy is made, a ``prior=`` text that is neither "auto" nor a path
+    that exists (records and callables are checked when the search starts)."""
+    if isinstance(prior, (str, Path)) and prior != "auto" and not Path(prior).exists():
+        raise ValueError(
+            f'{owner} prior must be "auto", None, records, a callable, or the path of a '
+            f"recorded space or of a folder of them; {str(prior)!r} is not a file or folder"
+        )

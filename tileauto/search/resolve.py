@@ -9,6 +9,7 @@ from typing import Any
 from tileauto.records import Trial
 from tileauto.search.base import SearchStrategy, SpaceLike
 from tileauto.search.guided import GuidedSearch, require_sklearn
+from tileauto.search.prior import check_prior
 from tileauto.search.strategies import Exhaustive, RandomSearch
 
 AUTO_EXHAUSTIVE_MAX = 256  # auto measures every config of a space up to this size
@@ -36,10 +37,7 @@ class AutoSearch(SearchStrategy):
             isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
         ):
             raise ValueError(f"AutoSearch budget must be an int >= 1 or None, got {budget!r}")
-        if isinstance(prior, str) and prior != "auto":
-            raise ValueError(
-                f'AutoSearch prior must be "auto", None, records or a callable, got {prior!r}'
-            )
+        check_prior(prior, "AutoSearch")
         self.budget = budget
         self.prior = prior  # as GuidedSearch takes it
         self._given: Any = None

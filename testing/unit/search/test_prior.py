@@ -1,0 +1,177 @@
+"""Priors: records of the same kernel measured elsewhere, matched by parameter name and value,
+trusted as far as they rank the new space's measurements alike; and the cache side."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from search_fakes import bowl
+
+from tileauto.records import TrialStatus
+from tileauto.search import AutoSearch, GuidedSearch, RecordedSpace, replay
+from tileauto.search.prior import agreement, match
+from tileauto.space import product
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
+from cache_fakes import fake_result, open_store, trial  # noqa: E402
+
+
+def recorded_bowl(noise: float = 0.0, seed: int = 0) -> RecordedSpace:
+    """The bowl of search_fakes measured on some device: its latencies, times a noise."""
+    space, latency = bowl()
+    rng = random.Random(seed)
+    values = []
+    for config in space:
+        value = latency(config)
+        values.append(None if value is None else value * (1 + noise * rng.random()))
+    return RecordedSpace.from_latencies(space, values, device=f"device {seed}")
+
+
+def shuffled(record: RecordedSpace, seed: int = 1) -> RecordedSpace:
+    latencies = [t.latency_ms if t.ok else None for t in record.trials]
+    random.Random(seed).shuffle(latencies)
+    return RecordedSpace.from_latencies(record.space, latencies, device="unlike")
+
+
+def test_match_by_name_and_value_with_missing_and_extra_parameters():
+    space = product(a=[1, 2, 4], b=["x", "y"], c=[0, 1])
+    prior = [  # no c; an extra d (the best of its d values counts); a value the space lacks
+        {"config": {"a": 1, "b": "x", "d": 0}, "latency_ms": 4.0},
+        {"config": {"a": 1, "b": "x", "d": 1}, "latency_ms": 1.0},
+        {"config": {"a": 2, "b": "y", "d": 0}, "latency_ms": 2.0},
+        {"config": {"a": 4.0, "b": "y", "d": 0}, "status": "compile_error", "latency_ms": None},
+        {"config": {"a": 8, "b": "x", "d": 0}, "latency_ms": 0.1},  # a = 8: not in the space
+        {"config": {"a": 2, "b": "x", "d": 0}, "status": "not_run", "latency_ms": None},
+    ]
+    matched = match(space, prior)
+    assert len(matched) == 1 and not matched.dropped
+    configs = [{"a": 1, "b": "x", "c": 1}, {"a": 2, "b": "y", "c": 0}, {"a": 4, "b": "y", "c": 0}]
+    codes = space.codes([space.find(c) for c in configs] + [space.find({"a": 2, "b": "x", "c": 0})])
+    pct = matched.lookup(codes)[:, 0]
+    # ranked among the passing records: 0.1 (a=8), 1.0, 2.0, 4.0 -> the a=1 config is 2nd of 4
+    assert pct[0] == pytest.approx(1 / 3) and pct[1] == pytest.approx(2 / 3)
+    assert pct[2] == 1.0  # failed there: last (4.0 matched a = 4, a number either way)
+    assert np.isnan(pct[3])  # never tried there: nothing said, not a failure
+    ranked = matched.ranked(np.random.default_rng(0))
+    assert [space.config(int(i))["a"] for i in ranked[:2]] == [1, 1]  # both c values filled in
+
+
+def test_records_that_share_nothing_are_dropped_with_the_reason_never_an_error():
+    space = product(a=[1, 2], b=[3, 4])
+    matched = match(space, [[{"config": {"x": 1}, "latency_ms": 1.0}], []])
+    assert len(matched) == 0
+    assert "no parameter of the space" in matched.dropped[0] and "['x']" in matched.dropped[0]
+    assert "no records" in matched.dropped[1]
+    values = match(space, [{"config": {"a": 9, "b": 3}, "latency_ms": 1.0}])
+    assert len(values) == 0 and "none of its configs has values" in values.dropped[0]
+    result = replay(recorded_bowl(), GuidedSearch(), budget=24, prior=[[{"config": {"x": 1}}]])
+    assert result.trials == 24
+
+
+def test_a_prior_that_is_not_records_is_refused_naming_it():
+    with pytest.raises(TypeError, match="prior must be a RecordedSpace"):
+        match(product(a=[1, 2]), 42)
+    with pytest.raises(TypeError, match=r"prior\[0\] holds int"):
+        match(product(a=[1, 2]), [[1, 2]])
+    with pytest.raises(ValueError, match="GuidedSearch prior must be .* 'cache' is not a file"):
+        GuidedSearch(prior="cache")
+    with pytest.raises(ValueError, match="AutoSearch prior must be"):
+        AutoSearch(prior="no/such/folder")
+
+
+def test_agreement_is_high_for_the_same_ranking_and_low_for_a_shuffled_one():
+    rng = np.random.default_rng(0)
+    logs = rng.random(40)
+    other = rng.random(40)
+    same = agreement(np.stack([logs, other], axis=1), logs)
+    unrelated = np.corrcoef(np.argsort(np.argsort(other)), np.argsort(np.argsort(logs)))[0, 1]
+    assert same[0] == pytest.approx(1.0) and same[1] == pytest.approx(unrelated)
+    few = agreement(np.stack([logs[:4]], axis=1), logs[:4])
+    assert few[0] == 0.0  # fewer than 6 shared measurements: no opinion
+
+
+def test_a_prior_from_another_device_finds_the_optimum_in_the_first_batch():
+    target = recorded_bowl(noise=0.05, seed=3)
+    other = recorded_bowl(noise=0.05, seed=4)
+    without = replay(target, GuidedSearch(), budget=8, seed=0)
+    with_prior = replay(target, GuidedSearch(), budget=8, seed=0, prior=[other])
+    assert with_prior.score > 0.95 > without.score
+    assert "prior" not in with_prior.strategy  # the default prior="auto" keeps the old text
+    own = replay(target, GuidedSearch(prior=[other]), budget=8, seed=0)
+    assert own.score == with_prior.score and "prior=1 records" in own.strategy
+    off = replay(target, GuidedSearch(prior=None), budget=8, seed=0, prior=[other])
+    assert off.score == without.score  # prior=None: what is handed in is ignored
+
+
+def test_a_prior_that_does_not_fit_is_not_trusted():
+    target = recorded_bowl(noise=0.05, seed=3)
+    unlike = shuffled(recorded_bowl(seed=4))
+    search = GuidedSearch()
+    search.use_prior([unlike])
+    replay(target, search, budget=48, seed=0)
+    assert search._trust is not None and (search._trust < 0.3).all()  # it ranks nothing alike
+    fitting = GuidedSearch()
+    fitting.use_prior([recorded_bowl(noise=0.05, seed=4)])
+    replay(target, fitting, budget=48, seed=0)
+    assert (fitting._trust > 0.6).all()
+
+
+def test_auto_hands_the_prior_to_its_guided_search_and_keeps_its_text():
+    target = recorded_bowl(noise=0.05, seed=3)
+    auto = replay(target, "auto", budget=8, seed=0, prior=[recorded_bowl(0.05, seed=4)])
+    assert auto.score > 0.95 and auto.strategy == "auto(budget=None)"
+    assert AutoSearch(prior=None).describe() == "auto(budget=None, prior=None)"
+
+
+def test_a_folder_of_exports_is_a_prior(tmp_path):
+    other = recorded_bowl(noise=0.05, seed=4)
+    doc = {
+        "format": "tileauto-trials/1",
+        "kernel": "bowl",
+        "trials": [
+            {
+                "index": i,
+                "config": other.space.config(i),
+                "status": t.status.value,
+                "latency_ms": t.latency_ms,
+            }
+            for i, t in enumerate(other.trials)
+        ],
+    }
+    with gzip.open(tmp_path / "bowl.json.gz", "wt") as file:
+        json.dump(doc, file)
+    (tmp_path / "notes.txt").write_text("not a record")
+    matched = match(recorded_bowl().space, tmp_path)
+    assert len(matched) == 1 and matched.sources[0].name == "bowl.json.gz"
+    target = recorded_bowl(noise=0.05, seed=3)
+    result = replay(target, GuidedSearch(prior=str(tmp_path)), budget=8)
+    assert result.score > 0.95 and f"prior={str(tmp_path)!r}" in result.strategy
+
+
+# -- the cache side ---------------------------------------------------------------------------
+def test_cache_prior_reads_the_kernels_tuned_entries_on_other_devices(tmp_path, tileauto_env):
+    from tileauto.cache.priors import cache_prior, export_prior, prior_trials
+    from tileauto.errors import CacheError
+
+    space = [{"block": b} for b in (8, 16, 32)]
+    for device, best in (("a", 8), ("b", 16)):
+        store = open_store(space=space, device={"kind": "cpu", "mcpu": device})
+        trials = [trial(i, c, 1.0 if c["block"] == best else 2.0) for i, c in enumerate(space)]
+        trials.append(trial(3, {"block": 64}, status=TrialStatus.NOT_RUN))
+        store.save(fake_result(tmp_path, trials, best=[c["block"] for c in space].index(best)))
+    found = prior_trials(tileauto_env, "factory")
+    assert len(found) == 2 and all(len(t) == 3 for t in found)  # never-tried ones left out
+    assert prior_trials(tileauto_env, "another") == []
+    assert cache_prior(tmp_path / "no cache here", "factory")() == []
+    written = export_prior(tileauto_env, "factory", tmp_path / "out")
+    assert len(written) == 2
+    records = [RecordedSpace.load(p) for p in written]
+    assert sorted(len(r) for r in records) == [3, 3]
+    with pytest.raises(CacheError, match="no tuned entry of kernel 'nope'.*'factory'"):
+        export_prior(tileauto_env, "nope", tmp_path / "out2")
