@@ -11,6 +11,7 @@ foreign or unsafe entry is a miss (one warning), never a crash and never a wrong
     disk.py      private folders, sealing, atomic publish, locks, verification
     entry.py     the files of one entry, written and read
     tuning.py    TuningStore: tuned results and per-config measurements
+    _checks.py   which checks a measurement passed, and which are at least as strict as which
     kernels.py   KernelStore: plain @jit compiles; ConfigKernels: a tuning's, shared by its checks
     catalog.py   the whole cache for the command line: list, verify, clear, export, import
     hygiene.py   claimed scratch folders, leftovers of killed runs, log pruning

@@ -29,6 +29,16 @@ from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.cache import disk
+from tileauto.cache._checks import (
+    CHECK_FREE,
+    CHECK_OPTIONS,
+    EARLIER_CHECKS,
+    PASSED,
+    at_least_as_strict,
+    checks_record,
+    describe_checks,
+    read_checks,
+)
 from tileauto.cache.args import bind_arguments
 from tileauto.cache.entry import (
     KIND_TUNED,
@@ -47,27 +57,13 @@ from tileauto.cache.key import (
     versions,
 )
 from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.records import TRANSIENT, Trial, TrialStatus
+from tileauto.records import TRANSIENT, Trial
 from tileauto.settings import Settings
 from tileauto.space import ProductSpace, config_id, full_config, tunable_parameters
 
 log = get_logger("cache")
 
 MEASUREMENTS = "measurements"
-# The profile options that decide whether a config passes, not how it is timed.
-CHECK_OPTIONS = (
-    "ref_prog",
-    "manual_check_prog",
-    "skip_check",
-    "rtol",
-    "atol",
-    "max_mismatched_ratio",
-)
-# What a tuning under other checks may take from a sibling's measurements: a pass under checks
-# at least as strict (a looser check passes it too), and a failure to compile (no check runs).
-_PASSED = frozenset({TrialStatus.OK})
-_CHECK_FREE = frozenset({TrialStatus.COMPILE_ERROR, TrialStatus.COMPILE_CRASH})
-EARLIER_CHECKS = "measured by an earlier tuning checked"  # a lent trial's note starts so
 
 
 def _callable_key(fn: Any, owner: str) -> Any:
@@ -310,7 +306,7 @@ class TuningStore:
                 "modified, unsigned (older tileauto) or not yours; those configs are measured again"
             )
         for folder, checks in self._siblings():
-            reusable = _CHECK_FREE | (_PASSED if at_least_as_strict(checks, self.checks) else set())
+            reusable = CHECK_FREE | (PASSED if at_least_as_strict(checks, self.checks) else set())
             why = f"{EARLIER_CHECKS} {describe_checks(checks)}"
             for cid, config, path in self._candidates(folder):
                 if cid in out:
@@ -319,7 +315,7 @@ class TuningStore:
                 if trial is not None and trial.status in reusable:
                     note = (
                         f"{why}: not measured again"
-                        if trial.status in _PASSED
+                        if trial.status in PASSED
                         else "failed to compile in an earlier tuning of this problem (no check "
                         "changes that): not compiled again"
                     )
@@ -332,7 +328,7 @@ class TuningStore:
             folder = record.with_suffix("")
             if folder == self.measure_dir or not folder.is_dir():
                 continue
-            checks = _read_checks(record)
+            checks = read_checks(record)
             if checks is None or digest(checks) != folder.name:
                 continue  # not a record this tileauto wrote, or edited
             if disk.unsafe_reason(folder) is None:
@@ -477,70 +473,6 @@ def _write_whole(path: Path, data: Any) -> None:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
-
-
-# -- checks ---------------------------------------------------------------------------------------
-def checks_record(checks: dict[str, Any]) -> dict[str, Any]:
-    """The checks of a tuning as its measurements' folder records them: programs by the digest
-    of everything they reach (their fingerprint), the rest by value."""
-    out = dict(checks)
-    for name in ("ref_prog", "manual_check_prog"):
-        if out.get(name) is not None:
-            out[name] = digest(out[name])
-    return out
-
-
-def at_least_as_strict(earlier: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether a config that passed ``earlier``'s checks passes ``now``'s (both
-    :func:`checks_record` s): ``now`` checks nothing; or both run the same manual check (or
-    none), ``earlier`` compared with the same reference (or ``now`` has none: it compares with
-    the default config's outputs), with tolerances no looser."""
-    if now.get("skip_check"):
-        return True
-    if earlier.get("skip_check") or earlier.get("manual_check_prog") != now.get(
-        "manual_check_prog"
-    ):
-        return False
-    if now.get("ref_prog") is not None and earlier.get("ref_prog") != now.get("ref_prog"):
-        return False
-    try:
-        return all(
-            float(earlier[t]) <= float(now[t]) for t in ("rtol", "atol", "max_mismatched_ratio")
-        )
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
-def describe_checks(checks: dict[str, Any]) -> str:
-    """How a config was checked, in words (for a reused trial's note)."""
-    if checks.get("skip_check"):
-        return "with no check"
-    against = (
-        "against a reference program" if checks.get("ref_prog") else "against the default config"
-    )
-    how = " with a manual check" if checks.get("manual_check_prog") else ""
-    return (
-        f"{against}{how} (rtol {checks.get('rtol')}, atol {checks.get('atol')}, "
-        f"max_mismatched_ratio {checks.get('max_mismatched_ratio')})"
-    )
-
-
-def _read_checks(path: Path) -> dict[str, Any] | None:
-    """A checks record of this user's (a plain file nobody else can write), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with open(fd) as f:
-            st = os.fstat(f.fileno())
-            if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_uid != os.getuid()
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            ):
-                return None
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 MEASUREMENT_FORMAT = (

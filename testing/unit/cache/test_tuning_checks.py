@@ -12,6 +12,7 @@ import json
 import pytest
 from cache_fakes import fake_result, open_store, ref_a, ref_b, trial
 
+from tileauto.cache import _checks as C
 from tileauto.cache import tuning as T
 from tileauto.options import ProfileArgs
 from tileauto.records import TrialStatus
@@ -94,18 +95,18 @@ def test_tolerances_no_looser_lend_their_passes(tmp_path, earlier, now, passes):
 
 
 def test_the_order_of_strictness():
-    record = T.checks_record
+    record = C.checks_record
     base = {"ref_prog": None, "manual_check_prog": None, "skip_check": False}
     tol = {"rtol": 0.01, "atol": 0.01, "max_mismatched_ratio": 0.01}
     ref = record({**base, **tol, "ref_prog": {"source": "a"}})
     default = record({**base, **tol})
     skipped = record({**base, **tol, "skip_check": True})
     manual = record({**base, **tol, "manual_check_prog": {"source": "m"}})
-    assert T.at_least_as_strict(ref, default) and not T.at_least_as_strict(default, ref)
-    assert T.at_least_as_strict(default, skipped) and not T.at_least_as_strict(skipped, default)
-    assert T.at_least_as_strict(manual, manual) and not T.at_least_as_strict(manual, default)
-    assert not T.at_least_as_strict(default, manual)
-    assert T.at_least_as_strict(ref, ref) and T.at_least_as_strict(skipped, skipped)
+    assert C.at_least_as_strict(ref, default) and not C.at_least_as_strict(default, ref)
+    assert C.at_least_as_strict(default, skipped) and not C.at_least_as_strict(skipped, default)
+    assert C.at_least_as_strict(manual, manual) and not C.at_least_as_strict(manual, default)
+    assert not C.at_least_as_strict(default, manual)
+    assert C.at_least_as_strict(ref, ref) and C.at_least_as_strict(skipped, skipped)
 
 
 def test_what_was_taken_is_written_as_this_problem_s_own(tmp_path):
