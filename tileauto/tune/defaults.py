@@ -78,10 +78,15 @@ def with_cache_prior(search: SearchStrategy, problem: TuningProblem) -> SearchSt
     the search starts; ``GuidedSearch(prior=None)``/``AutoSearch(prior=None)`` ignore them."""
     hand_in = getattr(search, "use_prior", None)
     if callable(hand_in) and problem.settings.tuning_cache_enabled:
-        from tileauto.cache.priors import cache_prior
-
         kernel = getattr(problem.factory, "__qualname__", problem.name)  # as the cache names it
-        hand_in(cache_prior(problem.settings.cache_dir, kernel))
+        root = problem.settings.cache_dir
+
+        def read() -> Any:  # imported when the search starts: a cache hit never pays for it
+            from tileauto.cache.priors import cache_prior
+
+            return cache_prior(root, kernel)()
+
+        hand_in(read)
     return search
 
 
