@@ -211,6 +211,15 @@ class Settings:
         "MiB the logs (logs dir and its `workers/`) may take together; past it, the oldest logs "
         "not in use are deleted when a tuning starts. `0`: no size limit.",
     )
+    kernels_max_mb: float = _var(
+        "TILEAUTO_KERNELS_MAX_MB",
+        2048.0,
+        _parse_limit,
+        "MiB the kernel cache (`$TILEAUTO_CACHE_DIR/kernels`: `@jit` compiles and every config "
+        "a tuning compiled) may take; past it, the entries used longest ago are deleted when a "
+        "tuning starts (they are compiled again if needed; tuned results are never deleted). "
+        "`0`: no size limit.",
+    )
     disable_cache: bool = _var(
         "TILEAUTO_DISABLE_CACHE", False, _parse_bool, "`1` turns every disk cache off."
     )

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tileauto.cache import disk
+from tileauto.cache._installed import MEMO_DIR as INSTALLED_MEMO
 from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, KINDS, required_files
+from tileauto.cache.key import SOURCES_DIR as SOURCES_MEMO
 from tileauto.cache.key import versions
 from tileauto.cache.tuning import MEASUREMENTS
 from tileauto.errors import CacheError
@@ -150,7 +152,9 @@ def clear(
 
     Each entry is renamed away before it is deleted, so a process reading it sees it whole or
     not at all. Per-config measurements follow the tuned entries. The staging dir is left to
-    :func:`tileauto.cache.hygiene.remove_leftovers`. Returns (entries, bytes).
+    :func:`tileauto.cache.hygiene.remove_leftovers`. Clearing every kind also clears the key's
+    memos (``installed/``, ``sources/``: worked out again when next needed). Returns
+    (entries, bytes).
     """
     now = time.time()
     count = size = 0
@@ -165,9 +169,22 @@ def clear(
             if older_than_s is None or now - disk.newest_mtime(problem_dir) >= older_than_s:
                 size += disk.dir_size(problem_dir)
                 disk.remove_tree(problem_dir)
+    if set(kinds) == set(KINDS):  # the key's memos go with the whole cache (rebuilt on use)
+        for name in (INSTALLED_MEMO, SOURCES_MEMO):
+            for memo in _files(Path(root) / name):
+                if older_than_s is None or now - memo.stat().st_mtime >= older_than_s:
+                    size += memo.stat().st_size
+                    memo.unlink()
     for kind in KINDS:
         disk.sweep(Path(root) / kind)
     return count, size
+
+
+def _files(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_file() and not p.is_symlink()]
+    except OSError:
+        return []
 
 
 def _children(path: Path) -> list[Path]:

@@ -3,7 +3,8 @@
 A scratch folder is claimed by an ``flock`` on its ``.owner`` file (:func:`claim_scratch_dir`),
 which the system drops however its process dies; :func:`remove_leftovers` takes that lock
 before it decides, so a folder in use is never touched. Logs are pruned by age and total size
-(:func:`prune_logs`, :func:`clear_logs`), never one in use. The rules, with their thresholds:
+(:func:`prune_logs`, :func:`clear_logs`), never one in use, and the kernel cache by its
+size, the entries used longest ago first (:func:`prune_kernels`). The rules, with their thresholds:
 ``docs/cache_format.md`` ("Leftovers and logs"). Reads and deletes files only: no torch, no TVM.
 """
 
@@ -417,6 +418,58 @@ def prune_logs(settings: Any, now: float | None = None) -> int:
     return removed
 
 
+def prune_kernels(settings: Any) -> int:
+    """Delete kernel-cache entries, used longest ago first, while ``kernels/`` holds more than
+    ``settings.kernels_max_mb``; never one used in the last :data:`IN_USE_S` seconds (a load
+    touches its folder). They are only compiles: a later tuning compiles them again.
+
+    Called when a tuning starts: a directory scan and a few ``stat`` calls per entry, and at
+    most :data:`PRUNE_MAX` deletions. Nothing raises. Returns how many entries were deleted.
+    """
+    max_bytes = settings.kernels_max_mb * 2**20
+    if max_bytes <= 0 or not settings.kernel_cache_enabled:
+        return 0
+    entries = []
+    try:
+        with os.scandir(settings.cache_dir / "kernels") as it:
+            folders = [e for e in it if not e.name.startswith(".")]
+    except OSError:
+        return 0
+    for folder in folders:
+        try:
+            st = folder.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            with os.scandir(folder.path) as files:
+                size = sum(
+                    f.stat(follow_symlinks=False).st_size
+                    for f in files
+                    if f.is_file(follow_symlinks=False)
+                )
+        except OSError:
+            continue
+        entries.append((st.st_mtime, folder.path, size))
+    total = sum(size for _, _, size in entries)
+    if total <= max_bytes:
+        return 0
+    now = time.time()
+    removed = 0
+    for mtime, path, size in sorted(entries):  # used longest ago first
+        if total <= max_bytes or removed >= PRUNE_MAX:
+            break
+        if now - mtime < IN_USE_S:
+            continue
+        try:
+            disk.remove_tree(Path(path))
+        except OSError:
+            continue
+        total -= size
+        removed += 1
+    if removed:
+        log.debug("pruned %d kernel cache entries (%s over its limit)", removed, path)
+    return removed
+
+
 def clear_logs(
     logs_dir: Path,
     older_than_s: float | None = None,
@@ -461,6 +514,7 @@ __all__ = [
     "log_in_use",
     "process_running_since",
     "process_start",
+    "prune_kernels",
     "prune_logs",
     "remove_leftovers",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -103,8 +104,13 @@ class KernelStore:
 
     def load(self) -> KernelArtifact | None:
         """The stored kernel, or None on a miss. A bad entry is a miss with one warning."""
-        if not self.entry_dir.exists():
+        try:
+            os.utime(self.entry_dir)  # used now: the size limit deletes what was used longest ago
+        except FileNotFoundError:
             return None
+        except OSError:  # a read-only cache: served, never pruned from here
+            if not self.entry_dir.exists():
+                return None
         expect = {"key": self.key, "kind": KIND_KERNEL, **versions()}
         problem = disk.verify(self.entry_dir, expect, required=REQUIRED)
         if problem is None:

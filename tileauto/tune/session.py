@@ -203,13 +203,14 @@ class TuningSession:
 
     def _tune_here(self) -> AutotuneResult:
         from tileauto.cache.disk import writable_staging
-        from tileauto.cache.hygiene import prune_logs
+        from tileauto.cache.hygiene import prune_kernels, prune_logs
 
         self._started = time.perf_counter()
         # a read-only cache dir still tunes (with a warning), staging in a private folder
         settings = writable_staging(self.problem.settings)
         self.problem = p = dataclasses.replace(self.problem, settings=settings)
         prune_logs(settings)  # logs past their age or the size cap (cheap: milliseconds)
+        prune_kernels(settings)  # compiles used longest ago, past the kernel cache's size cap
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
