@@ -8,13 +8,14 @@ compare the value first, in one Lua script each, so a process never ends a lease
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
-import threading
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,8 +107,7 @@ class Lease:
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._take_over = client.register_script(_TAKE_OVER)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._helper: Any = None  # the renewing process (keep_renewed)
 
     def _new_value(self) -> bytes:
         """The value naming this process, stamped now (a waiter says since when it tunes)."""
@@ -142,25 +142,73 @@ class Lease:
         """Give the lease back, if this process still holds it."""
         self._release(keys=[self.name], args=[self.value])
 
-    def keep_renewed(self, on_error: Callable[[BaseException], None]) -> None:
-        """Renew it every third of its expiry, on a daemon thread, until :meth:`stop`.
+    def keep_renewed(self, connection: dict[str, Any]) -> None:
+        """Renew it every third of its expiry from a small helper process, until :meth:`stop`.
 
-        A failed renewal (Redis down or slow) goes to ``on_error`` and renewing goes on: the
-        tuning does not depend on it, and a restarted Redis is renewed again.
+        A process, not a thread: a tuning forks its compile workers from this process only
+        while it runs no other thread (else it starts them from a forkserver, seconds). The
+        helper ends with this process: when its pipe closes without a stop (this process was
+        killed), it releases the lease at once, so a waiter takes over without waiting for
+        the expiry. ``connection``: ``url``, ``password``, ``timeout_s`` of the Redis client.
         """
+        self._helper = subprocess.Popen(
+            [sys.executable, "-m", "tileauto.cache._lease"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        job = {**connection, "name": self.name, "value": self.value.decode(), "ttl_ms": self.ttl_ms}
+        assert self._helper.stdin is not None
+        self._helper.stdin.write(json.dumps(job) + "\n")
+        self._helper.stdin.flush()
 
-        def loop() -> None:
-            while not self._stop.wait(self.ttl_ms / 3000):
-                try:
-                    self.renew()
-                except Exception as exc:  # noqa: BLE001 - any client error: reported, retried
-                    on_error(exc)
+    def stop(self) -> list[str]:
+        """Stop renewing (the lease itself is left to :meth:`release`); the renewals' faults."""
+        helper, self._helper = self._helper, None
+        if helper is None:
+            return []
+        try:
+            out, _ = helper.communicate("stop\n", timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            helper.kill()
+            out, _ = helper.communicate()
+        return [line for line in (out or "").splitlines() if line.strip()]
 
-        self._thread = threading.Thread(target=loop, name="tileauto-lease", daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        """Stop renewing (the lease itself is left to :meth:`release`)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+def _renew_until_stopped() -> None:
+    """The helper process: renew every third of the expiry until told to stop; on a closed
+    pipe (its parent died), release the lease. Prints the first fault of each kind."""
+    import select
+
+    import redis
+
+    job = json.loads(sys.stdin.readline())
+    client = redis.Redis.from_url(
+        job["url"],
+        password=job.get("password"),
+        socket_timeout=job["timeout_s"],
+        socket_connect_timeout=job["timeout_s"],
+    )
+    renew, release = client.register_script(_RENEW), client.register_script(_RELEASE)
+    name, value, ttl_ms = job["name"], job["value"], int(job["ttl_ms"])
+    seen: set[str] = set()
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], ttl_ms / 3000)
+        if ready:
+            line = sys.stdin.readline()
+            if not line:  # the parent died: free the key for a waiter now
+                with contextlib.suppress(Exception):
+                    release(keys=[name], args=[value])
+            return
+        try:
+            renew(keys=[name], args=[value, ttl_ms])
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, renewing goes on
+            kind = type(exc).__name__
+            if kind not in seen:
+                seen.add(kind)
+                print(f"{kind}: {str(exc).strip()[:200]}", flush=True)
+
+
+if __name__ == "__main__":
+    _renew_until_stopped()

@@ -194,18 +194,28 @@ class RemoteCache:
             )
         return self._client
 
-    def fault(self, exc: BaseException, doing: str) -> None:
+    def fault(self, exc: BaseException | str, doing: str) -> None:
         """A failed operation: the first is a warning naming the address (the tuning goes on
         with the local cache), later ones of this cache object are logged."""
+        why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {_first_line(exc)}"
         message = (
-            f"remote cache {self.address}: {doing} failed ({type(exc).__name__}: "
-            f"{_first_line(exc)}); tuning goes on with the local cache"
+            f"remote cache {self.address}: {doing} failed ({why}); tuning goes on with the "
+            "local cache"
         )
         if self._faulted:
             log.info("%s", message)
             return
         self._faulted = True
         disk.warn(message)
+
+    def connection(self) -> dict[str, Any]:
+        """What another process needs to connect as this one (the lease's renewing helper)."""
+        has_own = bool(urllib.parse.urlsplit(self.url).password)
+        return {
+            "url": self.url,
+            "password": None if has_own else self.password,
+            "timeout_s": self.timeout_s,
+        }
 
     def ping(self) -> None:
         """Raise the client's error when the server does not answer."""

@@ -224,7 +224,8 @@ class FleetStore:
                 yield
             finally:
                 if lease is not None:
-                    lease.stop()
+                    for fault in lease.stop():
+                        self.remote.fault(fault, f"renewing the lease of {self.key}")
                     try:
                         lease.release()
                     except Exception as exc:  # noqa: BLE001 - it expires by itself
@@ -239,7 +240,10 @@ class FleetStore:
         except Exception as exc:  # noqa: BLE001 - any fault: this process tunes on its own
             self.remote.fault(exc, f"taking the lease of {self.key}")
             return None
-        lease.keep_renewed(lambda exc: self.remote.fault(exc, f"renewing the lease of {self.key}"))
+        try:
+            lease.keep_renewed(self.remote.connection())
+        except OSError as exc:  # no helper process: the lease expires, the tuning goes on
+            self.remote.fault(exc, f"renewing the lease of {self.key}")
         return lease
 
     # -- writing --------------------------------------------------------------------------------

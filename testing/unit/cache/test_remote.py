@@ -304,7 +304,7 @@ def test_the_holder_renews_its_lease(server):
     assert lease.acquire()
     client = server.client()
     lowest = client.pttl(lease.name)
-    lease.keep_renewed(lambda exc: None)
+    lease.keep_renewed(cache.connection())  # a helper process: the tuning forks its workers
     try:
         while True:  # until a renewal has pushed the expiry back (every 0.5 s)
             left = client.pttl(lease.name)
@@ -313,9 +313,37 @@ def test_the_holder_renews_its_lease(server):
                 break
             lowest = left
     finally:
-        lease.stop()
+        assert lease.stop() == []  # no fault
+    assert client.get(lease.name) == lease.value  # stopping leaves the lease to release()
     lease.release()
     assert client.get(lease.name) is None
+
+
+def test_the_renewing_helper_frees_the_key_when_its_holder_dies(server):
+    cache = RemoteCache(server.url, lease_s=30)
+    lease = cache.lease(KEY)
+    assert lease.acquire()
+    lease.keep_renewed(cache.connection())
+    helper = lease._helper
+    helper.stdin.close()  # what the holder's death does to the pipe (no "stop" said)
+    assert helper.wait(timeout=60) == 0
+    assert server.client().get(lease.name) is None  # released at once, not after 30 s
+
+
+def test_the_renewing_helper_reports_faults(tmp_path):
+    with redis_server(tmp_path / "r") as srv:
+        cache = RemoteCache(srv.url, lease_s=0.3, timeout_s=0.5)
+        lease = cache.lease(KEY)
+        assert lease.acquire()
+        lease.keep_renewed(cache.connection())
+        srv.kill()
+        faults: list[str] = []
+        while not faults:  # the helper prints its first fault of a kind at once
+            line = lease._helper.stdout.readline()
+            assert line, "the helper ended without reporting the fault"
+            faults.append(line)
+        lease.stop()
+        assert "ConnectionError" in faults[0]
 
 
 # -- settings and arguments -----------------------------------------------------------------------
