@@ -8,13 +8,14 @@ foreign or unsafe entry is a miss (one warning), never a crash and never a wrong
     _installed.py  which installed code a module belongs to (named by version, not walked)
     _memo.py     small JSON memos of a key's slow parts (installed/, sources/)
     args.py      call arguments as in-process keys (the @jit and @autotune memos)
-    disk.py      private folders, sealing, atomic publish, locks, verification
+    disk.py      private folders, sealing, atomic publish, verification
+    locks.py     per-key locks between processes; staging when the cache is read-only
     entry.py     the files of one entry, written and read
     tuning.py    TuningStore: tuned results and per-config measurements
     _checks.py   which checks a measurement passed, and which are at least as strict as which
     kernels.py   KernelStore: plain @jit compiles; ConfigKernels: a tuning's, shared by its checks
     catalog.py   the whole cache for the command line: list, verify, clear, export, import
-    hygiene.py   claimed scratch folders, leftovers of killed runs, log pruning
+    hygiene.py   claimed scratch folders, leftovers of killed runs, log and kernel pruning
 
 The format is described in ``docs/cache_format.md``. Nothing here imports torch or TVM.
 """

@@ -31,6 +31,7 @@ from tileauto.cache.key import (
     report_unkeyable,
     versions,
 )
+from tileauto.cache.locks import best_effort_lock
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings
 from tileauto.space import config_id, merged_pass_configs, split_pass_configs
@@ -124,7 +125,7 @@ class KernelStore:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold this key's lock (skipped, with a warning, where it cannot be created)."""
-        with disk.best_effort_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}"):
+        with best_effort_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}"):
             yield
 
     def save(self, artifact: KernelArtifact, *, warn: bool = True) -> bool:

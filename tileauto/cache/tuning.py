@@ -56,6 +56,7 @@ from tileauto.cache.key import (
     report_unkeyable,
     versions,
 )
+from tileauto.cache.locks import best_effort_lock
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import TRANSIENT, Trial
 from tileauto.settings import Settings
@@ -378,7 +379,7 @@ class TuningStore:
             if on_wait is not None:
                 on_wait()
 
-        with disk.best_effort_lock(self.root / ".locks", f"{KIND_TUNED}-{self.key}", waiting):
+        with best_effort_lock(self.root / ".locks", f"{KIND_TUNED}-{self.key}", waiting):
             yield
 
     def save_trial(self, trial: Trial) -> bool:

@@ -202,8 +202,8 @@ class TuningSession:
             return self._tune_here()
 
     def _tune_here(self) -> AutotuneResult:
-        from tileauto.cache.disk import writable_staging
         from tileauto.cache.hygiene import prune_kernels, prune_logs
+        from tileauto.cache.locks import writable_staging
 
         self._started = time.perf_counter()
         # a read-only cache dir still tunes (with a warning), staging in a private folder

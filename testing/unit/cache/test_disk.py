@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tileauto.cache import disk
+from tileauto.cache import disk, locks
 from tileauto.settings import Settings
 
 REQUIRED = ("kernel/kernel.so",)
@@ -349,7 +349,7 @@ def test_key_lock_excludes_and_reports_waiting(tmp_path):
     release = threading.Event()
 
     def holder():
-        with disk.key_lock(tmp_path / "locks", "k"):
+        with locks.key_lock(tmp_path / "locks", "k"):
             inside.set()
             release.wait(10)
             order.append("holder")
@@ -358,7 +358,7 @@ def test_key_lock_excludes_and_reports_waiting(tmp_path):
     t.start()
     inside.wait(10)
     threading.Timer(0.2, release.set).start()
-    with disk.key_lock(tmp_path / "locks", "k", on_wait=waited.set):
+    with locks.key_lock(tmp_path / "locks", "k", on_wait=waited.set):
         order.append("waiter")
     t.join()
     assert waited.is_set() and order == ["holder", "waiter"]
@@ -367,26 +367,26 @@ def test_key_lock_excludes_and_reports_waiting(tmp_path):
 
 def test_writable_staging_falls_back_to_the_system_temp_dir(tmp_path, monkeypatch):
     settings = Settings(cache_dir=tmp_path / "cache")
-    assert disk.writable_staging(settings) is settings
+    assert locks.writable_staging(settings) is settings
 
     def refuse(path):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
 
     monkeypatch.setattr(disk, "make_private_dir", refuse)
-    moved = disk.writable_staging(settings)
+    moved = locks.writable_staging(settings)
     assert moved.staging_dir != settings.staging_dir and moved.staging_dir.is_dir()
     assert moved.cache_dir == settings.cache_dir
 
 
 _REFUSED_STAGING_CHILD = """
 import errno
-from tileauto.cache import disk
+from tileauto.cache import disk, locks
 
 def refuse(path):
     raise OSError(errno.EEXIST, "someone else's", str(path))
 
 disk.make_private_dir = refuse
-first, again = disk.fallback_staging_dir(), disk.fallback_staging_dir()
+first, again = locks.fallback_staging_dir(), locks.fallback_staging_dir()
 assert first == again and first.is_dir(), (first, again)
 print(first)
 """
@@ -398,7 +398,7 @@ def test_the_fallback_staging_is_the_users_shared_folder_or_one_removed_at_exit(
         [
             sys.executable,
             "-c",
-            "from tileauto.cache import disk; print(disk.fallback_staging_dir())",
+            "from tileauto.cache import locks; print(locks.fallback_staging_dir())",
         ],
         env=env,
         capture_output=True,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from second_user import OTHER_UID, as_second_user, needs_root
 
-from tileauto.cache import catalog, disk
+from tileauto.cache import catalog, disk, locks
 from tileauto.records import Trial, TrialStatus
 
 
@@ -230,10 +230,10 @@ def test_an_unusable_locks_folder_warns_once_and_still_locks(tmp_path):
     (root / ".locks").write_text("a file where the lock folder should be")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with disk.best_effort_lock(root / ".locks", "autotuner-x"):
+        with locks.best_effort_lock(root / ".locks", "autotuner-x"):
             fallback = disk.private_fallback_dir("locks")
             assert (fallback / "autotuner-x.lock").exists()  # a real lock, elsewhere
-        with disk.best_effort_lock(root / ".locks", "autotuner-y"):
+        with locks.best_effort_lock(root / ".locks", "autotuner-y"):
             pass
     messages = cache_messages(caught)
     assert len(messages) == 1 and "cannot lock" in messages[0], messages
