@@ -137,11 +137,14 @@ def priors_of(folder: str, name: str, names: list[str], kind: str) -> list[Recor
     if kind == "prior":
         return [_record(folder, n) for n in same]
     ours = {x for p in _record(folder, name).space.params for x in p.names}
-    for other in names:  # another kernel sharing parameter names: other values, other times
-        if kernel_of(other) != mine:
-            theirs = {x for p in _record(folder, other).space.params for x in p.names}
-            if len(ours & theirs) >= 3:
-                return [_record(folder, other)]
+    shared = {  # other kernels by the parameter names they share: other values, other times
+        other: len(ours & {x for p in _record(folder, other).space.params for x in p.names})
+        for other in names
+        if kernel_of(other) != mine
+    }
+    nearest = max(shared, key=lambda other: shared[other], default=None)
+    if nearest is not None and shared[nearest] >= 6:
+        return [_record(folder, nearest)]
     return [_shuffled(_record(folder, same[0]), 0)]
 
 
@@ -192,9 +195,9 @@ def held_out(
     names: list[str],
     budgets: dict[str, list[int]],
     select_at: int,
-) -> tuple[dict[str, str], dict[str, float]]:
-    """For each kernel left out: the candidate the other kernels choose (best mean of
-    per-space medians at budget ``select_at``), and the per-space figure of that choice."""
+) -> dict[str, str]:
+    """For each kernel left out: the candidate the other kernels choose (the best mean of
+    per-space medians at budget ``select_at``); that kernel's spaces are scored with it."""
     kernels = sorted({kernel_of(n) for n in names})
     chosen: dict[str, str] = {}
     for left in kernels:
@@ -206,7 +209,7 @@ def held_out(
             )
 
         chosen[left] = max(CANDIDATES, key=mean) if train else "default"
-    return chosen, {}
+    return chosen
 
 
 def space_scale(quick: bool) -> list[str]:
@@ -293,11 +296,17 @@ def main() -> None:
     )
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     with multiprocessing.get_context("fork").Pool(args.jobs, initializer=_warm) as pool:
-        for out in pool.imap_unordered(run_job, jobs):
+        for done, out in enumerate(pool.imap_unordered(run_job, jobs), 1):
             by.setdefault((out["space"], out["strategy"], out["candidate"]), []).append(out)
+            if done % 50 == 0 or done == len(jobs):
+                print(
+                    f"  {done}/{len(jobs)} replays, {time.perf_counter() - began:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     replay_s = time.perf_counter() - began
     select_at = shares.index(0.02) if 0.02 in shares else len(shares) - 1
-    chosen, _ = held_out(by, names, budgets, select_at) if "guided" in strategies else ({}, {})
+    chosen = held_out(by, names, budgets, select_at) if "guided" in strategies else {}
 
     def runs(n: str, s: str) -> list[dict[str, Any]]:
         if s == "guided":

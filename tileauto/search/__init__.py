@@ -8,6 +8,8 @@ drive strategies through that one loop. Configs never proposed are reported as n
     strategies.py      Exhaustive (every config, in order) and RandomSearch (a seeded sample)
     guided.py          GuidedSearch: random forests of good and of failing configs (scikit-learn)
     optuna_sampler.py  OptunaSearch: Optuna's TPE alone, the baseline (needs optuna)
+    baselines.py       GeneticSearch and ParticleSwarm: Kernel Tuner's strategies, baselines
+    prior.py           priors: records of the same kernel elsewhere, matched to a space
     _features.py       configs as rows of numbers for the guided search's models
     _sampling.py       the untried configs of a space, and uniform draws among them
     resolve.py         resolve_search (names to strategies) and AutoSearch, the default
@@ -17,6 +19,7 @@ drive strategies through that one loop. Configs never proposed are reported as n
 """
 
 from tileauto.search.base import SearchStrategy
+from tileauto.search.baselines import GeneticSearch, ParticleSwarm
 from tileauto.search.guided import GuidedSearch
 from tileauto.search.loop import SearchOutcome, StopReason, run_search
 from tileauto.search.optuna_sampler import OptunaSearch
@@ -34,8 +37,10 @@ __all__ = [
     "AUTO_EXHAUSTIVE_MAX",
     "AutoSearch",
     "Exhaustive",
+    "GeneticSearch",
     "GuidedSearch",
     "OptunaSearch",
+    "ParticleSwarm",
     "RandomSearch",
     "RecordedSpace",
     "ReplayResult",

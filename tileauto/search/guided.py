@@ -374,14 +374,18 @@ class _Forest:
         tree = importlib.import_module("sklearn.tree")  # the search extra
         n = len(rows)
         self.classes_ = sorted(set(labels.tolist()))
-        base = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        share = None
+        if sample_weight is not None:  # drawn in proportion to its weight, as scikit-learn does
+            weight = np.asarray(sample_weight, dtype=np.float64)
+            share = weight / weight.sum()
         x = np.asarray(rows, dtype=np.float32)
         forest = np.random.RandomState(self.seed)  # as the forest seeds its trees
         for seed in [forest.randint(np.iinfo(np.int32).max) for _ in range(self.trees)]:
-            drawn = np.random.RandomState(seed).randint(0, n, n, dtype=np.int32)
+            draw = np.random.RandomState(seed)
+            drawn = draw.randint(0, n, n) if share is None else draw.choice(n, n, p=share)
             model = tree.DecisionTreeClassifier(max_features=_MAX_FEATURES, random_state=seed)
-            weight = base * np.bincount(drawn, minlength=n)
-            self.estimators.append(model.fit(x, labels, sample_weight=weight))
+            counts = np.bincount(drawn.astype(np.int32), minlength=n).astype(np.float64)
+            self.estimators.append(model.fit(x, labels, sample_weight=counts))
         return self
 
     def predict_proba(self, rows: Any) -> Any:
