@@ -199,9 +199,11 @@ def check_store(store: Any) -> None:
             :class:`~tileauto.cache.remote.RemoteCache` or a store object.
         SettingsError: a URL that is not ``redis://`` or ``rediss://``.
     """
-    from tileauto.cache.remote import RemoteCache, check_url
+    if store is None or store == "local" or isinstance(store, Store):
+        return
+    from tileauto.cache.remote import RemoteCache, check_url  # only where a remote is named
 
-    if store is None or store == "local" or isinstance(store, (RemoteCache, Store)):
+    if isinstance(store, RemoteCache):
         return
     if isinstance(store, str):
         check_url(store, "store")
@@ -219,15 +221,15 @@ def store_of(
     """The store of a tuning: ``store=`` when it is a store object; else the disk cache entry,
     with the fleet's Redis behind it when ``store=`` or ``TILEAUTO_REMOTE_CACHE`` names one
     (``"local"``: the disk cache alone). None when the tuning cache is off."""
-    from tileauto.cache.remote import RemoteCache, family_of
-
     check_store(store)
-    if isinstance(store, Store) and not isinstance(store, RemoteCache):
+    if isinstance(store, Store):
         return store
     local = disk_store(problem, target, bucket)
-    if local is None or store == "local":
-        return local
     s = problem.settings
+    if local is None or store == "local" or (store is None and not s.remote_cache):
+        return local  # the warm path of a machine without a fleet imports no Redis code
+    from tileauto.cache.remote import RemoteCache, family_of
+
     if isinstance(store, RemoteCache):
         remote: RemoteCache | None = store
     elif isinstance(store, str):
