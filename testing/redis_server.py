@@ -92,6 +92,8 @@ class RedisServer:
                 if client.ping():
                     client.close()
                     return
+            except (redis.AuthenticationError, redis.ResponseError):
+                return  # it answered: it wants a password (--requirepass)
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
                     raise

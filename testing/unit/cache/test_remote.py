@@ -387,3 +387,17 @@ def test_store_option_is_checked_where_it_is_given():
 
 def test_shown_address_drops_the_password():
     assert shown_address("redis://user:pw@h:1/2") == "redis://h:1/2"
+
+
+def test_a_password_from_the_url_or_the_variable(tmp_path):
+    with redis_server(tmp_path / "pw", "--requirepass", "s3cret") as srv:
+        host = f"127.0.0.1:{srv.port}/0"
+        assert RemoteCache(f"redis://:s3cret@{host}").put(KEY, record())
+        assert RemoteCache(f"redis://{host}", password="s3cret").get(KEY) is not None
+        s = Settings.from_env(
+            {"TILEAUTO_REMOTE_CACHE": f"redis://{host}", "TILEAUTO_REMOTE_CACHE_PASSWORD": "s3cret"}
+        )
+        cache = RemoteCache.from_settings(s)
+        assert cache is not None and cache.get(KEY) is not None
+        got, messages = caught(lambda: RemoteCache(f"redis://{host}").get(KEY))
+        assert got is None and "Authentication" in messages[0] and "s3cret" not in messages[0]
