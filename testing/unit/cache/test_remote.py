@@ -401,3 +401,55 @@ def test_a_password_from_the_url_or_the_variable(tmp_path):
         assert cache is not None and cache.get(KEY) is not None
         got, messages = caught(lambda: RemoteCache(f"redis://{host}").get(KEY))
         assert got is None and "Authentication" in messages[0] and "s3cret" not in messages[0]
+
+
+def test_tls_with_the_fleet_ca(tmp_path):
+    """``rediss://`` against a redis-server with TLS only, its certificate from a private CA:
+    trusted through the URL's ``ssl_ca_certs``, refused (one warning) without it."""
+    import shutil
+    import subprocess
+
+    from redis_server import needs_redis
+
+    needs_redis()
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: apt-get install -y openssl")
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+        "-days", "2", "-subj", "/CN=fleet test CA")  # fmt: skip
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+        "-subj", "/CN=127.0.0.1")  # fmt: skip
+    (tmp_path / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+         "--tls-cert-file", "server.crt", "--tls-key-file", "server.key",
+         "--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no", "--save", "",
+         "--dir", str(tmp_path)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'ca.crt'}"
+        cache = RemoteCache(url, timeout_s=1)
+        deadline = time.monotonic() + 30
+        while True:  # until it answers over TLS
+            try:
+                cache.ping()
+                break
+            except Exception:  # noqa: BLE001 - not listening yet
+                assert proc.poll() is None, "redis-server exited (built without TLS?)"
+                assert time.monotonic() < deadline, "redis-server never answered over TLS"
+                time.sleep(0.01)
+        assert cache.put(KEY, record()) and cache.get(KEY) is not None
+        assert cache.address == f"rediss://127.0.0.1:{port}/0"
+        untrusted = RemoteCache(f"rediss://127.0.0.1:{port}/0", timeout_s=1)
+        got, messages = caught(lambda: untrusted.get(KEY))
+        assert got is None and "CERTIFICATE_VERIFY_FAILED" in messages[0]
+    finally:
+        proc.terminate()
+        proc.wait()
