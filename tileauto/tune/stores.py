@@ -215,6 +215,15 @@ class FleetStore:
     def known_trials(self) -> dict[str, Trial]:
         return self.local.known_trials()
 
+    def trials_elsewhere(self) -> list[Any]:
+        """The trials the fleet measured for this factory and problem on other targets or
+        devices (:class:`~tileauto.cache.remote.ForeignTrials`): what the search can
+        transfer. [] without a family (an unkeyable call) or when Redis fails."""
+        if self.family is None:
+            return []
+        meta = self.local.entry.meta
+        return self.remote.trials_elsewhere(self.family, meta["target"], meta["device"])
+
     # -- the fleet's lease ----------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

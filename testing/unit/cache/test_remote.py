@@ -169,6 +169,21 @@ def scale_add(n: int, block: int = 8) -> int:
     return n * block
 
 
+def test_a_fleet_store_gives_the_search_the_trials_of_other_devices(server):
+    from types import SimpleNamespace
+
+    from tileauto.tune.stores import FleetStore
+
+    cache = RemoteCache(server.url)
+    cache.put("a" * 32, record(device={"kind": "cpu", "name": "other"}), family="fam")
+    cache.put(KEY, record(), family="fam")
+    entry = SimpleNamespace(meta={"target": TARGET, "device": DEVICE})
+    local = SimpleNamespace(key=KEY, entry=entry)
+    store = FleetStore(local, cache, family="fam")  # type: ignore[arg-type]
+    assert [f.key for f in store.trials_elsewhere()] == ["a" * 32]
+    assert FleetStore(local, cache).trials_elsewhere() == []  # type: ignore[arg-type]
+
+
 def test_family_of_ignores_the_target_but_not_the_call():
     assert family_of(scale_add, (1024,), {}) == family_of(scale_add, (1024,), {})
     assert family_of(scale_add, (1024,), {}) != family_of(scale_add, (2048,), {})
