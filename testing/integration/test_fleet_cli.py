@@ -97,3 +97,32 @@ def test_remote_verbs_say_what_is_missing(tmp_path, monkeypatch, capsys):
         monkeypatch.delenv("TILEAUTO_REMOTE_CACHE_KEY", raising=False)
         code, _, err = run(capsys, "cache", "pull", "--remote", srv.url)
         assert code == 2 and "TILEAUTO_REMOTE_CACHE_KEY" in err
+
+
+def test_store_option_on_the_decorator_and_the_builder(tmp_path, monkeypatch):
+    from tileauto.cache.remote import RemoteCache
+
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("TILEAUTO_REMOTE_CACHE", "TILEAUTO_REMOTE_CACHE_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with redis_server(tmp_path / "redis") as srv:
+        remote = RemoteCache(srv.url)
+        tuned = tileauto.autotune(configs=CONFIGS, store=srv.url, ref_prog=reference, warmup=1,
+                                  rep=3, verbose=False)(
+            tileauto.jit(out_idx=[-1], target="llvm")(fleet_kernel)
+        )  # fmt: skip
+        tuned(4096)
+        assert len(remote.entry_keys()) == 1  # the decorator's store= published it
+
+        def builder(n, store):
+            tuner = tileauto.AutoTuner.from_kernel(fleet_kernel, CONFIGS)
+            tuner.args = (n,)
+            tuner.set_compile_args(out_idx=[-1], target="llvm")
+            tuner.set_profile_args(warmup=1, rep=3, ref_prog=reference, store=store)
+            return tuner.run(verbose=False)
+
+        monkeypatch.setenv("TILEAUTO_REMOTE_CACHE", srv.url)
+        builder(2048, "local")  # the disk cache alone, whatever the environment says
+        assert len(remote.entry_keys()) == 1
+        result = builder(1024, RemoteCache(srv.url))
+        assert result.key in remote.entry_keys() and len(remote.entry_keys()) == 2
