@@ -73,7 +73,11 @@ class RedisServer:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.kill()  # never left running behind a failed start
+            raise
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Until the server answers PING (it binds its port within milliseconds)."""
