@@ -8,6 +8,7 @@ reached through the factory, which blocks on a release file while a tuning compi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,6 +83,18 @@ def child_main() -> None:
     Path(os.environ["FLEET_OUT"]).write_text(json.dumps(out))
 
 
+_CHILDREN: list[Child] = []  # every child started, killed at the end of its test if alive
+
+
+@pytest.fixture(autouse=True)
+def _no_child_left():
+    yield
+    while _CHILDREN:
+        child = _CHILDREN.pop()
+        if child.proc.poll() is None:  # a failed test left it blocked at the gate
+            child.kill()
+
+
 class Child:
     """One child process: its own stderr file and result file."""
 
@@ -104,6 +117,7 @@ class Child:
                 stderr=err,
                 start_new_session=True,  # its own process group: kill -9 takes its workers too
             )
+        _CHILDREN.append(self)
 
     def stderr(self) -> str:
         return self.err.read_text(errors="replace")
@@ -117,7 +131,8 @@ class Child:
         return json.loads(self.out.read_text())
 
     def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
 
