@@ -25,6 +25,7 @@ _MAX_FEATURES = 0.3  # the share of feature columns each split of a tree chooses
 _STALL_TOP = 8  # when stuck, the neighbourhoods of this many best configs are avoided:
 _STALL_RADIUS = 2  # the configs within this many parameters of one of them
 _STALL_FACTOR = 0.1  # score this much
+_SAMPLE = 8_000  # candidates drawn per batch from a space with more than ``pool`` untried
 _TRUST = 0.3  # a prior record counts once it ranks this space's measurements this alike (rho)
 
 
@@ -50,7 +51,8 @@ class GuidedSearch(SearchStrategy):
         trees: trees per forest.
         good_fraction: the share of passing configs that count as good (at least 5 do).
         explore: the share of each batch drawn at random.
-        pool: the most candidates scored per batch (a larger space is sampled).
+        pool: the most untried configs scored whole per batch; a space with more untried is
+            sampled (8,000 configs, and the one-parameter changes of the 8 best).
         local: configs of each batch taken among the one-parameter changes of the best config.
         stall: batches without a better config after which the neighbourhoods of the best
             configs are avoided (0: never).
@@ -346,7 +348,7 @@ class GuidedSearch(SearchStrategy):
 
         if self._untried.left <= self.pool:
             return self._untried.all()
-        sample = np.unique(self._rng.integers(0, len(self.space), size=self.pool))
+        sample = np.unique(self._rng.integers(0, len(self.space), size=_SAMPLE))
         ok = ~np.isnan(logs)
         best = told[ok][np.argsort(logs[ok])[:8]]
         near = _neighbours(self.space, self.space.codes(best))
@@ -378,14 +380,15 @@ class _Forest:
         if sample_weight is not None:  # drawn in proportion to its weight, as scikit-learn does
             weight = np.asarray(sample_weight, dtype=np.float64)
             share = weight / weight.sum()
-        x = np.asarray(rows, dtype=np.float32)
+        x = np.ascontiguousarray(rows, dtype=np.float32)
         forest = np.random.RandomState(self.seed)  # as the forest seeds its trees
         for seed in [forest.randint(np.iinfo(np.int32).max) for _ in range(self.trees)]:
             draw = np.random.RandomState(seed)
             drawn = draw.randint(0, n, n) if share is None else draw.choice(n, n, p=share)
             model = tree.DecisionTreeClassifier(max_features=_MAX_FEATURES, random_state=seed)
             counts = np.bincount(drawn.astype(np.int32), minlength=n).astype(np.float64)
-            self.estimators.append(model.fit(x, labels, sample_weight=counts))
+            # our rows are float32 and finite: the per-tree input checks are skipped
+            self.estimators.append(model.fit(x, labels, sample_weight=counts, check_input=False))
         return self
 
     def predict_proba(self, rows: Any) -> Any:
