@@ -64,7 +64,9 @@ def session(
         ),
         store=store,
         search=with_cache_prior(
-            resolve_search(problem.profile_args.search if search is None else search), problem
+            resolve_search(problem.profile_args.search if search is None else search),
+            problem,
+            store,
         ),
         reporter=reporter if reporter is not None else default_reporter(problem),
         load_kernel=load_kernel if load_kernel is not None else loader_of(problem, builder),
@@ -72,19 +74,27 @@ def session(
     )
 
 
-def with_cache_prior(search: SearchStrategy, problem: TuningProblem) -> SearchStrategy:
+def with_cache_prior(
+    search: SearchStrategy, problem: TuningProblem, store: Store | None = None
+) -> SearchStrategy:
     """Hand a strategy that takes a prior (``use_prior``: the guided and auto searches) the
-    trials of the same kernel tuned before on other targets, read from the disk cache when
-    the search starts; ``GuidedSearch(prior=None)``/``AutoSearch(prior=None)`` ignore them."""
+    trials of the same kernel tuned before on other targets, read when the search starts: from
+    the disk cache, and from the fleet's Redis when the store has one (the entries of the same
+    factory and call on other targets or devices). ``GuidedSearch(prior=None)`` and
+    ``AutoSearch(prior=None)`` ignore them."""
     hand_in = getattr(search, "use_prior", None)
     if callable(hand_in) and problem.settings.tuning_cache_enabled:
         kernel = getattr(problem.factory, "__qualname__", problem.name)  # as the cache names it
         root = problem.settings.cache_dir
+        elsewhere = getattr(store, "trials_elsewhere", None)  # a FleetStore's remote level
 
         def read() -> Any:  # imported when the search starts: a cache hit never pays for it
             from tileauto.cache.priors import cache_prior
 
-            return cache_prior(root, kernel)()
+            records = cache_prior(root, kernel)()
+            if callable(elsewhere):
+                records += [list(found.trials) for found in elsewhere()]
+            return records
 
         hand_in(read)
     return search

@@ -184,6 +184,31 @@ def test_a_fleet_store_gives_the_search_the_trials_of_other_devices(server):
     assert FleetStore(local, cache).trials_elsewhere() == []  # type: ignore[arg-type]
 
 
+def test_a_fleet_tunings_search_prior_holds_the_trials_of_other_devices(server, tmp_path):
+    """Issue 37, item 8: the search's transfer reads the fleet's Redis as well as the disk."""
+    from types import SimpleNamespace
+
+    from tileauto.search import GuidedSearch
+    from tileauto.tune.defaults import with_cache_prior
+    from tileauto.tune.stores import FleetStore
+
+    cache = RemoteCache(server.url)
+    cache.put("a" * 32, record(device={"kind": "cpu", "name": "other"}), family="fam")
+    entry = SimpleNamespace(meta={"target": TARGET, "device": DEVICE})
+    store = FleetStore(SimpleNamespace(key=KEY, entry=entry), cache, family="fam")  # type: ignore[arg-type]
+    problem = SimpleNamespace(
+        settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "empty")}),
+        factory=scale_add,
+        name="scale_add",
+    )
+    search = GuidedSearch()
+    with_cache_prior(search, problem, store)  # type: ignore[arg-type]
+    records = search._given()  # read when the search starts
+    assert [[t.config for t in r] for r in records] == [[{"block": 8}, {"block": 16}]]
+    with_cache_prior(search, problem, None)  # no fleet: the (empty) disk cache only
+    assert search._given() == []
+
+
 def test_family_of_ignores_the_target_but_not_the_call():
     assert family_of(scale_add, (1024,), {}) == family_of(scale_add, (1024,), {})
     assert family_of(scale_add, (1024,), {}) != family_of(scale_add, (2048,), {})
