@@ -37,16 +37,15 @@ from tileauto.records import (
     Trial,
     TrialStatus,
     Validation,
-    is_never_tried,
 )
 from tileauto.report.console import default_reporter
 from tileauto.report.notes import note
 from tileauto.report.observer import TrialObserver
-from tileauto.report.table import failure_summary
 from tileauto.result.record import AutotuneResult
 from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import config_id, tunable_parameters
 from tileauto.space.view import SpaceView
+from tileauto.tune._ending import never_listed, no_winner_message, stored_facts
 from tileauto.tune._trials import trial_of, validation_of, warn_if_busy
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.stages import (
@@ -523,7 +522,7 @@ class TuningSession:
         # The winner comes from the user's space; the default config is the baseline only.
         candidates = [t for t in trials if t.ok]
         if not candidates:
-            message = self._no_winner_message(trials, default_trial)
+            message = no_winner_message(p.name, trials, default_trial, self.view, self.stop)
             log_path = self._report_end(trials, None, stop_reason, message, default_trial)
             raise NoValidConfigError(
                 message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
@@ -539,7 +538,7 @@ class TuningSession:
             trials=trials,
             default_trial=default_trial,
             tuning_s=time.perf_counter() - self._started,
-            extra=self._extra(),
+            extra=stored_facts(p, self.search, self.stop),
             rebuild=functools.partial(self.rebuild, p, config) if self.rebuild else None,
         )
         key = self.store.save(measured_result) if self.store is not None else None
@@ -548,44 +547,6 @@ class TuningSession:
         )
         # what the caller gets: the stored record, with where it was stored and logged
         return replace(measured_result, key=key, log_path=log_path)
-
-    def _extra(self) -> dict[str, Any]:
-        """Plain facts kept with the entry: how the search ended, and the problem's call
-        (which lets ``load_from_disk(factory=...)`` compile the winner elsewhere)."""
-        p = self.problem
-        extra: dict[str, Any] = {}
-        if self.stop is not None:
-            extra["search"] = {
-                "strategy": self.search.describe(),
-                "stop_reason": self.stop.stop_reason.value,
-                "measured": len(self.stop.trials),
-                "never_tried": self.stop.never_tried,
-                "pruned": p.pruned,
-            }
-        call = {"args": list(p.args), "kwargs": dict(p.kwargs)}
-        if _plain(call):
-            extra["problem"] = call
-        return extra
-
-    def _no_winner_message(self, trials: tuple[Trial, ...], default_trial: Trial) -> str:
-        """NoValidConfigError's message: the measured configs' failures; configs a budget left
-        untried are counted apart, as they are not failures."""
-        measured = sum(not is_never_tried(t) for t in trials)
-        never = self._never_listed(trials)
-        if never is None:  # not counted: say so rather than scan the rest of the product now
-            stopped = self.stop.describe().partition(";")[0] if self.stop is not None else ""
-            head = f"none of the {measured} measured configs passed; the rest of the space was "
-            head += f"never tried ({stopped})" if stopped else "never tried"
-            return f"autotune {self.problem.name}: {head}:\n{failure_summary(trials)}"
-        size = len(trials) + never
-        head = f"none of the {f'{measured} measured' if measured < size else size} configs passed"
-        if not default_trial.ok and self.view.default_index < 0:
-            head += f" (the default config: {default_trial.reason})"
-        if measured < size:
-            stopped = self.stop.describe().partition(";")[0] if self.stop is not None else ""
-            head += f"; the other {size - measured} of the {size} configs were never tried"
-            head += f" ({stopped})" if stopped else ""
-        return f"autotune {self.problem.name}: {head}:\n{failure_summary(trials)}"
 
     def _report_end(
         self,
@@ -611,19 +572,10 @@ class TuningSession:
                 stop_reason=stop_reason,
                 key=key,
                 error=error,
-                never_tried=self._never_listed(trials),
+                never_tried=never_listed(self.view, self.stop, trials),
                 pruned=self.problem.pruned,
             )
         )
-
-    def _never_listed(self, trials: tuple[Trial, ...]) -> int | None:
-        """How many configs of a large product were never tried (they have no trial); None
-        for a constrained product the search did not scan to its end (never counted)."""
-        if self.stop is None or self.view.lists_never_tried():
-            return 0
-        if not self.view.counted:
-            return None
-        return max(0, len(self.view) - sum(t.index >= 0 for t in trials))
 
     def _runner(self) -> RunStage:
         """The runner of this run: the one given, or made now (the first time it tunes)."""
@@ -653,12 +605,3 @@ def _claim_staging(staging_dir: Path) -> Any:
         scratch = ScratchDir(Path(tempfile.mkdtemp(prefix="tileauto-tune-")), None)
     remove_on_sigterm(scratch)
     return scratch
-
-
-def _plain(value: Any) -> bool:
-    """JSON's own values all the way down (what a stored problem call may hold)."""
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    return isinstance(value, (bool, int, float, str, type(None)))

@@ -1,0 +1,70 @@
+"""What a session says when it ends: the facts kept with the entry, the message when nothing
+passed, and how many configs were never tried."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tileauto.records import Trial, is_never_tried
+from tileauto.report.table import failure_summary
+from tileauto.space.view import SpaceView
+from tileauto.tune.problem import TuningProblem
+
+
+def never_listed(view: SpaceView, stop: Any, trials: tuple[Trial, ...]) -> int | None:
+    """How many configs of a large product were never tried (they have no trial); None for a
+    constrained product the search did not scan to its end (never counted)."""
+    if stop is None or view.lists_never_tried():
+        return 0
+    if not view.counted:
+        return None
+    return max(0, len(view) - sum(t.index >= 0 for t in trials))
+
+
+def no_winner_message(
+    name: str, trials: tuple[Trial, ...], default_trial: Trial, view: SpaceView, stop: Any
+) -> str:
+    """NoValidConfigError's message: the measured configs' failures; configs a budget left
+    untried are counted apart, as they are not failures."""
+    measured = sum(not is_never_tried(t) for t in trials)
+    never = never_listed(view, stop, trials)
+    stopped = stop.describe().partition(";")[0] if stop is not None else ""
+    if never is None:  # not counted: say so rather than scan the rest of the product now
+        head = f"none of the {measured} measured configs passed; the rest of the space was "
+        head += f"never tried ({stopped})" if stopped else "never tried"
+        return f"autotune {name}: {head}:\n{failure_summary(trials)}"
+    size = len(trials) + never
+    head = f"none of the {f'{measured} measured' if measured < size else size} configs passed"
+    if not default_trial.ok and view.default_index < 0:
+        head += f" (the default config: {default_trial.reason})"
+    if measured < size:
+        head += f"; the other {size - measured} of the {size} configs were never tried"
+        head += f" ({stopped})" if stopped else ""
+    return f"autotune {name}: {head}:\n{failure_summary(trials)}"
+
+
+def stored_facts(problem: TuningProblem, search: Any, stop: Any) -> dict[str, Any]:
+    """Plain facts kept with the entry: how the search ended, and the problem's call (which
+    lets ``load_from_disk(factory=...)`` compile the winner elsewhere)."""
+    extra: dict[str, Any] = {}
+    if stop is not None:
+        extra["search"] = {
+            "strategy": search.describe(),
+            "stop_reason": stop.stop_reason.value,
+            "measured": len(stop.trials),
+            "never_tried": stop.never_tried,
+            "pruned": problem.pruned,
+        }
+    call = {"args": list(problem.args), "kwargs": dict(problem.kwargs)}
+    if _plain(call):
+        extra["problem"] = call
+    return extra
+
+
+def _plain(value: Any) -> bool:
+    """JSON's own values all the way down (what a stored problem call may hold)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, (bool, int, float, str, type(None)))
