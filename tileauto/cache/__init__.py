@@ -2,7 +2,8 @@
 
 Entries are written to a staging folder, fsynced and renamed into place under a per-key file
 lock, with a manifest of sha256 hashes that is checked on every load. A corrupt, partial,
-foreign or unsafe entry is a miss (one warning), never a crash and never a wrong kernel.
+foreign or unsafe entry is a miss (one warning), never a crash and never a wrong kernel. A
+fleet's Redis can stand behind it as a second level (``remote.py``).
 
     key.py       what goes into a key (normalized source, closures, arguments, versions)
     _installed.py  which installed code a module belongs to (named by version, not walked)
@@ -16,6 +17,10 @@ foreign or unsafe entry is a miss (one warning), never a crash and never a wrong
     kernels.py   KernelStore: plain @jit compiles; ConfigKernels: a tuning's, shared by its checks
     catalog.py   the whole cache for the command line: list, verify, clear, export, import
     hygiene.py   claimed scratch folders, leftovers of killed runs, log and kernel pruning
+    priors.py    a search's prior: the trials of a kernel tuned before on other targets
+    remote.py    RemoteCache: a fleet's Redis as the second level (records, signed kernels)
+    _lease.py    one tuner per key across machines: a lease renewed while tuning
+    _signing.py  HMAC-SHA256 of records and kernels shared through Redis
 
 The format is described in ``docs/cache_format.md``. Nothing here imports torch or TVM.
 """
