@@ -7,12 +7,10 @@ otherwise: a pass under checks at least as strict, a failure to compile (no chec
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from tileauto.cache import disk
 from tileauto.cache.key import digest
 from tileauto.records import TrialStatus
 
@@ -79,17 +77,5 @@ def describe_checks(checks: dict[str, Any]) -> str:
 
 def read_checks(path: Path) -> dict[str, Any] | None:
     """A checks record of this user's (a plain file nobody else can write), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with open(fd) as f:
-            st = os.fstat(f.fileno())
-            if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_uid != os.getuid()
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            ):
-                return None
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
+    data = disk.read_own_json(path)
     return data if isinstance(data, dict) else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -61,22 +60,9 @@ class Memo:
 
 def read(path: Path) -> dict[str, Any]:
     """The answers in ``path``; nothing when it is missing, unsafe, foreign or malformed."""
-    from tileauto.cache.disk import folder_problem
+    from tileauto.cache.disk import read_own_json
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with open(fd) as f:
-            st = os.fstat(f.fileno())
-            if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_uid != os.getuid()
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-                or folder_problem(path.parent) is not None
-            ):
-                return {}
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
+    data = read_own_json(path, check_folder=True)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return {}
     answers = data.get("answers")

@@ -124,6 +124,27 @@ def private_fallback_dir(purpose: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"tileauto-{purpose}-"))
 
 
+def read_own_json(path: Path, *, check_folder: bool = False) -> Any:
+    """The JSON in ``path``, or None when it is missing, malformed or not safe to trust: not a
+    regular file of this user's that nobody else can write (opened without following a link
+    and checked through its descriptor), or, with ``check_folder``, in a folder that is not
+    private (:func:`folder_problem`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with open(fd) as f:
+            st = os.fstat(f.fileno())
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_uid != os.getuid()
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                or (check_folder and folder_problem(Path(path).parent) is not None)
+            ):
+                return None
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def sha256_file(path: Path) -> str:
     """The sha256 of a regular file, opened without following a link."""
     h = hashlib.sha256()

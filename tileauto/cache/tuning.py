@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
@@ -501,17 +500,10 @@ def _read_measurement(path: Path, identity: str) -> Trial | None:
     The file is opened without following a link and checked through its descriptor: a
     regular file of this user's, writable by nobody else.
     """
+    data = disk.read_own_json(path)
+    if not isinstance(data, dict):
+        return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with open(fd) as f:
-            st = os.fstat(f.fileno())
-            if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_uid != os.getuid()
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            ):
-                return None
-            data = json.load(f)
         if data.get("format") != MEASUREMENT_FORMAT or data.get("config") != identity:
             return None
         body = {"config": data["config"], "trial": data["trial"]}

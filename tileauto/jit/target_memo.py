@@ -22,7 +22,6 @@ import importlib.util
 import json
 import os
 import platform
-import stat
 import sys
 import uuid
 from dataclasses import dataclass
@@ -187,24 +186,12 @@ def _memo_path(directory: Path, payload: dict[str, Any]) -> Path:
 
 def _read(settings: Settings, payload: dict[str, Any]) -> Any:
     """The memo's value for ``payload``, or None (missing, foreign, unsafe or unreadable)."""
-    from tileauto.cache.disk import folder_problem
+    from tileauto.cache.disk import read_own_json
 
     directory = _memo_dir(settings)
     if directory is None:
         return None
-    path = _memo_path(directory, payload)
-    try:
-        st = os.stat(path, follow_symlinks=False)
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_uid != os.getuid()
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            or folder_problem(directory) is not None
-        ):
-            return None
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    data = read_own_json(_memo_path(directory, payload), check_folder=True)
     if not isinstance(data, dict) or data.get("payload") != payload:
         return None
     return data.get("value")
