@@ -155,12 +155,15 @@ class RemoteCache:
         self._faulted = False  # a fault was warned of: later ones are logged
 
     @classmethod
-    def from_settings(cls, settings: Any) -> RemoteCache | None:
-        """The remote cache the settings name (``TILEAUTO_REMOTE_CACHE``), or None."""
-        if not settings.remote_cache:
+    def from_settings(cls, settings: Any, url: str | None = None) -> RemoteCache | None:
+        """The remote cache at ``url``, else the one the settings name
+        (``TILEAUTO_REMOTE_CACHE``), with the settings' password, key and limits; None when
+        neither names one."""
+        url = url or settings.remote_cache
+        if not url:
             return None
         return cls(
-            settings.remote_cache,
+            url,
             password=settings.remote_cache_password,
             signing_key=settings.remote_cache_key,
             timeout_s=settings.remote_cache_timeout_s,

@@ -39,19 +39,12 @@ def remote_of(args: argparse.Namespace) -> Any:
     from tileauto.errors import SettingsError
 
     settings = settings_of(args)
-    url = getattr(args, "remote", None) or settings.remote_cache
-    if not url:
-        raise CommandError(_NO_REMOTE, EXIT_USAGE)
     try:
-        cache = RemoteCache(
-            url,
-            password=settings.remote_cache_password,
-            signing_key=settings.remote_cache_key,
-            timeout_s=settings.remote_cache_timeout_s,
-            lease_s=settings.remote_cache_lease_s,
-        )
+        cache = RemoteCache.from_settings(settings, getattr(args, "remote", None))
     except SettingsError as exc:
         raise CommandError(str(exc).replace("url=", "--remote="), EXIT_USAGE) from None
+    if cache is None:
+        raise CommandError(_NO_REMOTE, EXIT_USAGE)
     try:
         cache.ping()
     except ImportError as exc:

@@ -242,16 +242,8 @@ def store_of(
 
     if isinstance(store, RemoteCache):
         remote: RemoteCache | None = store
-    elif isinstance(store, str):
-        remote = RemoteCache(
-            store,
-            password=s.remote_cache_password,
-            signing_key=s.remote_cache_key,
-            timeout_s=s.remote_cache_timeout_s,
-            lease_s=s.remote_cache_lease_s,
-        )
-    else:
-        remote = RemoteCache.from_settings(s)
+    else:  # a URL, or None: TILEAUTO_REMOTE_CACHE
+        remote = RemoteCache.from_settings(s, store if isinstance(store, str) else None)
     if remote is None:
         return local
     p = problem
