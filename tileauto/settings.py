@@ -296,6 +296,14 @@ class Settings:
         '`ray` (tasks and actors of a Ray cluster: `pip install "tileauto[ray]"`). The '
         "`executor=` option of a tuning wins over it.",
     )
+    search_prior: bool = _var(
+        "TILEAUTO_SEARCH_PRIOR",
+        True,
+        _parse_bool,
+        "`0`: a tuning's guided search does not start from the trials of the same kernel "
+        "tuned before on other targets or devices (the disk cache's entries, and the fleet's "
+        "Redis when there is one); a search given `prior=` of its own still uses that.",
+    )
     ray_address: str | None = _var(
         "TILEAUTO_RAY_ADDRESS",
         None,

@@ -9,16 +9,13 @@ verify is skipped, never an error. Entries match by the kernel's name (the facto
 the search then matches their configs to its space by parameter name and value, and trusts
 each entry only as far as it ranks the new target's measurements alike.
 
-    python -m tileauto.cache.priors KERNEL --out DIR [--cache CACHE_DIR]
-
-writes one trial export (``tileauto-trials/1``, gzipped) per tuned entry of ``KERNEL`` into
-``DIR``: copy it to another machine and pass it as ``prior="DIR"`` (or give the files to
-``RecordedSpace.load``), or ``tileauto cache import`` the entries there.
+``tileauto cache prior KERNEL DIR`` (:func:`export_prior`) writes one trial export
+(``tileauto-trials/1``, gzipped) per tuned entry of ``KERNEL`` into ``DIR``: copy it to another
+machine and pass it as ``prior="DIR"`` (or give the files to ``RecordedSpace.load``).
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import sys
@@ -97,30 +94,3 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
             json.dump(document, file)
         written.append(path)
     return written
-
-
-def main(argv: list[str] | None = None) -> int:
-    from tileauto.settings import Settings
-
-    parser = argparse.ArgumentParser(
-        prog="python -m tileauto.cache.priors",
-        description="Export every tuned entry of a kernel as trial files, a prior for a search.",
-    )
-    parser.add_argument("kernel", help="the kernel's name (as `tileauto cache list` shows it)")
-    parser.add_argument("--out", required=True, type=Path, help="the folder to write into")
-    parser.add_argument("--cache", type=Path, default=None, help="default: TILEAUTO_CACHE_DIR")
-    args = parser.parse_args(argv)
-    root = args.cache if args.cache is not None else Settings.from_env().cache_dir
-    try:
-        written = export_prior(root, args.kernel, args.out)
-    except CacheError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for path in written:
-        print(path)
-    print(f"{len(written)} entries of {args.kernel} written to {args.out}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

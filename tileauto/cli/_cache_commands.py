@@ -307,6 +307,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_prior(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tileauto.cache.priors import export_prior
+    from tileauto.errors import CacheError
+
+    try:
+        written = export_prior(settings_of(args).cache_dir, args.kernel, Path(args.dir))
+    except CacheError as exc:
+        raise CommandError(str(exc), EXIT_FAIL) from None
+    for path in written:
+        print(path)
+    print(f"{len(written)} entries of {args.kernel} written to {args.dir}: pass it as "
+          f"prior={args.dir!r} on another machine")
+    return EXIT_OK
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog, disk
 

@@ -9,6 +9,8 @@
     tileauto cache export KEY DIR               copy one entry to DIR (to ship it)
     tileauto cache export KEY --trials FILE     write its trials as JSON (tileauto-trials/1)
     tileauto cache import DIR                   copy an exported entry (or a folder of them) in
+    tileauto cache prior KERNEL DIR             every tuned entry of KERNEL as trial files: a
+                                                search's prior on another machine
     tileauto cache list|show|verify|clear --remote [URL]   the same, on the fleet's Redis
     tileauto cache push [KEY...] / pull [KEY...]           seed the fleet's Redis / the disk
     tileauto env                                every TILEAUTO_* setting, as in effect now
@@ -29,6 +31,7 @@ from tileauto.cli._cache_commands import (
     cmd_export,
     cmd_import,
     cmd_list,
+    cmd_prior,
     cmd_show,
     cmd_verify,
 )
@@ -165,6 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
         "import", "copy an exported entry, or every entry in a folder, into the cache", cmd_import
     )
     p.add_argument("dir", metavar="DIR", help="an exported entry, or a folder of them")
+    p = add(
+        "prior",
+        "write every tuned entry of KERNEL as a trial file (tileauto-trials/1, gzipped) into "
+        "DIR: a prior for a search on another machine (prior='DIR')",
+        cmd_prior,
+    )
+    p.add_argument("kernel", metavar="KERNEL", help="the kernel's name, as `cache list` shows it")
+    p.add_argument("dir", metavar="DIR", help="the folder to write into (created)")
     p = add(
         "push",
         "publish tuned entries to the fleet's Redis (with their kernels, signed, when "

@@ -80,10 +80,11 @@ def with_cache_prior(
     """Hand a strategy that takes a prior (``use_prior``: the guided and auto searches) the
     trials of the same kernel tuned before on other targets, read when the search starts: from
     the disk cache, and from the fleet's Redis when the store has one (the entries of the same
-    factory and call on other targets or devices). ``GuidedSearch(prior=None)`` and
-    ``AutoSearch(prior=None)`` ignore them."""
+    factory and call on other targets or devices). ``TILEAUTO_SEARCH_PRIOR=0`` turns this off;
+    ``GuidedSearch(prior=None)`` and ``AutoSearch(prior=None)`` ignore them."""
     hand_in = getattr(search, "use_prior", None)
-    if callable(hand_in) and problem.settings.tuning_cache_enabled:
+    s = problem.settings
+    if callable(hand_in) and s.tuning_cache_enabled and s.search_prior:
         kernel = getattr(problem.factory, "__qualname__", problem.name)  # as the cache names it
         root = problem.settings.cache_dir
         elsewhere = getattr(store, "trials_elsewhere", None)  # a FleetStore's remote level

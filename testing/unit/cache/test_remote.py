@@ -207,6 +207,12 @@ def test_a_fleet_tunings_search_prior_holds_the_trials_of_other_devices(server, 
     assert [[t.config for t in r] for r in records] == [[{"block": 8}, {"block": 16}]]
     with_cache_prior(search, problem, None)  # no fleet: the (empty) disk cache only
     assert search._given() == []
+    off = GuidedSearch()
+    problem.settings = Settings.from_env(
+        {"TILEAUTO_CACHE_DIR": str(tmp_path / "empty"), "TILEAUTO_SEARCH_PRIOR": "0"}
+    )
+    with_cache_prior(off, problem, store)  # type: ignore[arg-type]
+    assert off._given is None  # TILEAUTO_SEARCH_PRIOR=0: nothing handed in
 
 
 def test_family_of_ignores_the_target_but_not_the_call():

@@ -178,15 +178,15 @@ def test_cache_prior_reads_the_kernels_tuned_entries_on_other_devices(tmp_path, 
 
 
 def test_the_export_command_writes_a_prior_folder(tmp_path, tileauto_env, capsys):
-    from tileauto.cache.priors import main
+    from tileauto.cli import main
 
     space = [{"block": b} for b in (8, 16, 32)]
     store = open_store(space=space)
     store.save(fake_result(tmp_path, [trial(i, c, 1.0 + i) for i, c in enumerate(space)]))
-    assert main(["factory", "--out", str(tmp_path / "priors")]) == 0  # the cache of the env
-    assert "1 entries of factory written" in capsys.readouterr().err
+    assert main(["cache", "prior", "factory", str(tmp_path / "priors")]) == 0  # the env's cache
+    assert "1 entries of factory written" in capsys.readouterr().out
     target = RecordedSpace.from_latencies(space, [3.0, 2.0, 1.0])
     matched = match(target.space, str(tmp_path / "priors"))
     assert len(matched) == 1 and matched.lookup(target.space.codes([0]))[0, 0] == 0.0
-    assert main(["nope", "--out", str(tmp_path / "x"), "--cache", str(tileauto_env)]) == 2
+    assert main(["cache", "prior", "nope", str(tmp_path / "x")]) == 1
     assert "no tuned entry of kernel 'nope'" in capsys.readouterr().err
