@@ -119,6 +119,11 @@ def test_console_prints_nothing_when_no_config_passed(capsys):
 
 def test_console_bar_starts_no_monitor_thread():
     # a live tqdm monitor thread would stop the next tuning from forking its workers
+    import tqdm
+
+    running = tqdm.tqdm.monitor  # another library's bar (Inductor's, after a torch.compile)
+    if running is not None:
+        running.exit()  # one is a singleton: stopped, so that ours would show
     reporter = ConsoleReporter("gemm", verbose=True)
     reporter.started("gemm", 2)
     assert reporter._bar is not None and reporter._bar.monitor_interval == 0
