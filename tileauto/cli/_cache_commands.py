@@ -319,8 +319,10 @@ def cmd_prior(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_FAIL) from None
     for path in written:
         print(path)
-    print(f"{len(written)} entries of {args.kernel} written to {args.dir}: pass it as "
-          f"prior={args.dir!r} on another machine")
+    print(
+        f"{len(written)} entries of {args.kernel} written to {args.dir}: pass it as "
+        f"prior={args.dir!r} on another machine"
+    )
     return EXIT_OK
 
 
