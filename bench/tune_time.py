@@ -67,6 +67,7 @@ os.environ["TILEAUTO_DISABLE_CACHE"] = "1"
 import gemm_cpu  # noqa: E402
 
 from tileauto.build.builder import Builder, BuildRequest, compile_workers  # noqa: E402
+from tileauto.build.job import build_all  # noqa: E402
 from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
 from tileauto.space import config_id  # noqa: E402
@@ -109,7 +110,7 @@ def compile_phase(size: int, workers: int) -> dict[str, float | list[float]]:
         BuildRequest(index=i, config=c, args=(size, size, size)) for i, c in enumerate(space)
     ]
     cpu0, start = cpu(), time.perf_counter()
-    results = builder.build(requests)
+    results = build_all(builder, requests)
     wall, cpu_s = time.perf_counter() - start, cpu() - cpu0
     builder.close()
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]

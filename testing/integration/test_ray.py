@@ -18,6 +18,7 @@ import ray_helpers as h  # noqa: E402
 
 from tileauto import TrialStatus  # noqa: E402
 from tileauto.build.builder import BuildRequest, BuildStatus  # noqa: E402
+from tileauto.build.job import build_all  # noqa: E402
 from tileauto.errors import TileautoError  # noqa: E402
 from tileauto.scale.ray import (  # noqa: E402
     NoMatchingNodeError,
@@ -90,7 +91,7 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
         BuildRequest(index=i, config={"vec": v, "pid_dir": str(pids)}, args=(1024,))
         for i, v in enumerate((4, 8, 16, 32))
     ]
-    results = builder.build(requests)
+    results = build_all(builder, requests)
     assert all(r.ok for r in results), results
     assert builder.submitted == 4  # warm-ups are not compiles
     compiled_in = {int(f.read_text()) for f in pids.iterdir()}
@@ -101,7 +102,7 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
     again.start()
     assert again._warming == {}
     assert sorted(ray_nodes.matching_nodes(rc, "cpu")) == compute_nodes  # probed all the same
-    assert all(r.ok for r in again.build(requests))
+    assert all(r.ok for r in build_all(again, requests))
     again.close()
     node = compute_nodes[0]
     rc.hold_cores(node)
@@ -224,7 +225,7 @@ def test_compile_timeout_crash_and_cancel(cluster, tmp_path):
         for i, c in enumerate([{"vec": 4}, {"mode": "sleep"}, {"mode": "die"}])
     ]
     got = []
-    results = builder.build(requests, got.append)
+    results = build_all(builder, requests, got.append)
     assert [r.index for r in results] == [0, 1, 2]
     assert sorted(r.index for r in got) == [0, 1, 2]  # each once, as it ended
     assert results[0].ok and results[0].artifact.lib_path.is_file()
@@ -243,7 +244,7 @@ def test_compile_timeout_crash_and_cancel(cluster, tmp_path):
         BuildRequest(index=1, config={"mode": "sleep"}, args=(1024,)),
         BuildRequest(index=2, config={"mode": "sleep"}, args=(1024,)),
     ]
-    results = builder2.build(requests, lambda result: builder2.cancel())
+    results = build_all(builder2, requests, lambda result: builder2.cancel())
     statuses = [r.status for r in results]
     assert statuses == [BuildStatus.OK, BuildStatus.CANCELLED, BuildStatus.CANCELLED]
     assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)

@@ -168,18 +168,17 @@ class Builder(SlotStage):
         self,
         requests: Sequence[BuildRequest],
         on_result: Callable[[BuildResult], None] | None = None,
-    ) -> list[BuildResult]:
-        """Compile every request; results are index-aligned with ``requests``.
-
-        ``on_result`` is called (from a driver thread) as each build finishes, so a caller
-        can start running kernels before the batch is complete. After a :meth:`cancel` (or
-        an interrupt of this call), every request not finished is ``CANCELLED``; this call
-        returns at once and never waits for a compile in flight.
+    ) -> None:
+        """Compile every request; ``on_result`` gets each result (from a driver thread) as
+        its build finishes, so a caller can start running kernels before the batch is
+        complete (:func:`~tileauto.build.job.build_all` returns them as a list). After a
+        :meth:`cancel` (or an interrupt of this call), every request not finished is
+        ``CANCELLED``; this call returns at once and never waits for a compile in flight.
         """
         if not requests:
-            return []
+            return
         with signals_to_main_thread():  # a build waited for in another thread leaves Ctrl-C
-            return self._build(requests, on_result)  # to the main one
+            self._build(requests, on_result)  # to the main one
 
     def _build(
         self,

@@ -63,14 +63,11 @@ class CachedBuilder:
         self,
         requests: Sequence[BuildRequest],
         on_result: Callable[[BuildResult], None] | None = None,
-    ) -> list[BuildResult]:
-        """Every request's result, index-aligned: loaded from the cache, or built by ``inner``
-        (and then stored). ``on_result`` is called as each one is ready, hits first."""
-        results: list[BuildResult | None] = [None] * len(requests)
-        position = {r.index: k for k, r in enumerate(requests)}
+    ) -> None:
+        """Every request's result to ``on_result`` as each is ready, hits first: loaded from
+        the cache, or built by ``inner`` (and then stored)."""
 
         def give(result: BuildResult) -> None:
-            results[position[result.index]] = result
             if on_result is not None:
                 on_result(result)
 
@@ -90,7 +87,7 @@ class CachedBuilder:
                 self.reused += 1
             give(result)
         if not misses:
-            return [r for r in results if r is not None]
+            return
 
         def arrived(result: BuildResult) -> None:
             request, store = misses[result.index]
@@ -103,4 +100,3 @@ class CachedBuilder:
 
         renumbered = [dataclasses.replace(r, index=k) for k, (r, _) in enumerate(misses)]
         self.inner.build(renumbered, arrived)
-        return [r for r in results if r is not None]

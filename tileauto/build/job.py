@@ -7,7 +7,7 @@ helpers turn a failure into a :class:`BuildResult` with its status and message.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,25 @@ def compile_job(
     return compile_to_dir(
         factory, request.args, kwargs, compile_args, Path(out_dir), config=request.config
     )
+
+
+def build_all(
+    stage: Any,
+    requests: Sequence[BuildRequest],
+    on_result: Callable[[BuildResult], None] | None = None,
+) -> list[BuildResult]:
+    """Run ``stage.build`` on ``requests`` and return the results in the order of the requests
+    (a stage hands them to ``on_result`` as each ends; this passes each on to ``on_result``
+    too). For callers that want the whole batch: tests, benches, a one-off compile."""
+    found: dict[int, BuildResult] = {}
+
+    def collect(result: BuildResult) -> None:
+        found[result.index] = result
+        if on_result is not None:
+            on_result(result)
+
+    stage.build(requests, collect)
+    return [found[r.index] for r in requests if r.index in found]
 
 
 def first_lines(text: str, n: int = 6) -> str:

@@ -38,12 +38,10 @@ class BuildStage(Protocol):
 
     def build(
         self, requests: Sequence[BuildRequest], on_result: Callable[[BuildResult], None]
-    ) -> object:
-        """Compile every request; call ``on_result`` (from any thread) as each one ends.
-
-        The session uses ``on_result`` only: what this returns is the builder's own business
-        (the local builder returns the results in order, for its direct callers).
-        """
+    ) -> None:
+        """Compile every request; call ``on_result`` (from any thread) as each one ends, once
+        per request, cancelled ones included (:func:`tileauto.build.job.build_all` collects them
+        in order, for a caller that wants the list)."""
 
     def cancel(self) -> None:
         """Stop this build now: no new compile starts and running ones are killed.

@@ -21,6 +21,7 @@ import pytest
 from tileauto.build.builder import Builder, BuildRequest, BuildResult, BuildStatus
 from tileauto.options import CompileArgs
 from tileauto.workers.pool import WorkerPool
+from tileauto.build.job import build_all
 
 GUARD_S = 60.0  # only against a hang: every wait below ends on an event well before
 LLVM = CompileArgs(target="llvm", out_idx=(-1,))
@@ -127,7 +128,7 @@ def builder(factory, pool, tmp_path, workers=1, **kwargs) -> Builder:
 def build_in_thread(b: Builder, requests: list[BuildRequest]):
     """Run ``b.build`` in a thread; returns (thread, a list that receives its results)."""
     out: list[list[BuildResult]] = []
-    thread = threading.Thread(target=lambda: out.append(b.build(requests)), daemon=True)
+    thread = threading.Thread(target=lambda: out.append(build_all(b, requests)), daemon=True)
     thread.start()
     return thread, out
 
@@ -155,7 +156,7 @@ def test_start_and_close_fork_the_workers_and_release_them(tmp_path):
             pytest.skip(f"cannot fork here: {b.fork_unsafe_reason()}")
         assert [w.start_method for w in own.workers] == ["fork", "fork"]
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # workers die first
-        results = b.build([BuildRequest(0, {"vec": 4}, (256,))])
+        results = build_all(b, [BuildRequest(0, {"vec": 4}, (256,))])
         assert results[0].ok
         b.close()
         assert not any(w.alive for w in own.workers)
@@ -172,8 +173,10 @@ def test_results_are_index_aligned_with_a_status_each(pool, tmp_path):
         BuildRequest(index=2, config={"vec": 16}, args=(256,)),
     ]
     seen: list[int] = []
-    results = builder(scale, pool, tmp_path, workers=2).build(
-        requests, on_result=lambda r: seen.append(r.index)
+    results = build_all(
+        builder(scale, pool, tmp_path, workers=2),
+        requests,
+        on_result=lambda r: seen.append(r.index),
     )
     assert [r.index for r in results] == [0, 1, 2]
     assert [r.status for r in results] == [BuildStatus.OK, BuildStatus.ERROR, BuildStatus.OK]
@@ -184,12 +187,14 @@ def test_results_are_index_aligned_with_a_status_each(pool, tmp_path):
 
 
 def test_an_empty_build_returns_nothing(pool, tmp_path):
-    assert builder(scale, pool, tmp_path).build([]) == []
+    assert build_all(builder(scale, pool, tmp_path), []) == []
 
 
 def test_thread_isolation_builds_in_this_process(tmp_path):
     b = Builder(scale, LLVM, workers=2, isolation="thread", staging_dir=tmp_path)
-    results = b.build([BuildRequest(0, {"vec": 4}, (256,)), BuildRequest(1, {"fail": True}, (8,))])
+    results = build_all(
+        b, [BuildRequest(0, {"vec": 4}, (256,)), BuildRequest(1, {"fail": True}, (8,))]
+    )
     assert [r.status for r in results] == [BuildStatus.OK, BuildStatus.ERROR]
 
 
@@ -198,7 +203,7 @@ def test_a_compile_past_the_memory_limit_is_out_of_memory(tmp_path, reports):
     limited = WorkerPool("test-builder-mem", memory_limit_bytes=256 * 2**20)
     try:
         request = BuildRequest(0, {}, (1 << 30, reports.path))
-        (result,) = builder(allocate, limited, tmp_path).build([request])
+        (result,) = build_all(builder(allocate, limited, tmp_path), [request])
     finally:
         limited.close()
     assert result.status is BuildStatus.OUT_OF_MEMORY
@@ -211,7 +216,7 @@ def test_a_compiler_killed_by_sigkill_is_out_of_memory_and_a_segfault_a_crash(po
         BuildRequest(0, {}, (int(signal.SIGKILL),)),
         BuildRequest(1, {}, (int(signal.SIGSEGV),)),
     ]
-    results = builder(kill_me, pool, tmp_path).build(requests)
+    results = build_all(builder(kill_me, pool, tmp_path), requests)
     assert [r.status for r in results] == [BuildStatus.OUT_OF_MEMORY, BuildStatus.CRASH]
     assert "SIGKILL" in results[0].error and "SIGSEGV" in results[1].error
 
@@ -219,7 +224,7 @@ def test_a_compiler_killed_by_sigkill_is_out_of_memory_and_a_segfault_a_crash(po
 @pytest.mark.parametrize("isolation", ["process", "thread"])
 def test_a_memory_error_in_the_compile_is_out_of_memory(pool, tmp_path, isolation):
     b = builder(raise_memory_error, pool, tmp_path, isolation=isolation)
-    (result,) = b.build([BuildRequest(0, {})])
+    (result,) = build_all(b, [BuildRequest(0, {})])
     assert result.status is BuildStatus.OUT_OF_MEMORY
     assert "MemoryError: cannot allocate" in result.error
 
@@ -239,7 +244,7 @@ def test_cancel_kills_the_running_compile_and_reports_it_cancelled(pool, tmp_pat
     assert {r.status for r in results} == {BuildStatus.CANCELLED}
     assert gone(first) and gone(second)
     # a cancelled builder starts nothing more
-    assert [r.status for r in b.build(requests[:1])] == [BuildStatus.CANCELLED]
+    assert [r.status for r in build_all(b, requests[:1])] == [BuildStatus.CANCELLED]
 
 
 def test_cancel_leaves_another_builders_compiles_alone(pool, tmp_path, reports):
@@ -278,6 +283,6 @@ def test_an_interrupted_build_kills_its_compiles(pool, tmp_path, reports):
     helper = threading.Thread(target=interrupt_when_started, daemon=True)
     helper.start()
     with pytest.raises(KeyboardInterrupt):
-        b.build([BuildRequest(0, {}, (reports.path,))])
+        build_all(b, [BuildRequest(0, {}, (reports.path,))])
     helper.join(GUARD_S)
     assert started and gone(started[0])

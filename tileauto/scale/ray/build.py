@@ -287,15 +287,15 @@ class RayBuilder(SlotStage):
         self,
         requests: Sequence[BuildRequest],
         on_result: Callable[[BuildResult], None] | None = None,
-    ) -> list[BuildResult]:
-        """Compile every request; ``on_result`` as each ends; results index-aligned.
+    ) -> None:
+        """Compile every request; ``on_result`` gets each result as it ends.
 
         The local builder's loop (:func:`tileauto.build.driver.drive`), with a slot per
         compile the cluster runs at once: each slot has one Ray task in flight, submitted
         again when its node is lost (:class:`_TaskSlot`).
         """
         if not requests:
-            return []
+            return
         ray = self.cluster.connect()
         self.cluster.release_cores()  # a timing run of this session is over: compile there
         token = self.cluster.share_files(self.staging_dir)
@@ -306,7 +306,7 @@ class RayBuilder(SlotStage):
             _TaskSlot(self, ray, setup, token, dead)
             for _ in range(min(self.workers, len(requests)))
         ]
-        return self._drive(requests, slots, on_result, name="tileauto-ray-build")
+        self._drive(requests, slots, on_result, name="tileauto-ray-build")
 
     def _fit_node(self, unfit: _Unfit) -> str:
         """Take note that ``unfit.node`` does not load the factory; the next node for its
