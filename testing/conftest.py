@@ -105,3 +105,27 @@ def tileauto_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
         cpu_pool._forget()
     if affinity is not None and os.sched_getaffinity(0) != affinity:
         os.sched_setaffinity(0, affinity)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_threads_left_by_torch_compile():
+    """Stop the threads ``torch.compile`` leaves in this process after a module that used it.
+
+    Inductor starts a tqdm monitor thread (its compile progress bar) and a compile thread
+    pool; while they live, a tuning cannot fork its workers (other Python threads run) and
+    starts them from the forkserver, so a later test of the fork path would skip. A user's
+    process keeps them (docs/torch.md says what that costs).
+    """
+    yield
+    if "torch._inductor.async_compile" not in sys.modules:
+        return
+    import tqdm
+    from torch._inductor import async_compile
+
+    monitor = tqdm.tqdm.monitor
+    if monitor is not None:
+        monitor.exit()
+    async_compile.shutdown_compile_workers()
+    if async_compile.AsyncCompile.pool.cache_info().currsize:
+        async_compile.AsyncCompile.pool().shutdown(wait=True)
+        async_compile.AsyncCompile.pool.cache_clear()
