@@ -23,6 +23,8 @@ from pathlib import Path
 
 from tileauto.errors import WorkerError
 
+#: torch's fork-safe GPU check, set for the server (see :meth:`ForkServer._running`)
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 PRELOAD = ("tileauto.build.preload",)  # the builder's: TVM's compiler and torch
 
 
@@ -183,6 +185,11 @@ class ForkServer:
         env["PYTHONPATH"] = os.pathsep.join(
             [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
         )
+        # Importing torch and TVM asks torch whether a GPU is there, and torch's default check
+        # initializes the CUDA driver, which a forked child cannot use: every CUDA compile in a
+        # worker then fails with cudaErrorInitializationError (seen on an H200). torch's NVML
+        # check answers without initializing it, so the workers forked from here start clean.
+        env.setdefault(NVML_CHECK, "1")
         try:
             self._proc = subprocess.Popen(
                 [

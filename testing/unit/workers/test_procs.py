@@ -137,6 +137,13 @@ def test_env_is_set_in_the_worker():
         w.close()
 
 
+def test_forkserver_workers_ask_torch_for_a_gpu_without_initializing_cuda(worker):
+    """torch's default GPU check initializes the CUDA driver, which a forked child cannot use:
+    on a GPU machine every CUDA compile in a worker failed until the server checked with NVML."""
+    assert worker.call(jobs.environment, "PYTORCH_NVML_BASED_CUDA_CHECK") == "1"
+    assert worker.start_method == "forkserver"
+
+
 def test_job_raising_comes_back_as_remote_job_error(worker):
     pid = worker.call(jobs.pid)
     with pytest.raises(RemoteJobError) as info:
