@@ -54,11 +54,29 @@ def library_of(module_name: Any, module: types.ModuleType | None = None) -> str 
         builtin = root in getattr(sys, "stdlib_module_names", ()) or root == "builtins"
         return _python() if builtin else None
     parts = Path(file).parts
-    if "site-packages" in parts or "dist-packages" in parts:
+    if "site-packages" in parts or "dist-packages" in parts or _beside_dist_info(file, top, root):
         return _distribution(root)
     if any(file.startswith(p) for p in _stdlib_dirs()):
         return _python()
     return None
+
+
+def _beside_dist_info(file: str, top: Any, root: str) -> bool:
+    """Whether a package lies in a folder that holds installed distributions' metadata
+    (``pip install --target DIR`` with ``DIR`` on ``PYTHONPATH``, a container's or a bundle's
+    library folder) and one of them provides it. Only ``*.dist-info`` counts: setuptools
+    leaves a ``*.egg-info`` beside the user's own sources, which must still be walked."""
+    path = Path(file)
+    folder = path.parent.parent if getattr(top, "__path__", None) is not None else path.parent
+    return _has_dist_info(str(folder)) and _known_distribution(root) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _has_dist_info(folder: str) -> bool:
+    try:
+        return any(name.endswith(".dist-info") for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 def _file_of(module: Any) -> str | None:
@@ -91,14 +109,21 @@ def _distributions() -> dict[str, list[str]]:
 @functools.lru_cache(maxsize=256)
 def _distribution(root: str) -> str:
     """The versions of the distributions that provide the top-level package ``root``."""
+    found = _known_distribution(root)
+    if found is None:  # no distribution: the module's own version, which no state tracks
+        return f"{root}=={getattr(sys.modules.get(root), '__version__', 'unknown')}"
+    return found
+
+
+def _known_distribution(root: str) -> str | None:
+    """:func:`_distribution` from the memo or a scan; None where no distribution provides it."""
     memo = _memo()
     known = memo.get(root)
     if isinstance(known, str):
         return known
     found = _scan(root)
-    if found is None:  # no distribution: the module's own version, which no state tracks
-        return f"{root}=={getattr(sys.modules.get(root), '__version__', 'unknown')}"
-    memo.add(root, found)
+    if found is not None:
+        memo.add(root, found)
     return found
 
 

@@ -26,6 +26,7 @@ def fresh_process_state():
         I._distributions.cache_clear()
         I._memo_at.cache_clear()
         I._state_of.cache_clear()
+        I._has_dist_info.cache_clear()
 
     forget()
     yield
@@ -203,3 +204,43 @@ def test_a_fresh_process_with_a_warm_memo_never_scans(tmp_path):
 
     cold = run("cold")
     assert run("warm") == cold
+
+
+def _library_folder(tmp_path: Path, metadata: str | None) -> Path:
+    """A folder as ``pip install --target`` leaves it: a package, and its metadata beside it."""
+    folder = tmp_path / "libs"
+    (folder / "tileauto_fakelib").mkdir(parents=True)
+    (folder / "tileauto_fakelib" / "__init__.py").write_text("VALUE = 1\n")
+    if metadata == "dist-info":
+        info = folder / "tileauto_fakelib-1.2.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: tileauto-fakelib\nVersion: 1.2\n"
+        )
+        (info / "top_level.txt").write_text("tileauto_fakelib\n")
+    elif metadata == "egg-info":  # what setuptools leaves beside a user's own sources
+        info = folder / "tileauto_fakelib.egg-info"
+        info.mkdir()
+        (info / "PKG-INFO").write_text(
+            "Metadata-Version: 2.1\nName: tileauto-fakelib\nVersion: 1.2\n"
+        )
+        (info / "top_level.txt").write_text("tileauto_fakelib\n")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "metadata, expected",
+    [("dist-info", "tileauto-fakelib==1.2"), ("egg-info", None), (None, None)],
+)
+def test_a_package_installed_outside_site_packages_is_named_not_walked(
+    tmp_path, monkeypatch, metadata, expected
+):
+    """``pip install --target DIR`` with DIR on PYTHONPATH (seen on a GPU machine): TVM there was
+    walked as the user's code until it reached a lock, and no tuning was cached."""
+    monkeypatch.syspath_prepend(str(_library_folder(tmp_path, metadata)))
+    import tileauto_fakelib  # noqa: F401
+
+    try:
+        assert I.library_of("tileauto_fakelib") == expected
+    finally:
+        del sys.modules["tileauto_fakelib"]
