@@ -297,3 +297,18 @@ def test_cuda_configs_match_torch_on_gpu(name):
 def test_cuda_main_runs_on_gpu(module):
     argv = {"gemm_cuda": ["--size", "512"]}.get(module, ["--shape", "256", "1024"])
     assert _module(module).main(argv + ["--no-nvcc"]) == 0
+
+
+def test_cuda_tuning_example_says_there_is_no_gpu(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _module("tune_gemm_cuda").main(["--size", "256"]) == 0
+    assert "no CUDA GPU present" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@CUDA_SKIP
+def test_cuda_tuning_example_tunes_on_gpu(capsys):
+    """The whole tuning on the GPU: parallel compiles, checks against torch.matmul, timing."""
+    assert _module("tune_gemm_cuda").main(["--size", "1024", "--warmup", "5", "--rep", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned in" in out and "the tuned kernel matches torch.matmul" in out
