@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from search_fakes import bowl, lookup
+from search_fakes import bowl, failed_trial, lookup, ok_trial
 
 from tileauto.search import (
     AutoSearch,
@@ -59,6 +59,29 @@ def test_a_space_larger_than_the_pool_samples_candidates_and_neighbours():
     assert len(set(out.trials)) == len(out.trials)
 
 
+def test_the_parzen_slots_take_the_values_the_good_configs_share():
+    # the good configs all have a=3 (b varies); the others, and the failed ones, do not
+    space = product(a=list(range(10)), b=list(range(20)))
+    strategy = GuidedSearch(parzen=8, local=0, explore=0.0, good_fraction=0.1, stall=0)
+    strategy.start(space, parallelism=8, seed=0)
+    told = [i for i in range(len(space)) if space.config(i)["a"] == 3][:6]
+    others = [i for i in range(len(space)) if space.config(i)["a"] != 3][::6][:30]
+    for k, i in enumerate(told):
+        strategy.tell(i, ok_trial(i, 1.0 + 0.01 * k))
+    for k, i in enumerate(others):
+        strategy.tell(i, failed_trial(i) if k % 5 == 0 else ok_trial(i, 10.0 + k))
+    picks = strategy.ask()
+    assert len(picks) == 8 and not set(picks) & set(told + others)
+    assert [space.config(i)["a"] for i in picks] == [3] * 8
+
+
+def test_the_parzen_slots_find_the_optimum_beside_the_forest():
+    space, latency = bowl()
+    optimum = min(v for v in map(latency, space) if v is not None)
+    found = [best_after(GuidedSearch(parzen=3), space, latency, 100, s)[0] for s in range(3)]
+    assert all(f == optimum for f in found), (found, optimum)
+
+
 def test_a_space_without_parameters_is_sampled_at_random():
     strategy = GuidedSearch()
     strategy.start(ListSpace([{}] * 50), parallelism=4, seed=0)  # 50 configs of no parameter
@@ -75,6 +98,7 @@ def test_a_space_without_parameters_is_sampled_at_random():
         {"pool": 10},
         {"local": -1},
         {"stall": 1.5},
+        {"parzen": -1},
     ],
 )
 def test_bad_settings_are_named(kwargs):
@@ -87,6 +111,7 @@ def test_describe_is_stable_and_names_the_settings():
     assert "budget=64" in GuidedSearch(64).describe()
     assert GuidedSearch(64).describe() != GuidedSearch(64, trees=10).describe()
     assert GuidedSearch(64).describe() != GuidedSearch(64, local=0, stall=0).describe()
+    assert "parzen=3" in GuidedSearch(64, parzen=3).describe()
 
 
 def test_without_scikit_learn_guided_fails_naming_the_extra(monkeypatch):
@@ -117,3 +142,22 @@ def test_auto_is_exhaustive_up_to_the_size_and_guided_above():
     big.start(product(a=list(range(100)), b=list(range(100))))
     assert isinstance(big.inner, GuidedSearch) and big.inner.budget == 500
     assert auto_budget(300) == AUTO_EXHAUSTIVE_MAX and auto_budget(100) == 100
+
+
+def test_the_forest_scores_as_scikit_learns_random_forest():
+    # regression trees of the 0/1 label split as the classifier's Gini trees: unweighted, the
+    # same P(True) to the last digit; weighted, the same but for ties between equal splits
+    np = pytest.importorskip("numpy")
+    ensemble = pytest.importorskip("sklearn.ensemble")
+    from tileauto.search.guided import _Forest
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 8, size=(200, 12)).astype(np.float32)
+    y = x[:, 0] + x[:, 5] * rng.random(200) > 6
+    weight = rng.random(200) + 0.1
+    test = rng.integers(0, 8, size=(500, 12)).astype(np.float32)
+    for sample_weight, tolerance in ((None, 1e-12), (weight, 0.05)):
+        ours = _Forest(20, 7).fit(x, y, sample_weight=sample_weight).predict_proba(test)
+        forest = ensemble.RandomForestClassifier(20, max_features=0.3, random_state=7)
+        theirs = forest.fit(x, y, sample_weight=sample_weight).predict_proba(test)
+        assert np.abs(ours - theirs).mean() < tolerance
