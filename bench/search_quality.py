@@ -14,10 +14,13 @@ found (1.0: the optimum); a space's figure is the median over the seeds.
 Everything is reported held out:
 
 - **Leave one kernel out.** The guided search's settings are chosen among ``CANDIDATES`` on
-  the spaces of three kernels (the best mean of per-space medians at 2%) and scored on the
-  spaces of the fourth, for each of the four kernels; every figure of ``guided`` is such a
-  held-out score. The other strategies have no settings to choose (their libraries' or
-  Kernel Tuner's defaults).
+  the spaces of the other kernels (the best mean of per-space medians over the budgets up to
+  2%; the first candidate on a tie) and scored on the left-out kernel's spaces, for each of
+  the five kernels (two convolution codes, dedispersion, GEMM, pnpoly); every figure of
+  ``guided`` is such a held-out score, and the bench prints which candidate each split chose
+  and every candidate's training and left-out means. ``guided+prior`` and ``guided+misfit``
+  run the default settings. The other strategies have no settings to choose (their
+  libraries' or Kernel Tuner's defaults).
 - **Leave one device out (transfer).** ``guided+prior`` scores a space with the records of the
   same kernel on the *other* devices as its prior (``replay(..., prior=[...])``), never the
   space's own record.
@@ -211,22 +214,59 @@ def held_out(
     by: dict[tuple[str, str, str], list[dict[str, Any]]],
     names: list[str],
     budgets: dict[str, list[int]],
-    select_at: int,
-) -> dict[str, str]:
+    select: list[int],
+) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
     """For each kernel left out: the candidate the other kernels choose (the best mean of
-    per-space medians at budget ``select_at``); that kernel's spaces are scored with it."""
+    per-space medians over the budgets ``select``, the first in ``CANDIDATES`` on a tie);
+    that kernel's spaces are scored with it. Also returns each candidate's training mean."""
     kernels = sorted({kernel_of(n) for n in names})
     chosen: dict[str, str] = {}
+    trained: dict[str, dict[str, float]] = {}
     for left in kernels:
         train = [n for n in names if kernel_of(n) != left]
 
         def mean(candidate: str, train: list[str] = train) -> float:
             return statistics.fmean(
-                _median_at(by[(n, "guided", candidate)], budgets[n][select_at]) for n in train
+                _median_at(by[(n, "guided", candidate)], budgets[n][k])
+                for n in train
+                for k in select
             )
 
-        chosen[left] = max(CANDIDATES, key=mean) if train else "default"
-    return chosen
+        trained[left] = {c: mean(c) for c in CANDIDATES} if train else {}
+        chosen[left] = max(CANDIDATES, key=lambda c: trained[left][c]) if train else "default"
+    return chosen, trained
+
+
+def _print_candidates(
+    by: dict[tuple[str, str, str], list[dict[str, Any]]],
+    names: list[str],
+    budgets: dict[str, list[int]],
+    shares: list[float],
+    chosen: dict[str, str],
+    trained: dict[str, dict[str, float]],
+) -> dict[str, dict[str, list[float]]]:
+    """Each candidate on each kernel: its training mean (on the other kernels) and its score
+    on the kernel itself, which only the chosen one's counts as held out."""
+    print("## The guided search's candidates per split: chosen on the other kernels")
+    print("training mean (other kernels) -> this kernel's mean at each budget; * chosen")
+    print(f"| kernel left out | {' | '.join(CANDIDATES)} |")
+    print(f"| --- | {' | '.join('---' for _ in CANDIDATES)} |")
+    scores: dict[str, dict[str, list[float]]] = {}
+    for kernel in sorted(chosen):
+        part = [n for n in names if kernel_of(n) == kernel]
+        cells = []
+        for c in CANDIDATES:
+            mine = [
+                statistics.fmean(_median_at(by[(n, "guided", c)], budgets[n][k]) for n in part)
+                for k in range(len(shares))
+            ]
+            scores.setdefault(kernel, {})[c] = mine
+            star = "*" if chosen[kernel] == c else ""
+            train = trained[kernel].get(c, math.nan)
+            cells.append(f"{star}{train:.3f} -> {' / '.join(f'{m:.3f}' for m in mine)}")
+        print(f"| {kernel} | {' | '.join(cells)} |")
+    print()
+    return scores
 
 
 def space_scale(quick: bool) -> list[str]:
@@ -323,8 +363,8 @@ def main() -> None:
                     flush=True,
                 )
     replay_s = time.perf_counter() - began
-    select_at = shares.index(0.02) if 0.02 in shares else len(shares) - 1
-    chosen = held_out(by, names, budgets, select_at) if "guided" in strategies else {}
+    select = [k for k, share in enumerate(shares) if share <= 0.02] or [0]
+    chosen, trained = held_out(by, names, budgets, select) if "guided" in strategies else ({}, {})
 
     def runs(n: str, s: str) -> list[dict[str, Any]]:
         if s == "guided":
@@ -334,11 +374,13 @@ def main() -> None:
     table: dict[str, dict[str, list[float]]] = {
         n: {s: [_median_at(runs(n, s), b) for b in budgets[n]] for s in strategies} for n in names
     }
+    candidates = {}
     if chosen:
         print(
-            "Settings chosen per held-out kernel (on the other kernels, at "
-            f"{shares[select_at]:.0%}): {chosen}\n"
+            "Settings chosen per held-out kernel (on the other kernels, mean over the budgets "
+            f"{', '.join(f'{shares[k]:.0%}' for k in select)}): {chosen}\n"
         )
+        candidates = _print_candidates(by, names, budgets, shares, chosen, trained)
     _print_tables(table, names, strategies, shares, budgets)
     _print_splits(table, names, strategies, shares)
     ask = _print_ask(by, names, strategies)
@@ -357,6 +399,8 @@ def main() -> None:
                 {
                     "table": table,
                     "chosen": chosen,
+                    "candidates": candidates,
+                    "trained": trained,
                     "ask_ms": ask,
                     "budgets": budgets,
                     "shares": shares,
