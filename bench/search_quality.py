@@ -42,9 +42,10 @@ space, the 17,956-config GEMM spaces among them, and on lazy products of 10^6 co
 (``--no-scale`` skips it). Runs ``--jobs`` replays at once (processes, each with its
 libraries imported before it is timed); ``--quick``: 5 seeds at 1% and 2%.
 
-Time on 2 shared cores: ``--seeds 20 --budgets 1,2 --tpe-seeds 5`` (1,750 replays) took 476 s;
-TPE is the slow one (its proposals cost 23-25 ms per config on the GEMM at 2%, growing with
-the trials it has seen), hence ``--tpe-seeds``.
+Time on 2 shared cores (load average 6-13): ``--seeds 20 --budgets 1,2`` (3,080 replays: five
+guided candidates, TPE on 20 seeds too) took 1,051 s. TPE is the slow one (its proposals cost
+26-42 ms per config on the GEMM at 2%, growing with the trials it has seen); ``--tpe-seeds``
+gives it fewer seeds where time is short.
 """
 
 from __future__ import annotations
