@@ -1,6 +1,10 @@
 """A fleet on one Redis: 16 processes, each with its own disk cache, on one cold key.
 
-    python bench/fleet.py [--procs 16] [--size 256]
+    python bench/fleet.py [--procs 16] [--size 256] [--space large|small]
+
+The kernel is a tiled matmul; ``--space large`` (the default) tunes 72 configs (15-20 s on 2
+cores), ``--space small`` the 12 of the first measurements (1.5-3 s), where a fleet's fixed
+costs weigh as much as the tuning itself.
 
 Starts a ``redis-server`` of its own (loopback, its own data folder), then measures, each in
 fresh processes (``python bench/fleet.py --child``):
@@ -40,11 +44,24 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = [{"bm": bm, "bn": bn} for bm in (4, 8, 16, 32) for bn in (8, 16, 32)]
+SPACES = {
+    # the first measurements' space: a tuning of 1-3 s, where a fleet's fixed costs weigh most
+    "small": [{"bm": bm, "bn": bn} for bm in (4, 8, 16, 32) for bn in (8, 16, 32)],
+    # a tuning of 10-30 s here (a GPU kernel's tuning takes minutes)
+    "large": [
+        {"bm": bm, "bn": bn, "ku": ku, "par": par}
+        for bm in (4, 8, 16, 32)
+        for bn in (8, 16, 32)
+        for ku in (1, 4, 16)
+        for par in (0, 1)
+    ],
+}
+SPACE_VAR = "FLEET_BENCH_SPACE"  # how the parent tells its children the space
 
 
-def matmul(M: int, N: int, K: int, bm: int = 8, bn: int = 8):
-    """``C = A @ B`` tiled by ``bm x bn``, the inner tile vectorized."""
+def matmul(M: int, N: int, K: int, bm: int = 8, bn: int = 8, ku: int = 1, par: int = 0):
+    """``C = A @ B`` tiled by ``bm x bn``, the inner tile vectorized, the reduction unrolled by
+    ``ku``, the outer rows in parallel when ``par``."""
     from tvm import s_tir, te
 
     A = te.placeholder((M, K), "float32", name="A")
@@ -55,8 +72,13 @@ def matmul(M: int, N: int, K: int, bm: int = 8, bn: int = 8):
     i, j, kk = sch.get_loops(sch.get_sblock("C"))
     io, ii = sch.split(i, [None, bm])
     jo, ji = sch.split(j, [None, bn])
-    sch.reorder(io, jo, kk, ii, ji)
+    ko, ki = sch.split(kk, [None, ku])
+    sch.reorder(io, jo, ko, ki, ii, ji)
     sch.vectorize(ji)
+    if ku > 1:
+        sch.unroll(ki)
+    if par:
+        sch.parallel(io)
     return sch.mod["main"]
 
 
@@ -80,7 +102,7 @@ def child(size: int, barrier: str, out: str) -> None:
         time.sleep(0.005)
     start = time.time()
     cpu0 = _cpu_s()
-    tuner = tileauto.AutoTuner.from_kernel(matmul, CONFIGS)
+    tuner = tileauto.AutoTuner.from_kernel(matmul, SPACES[os.environ[SPACE_VAR]])
     tuner.args = (size, size, size)
     tuner.set_compile_args(out_idx=[-1], target="llvm")
     tuner.set_profile_args(warmup=2, rep=10)
@@ -200,6 +222,10 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=16)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--warm-runs", type=int, default=3)
+    parser.add_argument(
+        "--space", choices=sorted(SPACES), default="large",
+        help="large: 72 configs (default); small: the first measurements' 12",
+    )  # fmt: skip
     parser.add_argument("--child", nargs=3, metavar=("SIZE", "BARRIER", "OUT"))
     args = parser.parse_args()
     if args.child:
@@ -207,6 +233,7 @@ def main() -> None:
         return
     if args.procs < 2:
         parser.error(f"--procs: expected at least 2 processes, got {args.procs}")
+    os.environ[SPACE_VAR] = args.space  # the children inherit it
     work = Path(tempfile.mkdtemp(prefix="tileauto-fleet-bench-"))
     redis = Redis(work)
     key = {"TILEAUTO_REMOTE_CACHE_KEY": "bench-fleet-key"}
@@ -249,8 +276,12 @@ def main() -> None:
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"fleet bench: {args.procs} processes, matmul {args.size}^3, {len(CONFIGS)} configs, "
+    print(f"fleet bench: {args.procs} processes, matmul {args.size}^3, {len(SPACES[args.space])} "
+          f"configs ({args.space}), "
           f"{os.cpu_count()} CPUs on this machine (shared by every process)")  # fmt: skip
+    if sys.dont_write_bytecode:  # PYTHONDONTWRITEBYTECODE: each child compiles every module
+        print("bytecode caches are off (PYTHONDONTWRITEBYTECODE): each process compiles the "
+              "modules it imports, about 0.07 s of CPU a process here")  # fmt: skip
     print(f"{'run':<34} {'wall s':>8} {'x alone':>8} {'tuner s':>8} {'handoff s':>9} "
           f"{'tunings':>8} {'all ok':>7}")  # fmt: skip
     print(
