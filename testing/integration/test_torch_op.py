@@ -608,6 +608,8 @@ def test_wrong_dtype_gives_the_direct_calls_error():
 
 
 @pytest.mark.gpu
+# the refused capture launches nothing, and torch says so when the capture ends (seen on an H200)
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty:UserWarning")
 def test_cuda_current_stream_and_cuda_graphs():
     cuda_swiglu = tileauto.jit(out_idx=[-1], target="cuda")(_cuda_silu_mul)
     op = tileauto.torch_op(_name("swiglu_cuda"), cuda_swiglu, problem=lambda gate, up: gate.shape)
