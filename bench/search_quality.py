@@ -15,7 +15,8 @@ Everything is reported held out:
 
 - **Leave one kernel out.** The guided search's settings are chosen among ``CANDIDATES`` on
   the spaces of the other kernels (the best mean of per-space medians over the budgets up to
-  2%; the first candidate on a tie) and scored on the left-out kernel's spaces, for each of
+  2%, unless its lead over the default is within one standard error: then the default;
+  ``--select best`` drops that rule) and scored on the left-out kernel's spaces, for each of
   the five kernels (two convolution codes, dedispersion, GEMM, pnpoly); every figure of
   ``guided`` is such a held-out score, and the bench prints which candidate each split chose
   and every candidate's training and left-out means. ``guided+prior`` and ``guided+misfit``
@@ -216,15 +217,26 @@ def held_out(
     names: list[str],
     budgets: dict[str, list[int]],
     select: list[int],
+    rule: str = "1se",
 ) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
-    """For each kernel left out: the candidate the other kernels choose (the best mean of
-    per-space medians over the budgets ``select``, the first in ``CANDIDATES`` on a tie);
-    that kernel's spaces are scored with it. Also returns each candidate's training mean."""
+    """For each kernel left out: the candidate the other kernels choose; that kernel's spaces
+    are scored with it. Also returns each candidate's training mean (of per-space medians over
+    the budgets ``select``), and, under ``"margin"``, the best one's lead over the default and
+    one standard error of that lead.
+
+    ``rule="best"``: the best training mean (the first in ``CANDIDATES`` on a tie).
+    ``rule="1se"``: the same, unless its lead over the default is within one standard error of
+    the lead (the per-seed training means of the two, paired by seed): then the default, as
+    the one-standard-error rule of model selection keeps the simplest model within the noise.
+    """
     kernels = sorted({kernel_of(n) for n in names})
     chosen: dict[str, str] = {}
     trained: dict[str, dict[str, float]] = {}
     for left in kernels:
         train = [n for n in names if kernel_of(n) != left]
+        if not train:
+            chosen[left], trained[left] = "default", {}
+            continue
 
         def mean(candidate: str, train: list[str] = train) -> float:
             return statistics.fmean(
@@ -233,8 +245,27 @@ def held_out(
                 for k in select
             )
 
-        trained[left] = {c: mean(c) for c in CANDIDATES} if train else {}
-        chosen[left] = max(CANDIDATES, key=lambda c: trained[left][c]) if train else "default"
+        def per_seed(candidate: str, train: list[str] = train) -> dict[int, float]:
+            scores: dict[int, list[float]] = {}
+            for n in train:
+                for r in by[(n, "guided", candidate)]:
+                    scores.setdefault(r["seed"], []).extend(
+                        r["scores"][budgets[n][k] - 1] for k in select
+                    )
+            return {seed: statistics.fmean(v) for seed, v in scores.items()}
+
+        trained[left] = {c: mean(c) for c in CANDIDATES}
+        best = max(CANDIDATES, key=lambda c: trained[left][c])
+        chosen[left] = best
+        if best != "default":
+            mine, base = per_seed(best), per_seed("default")
+            leads = [mine[seed] - base[seed] for seed in sorted(mine.keys() & base.keys())]
+            se = statistics.stdev(leads) / math.sqrt(len(leads)) if len(leads) > 1 else 0.0
+            lead = trained[left][best] - trained[left]["default"]
+            trained[left]["margin"] = lead
+            trained[left]["margin_se"] = se
+            if rule == "1se" and lead <= se:
+                chosen[left] = "default"
     return chosen, trained
 
 
@@ -266,6 +297,13 @@ def _print_candidates(
             train = trained[kernel].get(c, math.nan)
             cells.append(f"{star}{train:.3f} -> {' / '.join(f'{m:.3f}' for m in mine)}")
         print(f"| {kernel} | {' | '.join(cells)} |")
+    for kernel in sorted(chosen):
+        if "margin" in trained[kernel]:
+            print(
+                f"{kernel}: the best training mean leads the default's by "
+                f"{trained[kernel]['margin']:.4f}, one standard error of that lead "
+                f"{trained[kernel]['margin_se']:.4f}: {chosen[kernel]} chosen"
+            )
     print()
     return scores
 
@@ -317,6 +355,11 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="draw the held-out figures into IMG")
     parser.add_argument("--json", default=None, help="write every number to FILE")
     parser.add_argument("--no-scale", action="store_true", help="skip the 10^6 product timing")
+    parser.add_argument(
+        "--select", choices=["1se", "best"], default="1se",
+        help="how a split chooses its candidate (see held_out); 1se: the default unless beaten "
+        "by more than one standard error",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.jobs < 1 or args.jobs > (os.cpu_count() or 1):
         sys.exit(f"--jobs must be between 1 and the {os.cpu_count()} CPUs here, got {args.jobs}")
@@ -365,7 +408,9 @@ def main() -> None:
                 )
     replay_s = time.perf_counter() - began
     select = [k for k, share in enumerate(shares) if share <= 0.02] or [0]
-    chosen, trained = held_out(by, names, budgets, select) if "guided" in strategies else ({}, {})
+    chosen, trained = (
+        held_out(by, names, budgets, select, args.select) if "guided" in strategies else ({}, {})
+    )
 
     def runs(n: str, s: str) -> list[dict[str, Any]]:
         if s == "guided":
