@@ -2,7 +2,8 @@
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
         [--strategies guided,guided+prior,guided+misfit,tpe,genetic,pso,random] [--jobs 2]
-        [--tpe-seeds 5] [--only gemm,pnpoly] [--plot docs/img/search_quality.png]
+        [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
+        [--plot docs/img/search_quality.png]
         [--json out.json] [--no-scale]
 
 Replays each strategy on each recorded space of ``../shared/data/tuning-spaces/`` (Kernel Tuner
@@ -25,6 +26,10 @@ Everything is reported held out:
 - **Leave one device out (transfer).** ``guided+prior`` scores a space with the records of the
   same kernel on the *other* devices as its prior (``replay(..., prior=[...])``), never the
   space's own record.
+- **Spaces recorded after the design** (``--holdout DIR``): the guided search's settings are
+  chosen once, on every space of ``--spaces``, by the same rule, and every strategy is scored
+  on the spaces of ``DIR`` (``bench/record_cpu_spaces.py`` records the CPU GEMM's); priors and
+  misfits come from ``DIR``'s own files.
 - **A prior that does not fit.** ``guided+misfit`` gives each space the records of another
   kernel whose parameters share names with it (the convolutions: other parameters and
   values), or, for kernels with no such neighbour, the same kernel's records on another device
@@ -133,13 +138,13 @@ class Timed(SearchStrategy):
         return self.inner.describe()
 
 
-_RECORDS: dict[str, RecordedSpace] = {}
+_RECORDS: dict[tuple[str, str], RecordedSpace] = {}
 
 
 def _record(folder: str, name: str) -> RecordedSpace:
-    if name not in _RECORDS:
-        _RECORDS[name] = RecordedSpace.load(Path(folder) / f"{name}.json.gz")
-    return _RECORDS[name]
+    if (folder, name) not in _RECORDS:
+        _RECORDS[folder, name] = RecordedSpace.load(Path(folder) / f"{name}.json.gz")
+    return _RECORDS[folder, name]
 
 
 def _shuffled(record: RecordedSpace, seed: int) -> RecordedSpace:
@@ -212,6 +217,45 @@ def _median_at(runs: list[dict[str, Any]], trials: int) -> float:
     return statistics.median(r["scores"][trials - 1] for r in runs)
 
 
+def choose(
+    by: dict[tuple[str, str, str], list[dict[str, Any]]],
+    train: list[str],
+    budgets: dict[str, list[int]],
+    select: list[int],
+    rule: str = "1se",
+) -> tuple[str, dict[str, float]]:
+    """The candidate the spaces ``train`` choose, and each candidate's training mean (of
+    per-space medians over the budgets ``select``); under ``"margin"``, the best one's lead over
+    the default and one standard error of that lead. ``rule``: see :func:`held_out`."""
+
+    def mean(candidate: str) -> float:
+        return statistics.fmean(
+            _median_at(by[(n, "guided", candidate)], budgets[n][k]) for n in train for k in select
+        )
+
+    def per_seed(candidate: str) -> dict[int, float]:
+        scores: dict[int, list[float]] = {}
+        for n in train:
+            for r in by[(n, "guided", candidate)]:
+                scores.setdefault(r["seed"], []).extend(
+                    r["scores"][budgets[n][k] - 1] for k in select
+                )
+        return {seed: statistics.fmean(v) for seed, v in scores.items()}
+
+    trained = {c: mean(c) for c in CANDIDATES}
+    best = max(CANDIDATES, key=lambda c: trained[c])
+    if best == "default":
+        return best, trained
+    mine, base = per_seed(best), per_seed("default")
+    leads = [mine[seed] - base[seed] for seed in sorted(mine.keys() & base.keys())]
+    se = statistics.stdev(leads) / math.sqrt(len(leads)) if len(leads) > 1 else 0.0
+    trained["margin"] = trained[best] - trained["default"]
+    trained["margin_se"] = se
+    if rule == "1se" and trained["margin"] <= se:
+        return "default", trained
+    return best, trained
+
+
 def held_out(
     by: dict[tuple[str, str, str], list[dict[str, Any]]],
     names: list[str],
@@ -237,35 +281,7 @@ def held_out(
         if not train:
             chosen[left], trained[left] = "default", {}
             continue
-
-        def mean(candidate: str, train: list[str] = train) -> float:
-            return statistics.fmean(
-                _median_at(by[(n, "guided", candidate)], budgets[n][k])
-                for n in train
-                for k in select
-            )
-
-        def per_seed(candidate: str, train: list[str] = train) -> dict[int, float]:
-            scores: dict[int, list[float]] = {}
-            for n in train:
-                for r in by[(n, "guided", candidate)]:
-                    scores.setdefault(r["seed"], []).extend(
-                        r["scores"][budgets[n][k] - 1] for k in select
-                    )
-            return {seed: statistics.fmean(v) for seed, v in scores.items()}
-
-        trained[left] = {c: mean(c) for c in CANDIDATES}
-        best = max(CANDIDATES, key=lambda c: trained[left][c])
-        chosen[left] = best
-        if best != "default":
-            mine, base = per_seed(best), per_seed("default")
-            leads = [mine[seed] - base[seed] for seed in sorted(mine.keys() & base.keys())]
-            se = statistics.stdev(leads) / math.sqrt(len(leads)) if len(leads) > 1 else 0.0
-            lead = trained[left][best] - trained[left]["default"]
-            trained[left]["margin"] = lead
-            trained[left]["margin_se"] = se
-            if rule == "1se" and lead <= se:
-                chosen[left] = "default"
+        chosen[left], trained[left] = choose(by, train, budgets, select, rule)
     return chosen, trained
 
 
@@ -342,6 +358,36 @@ def space_scale(quick: bool) -> list[str]:
     return lines
 
 
+def _names(folder: str, only: str) -> tuple[list[str], list[str]]:
+    """The recorded spaces of ``folder`` to score (those whose names hold a part of ``only``)
+    and all of them (the priors' pool)."""
+    every = [f.name.split(".")[0] for f in sorted(Path(folder).glob("*.json*"))]
+    names = [n for n in every if not only or any(o in n for o in only.split(","))]
+    if not names:
+        sys.exit(f"no recorded spaces in {folder}" + (f" matching {only!r}" if only else ""))
+    return names, every
+
+
+def _replay_all(
+    jobs: list[tuple[str, str, str, int, int, list[str], str]],
+    processes: int,
+    began: float,
+    by: dict[tuple[str, str, str], list[dict[str, Any]]],
+    sizes: dict[str, int],
+) -> None:
+    """Run the replays ``jobs`` on ``processes`` processes, longest first, into ``by``."""
+    jobs = sorted(jobs, key=lambda j: -sizes[j[1]] * (10 if j[2] == "tpe" else 1))
+    with multiprocessing.get_context("fork").Pool(processes, initializer=_warm) as pool:
+        for done, out in enumerate(pool.imap_unordered(run_job, jobs), 1):
+            by.setdefault((out["space"], out["strategy"], out["candidate"]), []).append(out)
+            if done % 50 == 0 or done == len(jobs):
+                print(
+                    f"  {done}/{len(jobs)} replays, {time.perf_counter() - began:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -350,6 +396,11 @@ def main() -> None:
     parser.add_argument("--strategies", default=",".join(ALL))
     parser.add_argument("--spaces", default=str(SPACES))
     parser.add_argument("--only", default="", help="comma-separated parts of space file names")
+    parser.add_argument(
+        "--holdout", default=None, metavar="DIR",
+        help="score on the recorded spaces of DIR instead, the guided search's settings chosen "
+        "on all of --spaces (bench/record_cpu_spaces.py records such spaces)",
+    )  # fmt: skip
     parser.add_argument("--tpe-seeds", type=int, default=None, help="TPE's seeds (slow)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--plot", default=None, help="draw the held-out figures into IMG")
@@ -372,56 +423,63 @@ def main() -> None:
     unknown = [s for s in strategies if s not in ALL]
     if unknown:
         sys.exit(f"--strategies: unknown {unknown}; choose among {ALL}")
-    files = sorted(Path(args.spaces).glob("*.json*"))
-    names = [f.name.split(".")[0] for f in files]
-    if args.only:
-        names = [n for n in names if any(o in n for o in args.only.split(","))]
-    if not names:
-        sys.exit(f"no recorded spaces in {args.spaces}")
-    all_names = [f.name.split(".")[0] for f in files]
-    sizes = {n: len(_record(args.spaces, n)) for n in names}
+    select = [k for k, share in enumerate(shares) if share <= 0.02] or [0]
+    folder = args.holdout or args.spaces
+    names, all_names = _names(folder, args.only)
+    sizes = {n: len(_record(folder, n)) for n in names}
     budgets = {n: [max(1, math.ceil(s * sizes[n] - 1e-9)) for s in shares] for n in names}
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    chosen: dict[str, str] = {}
+    trained: dict[str, dict[str, float]] = {}
+    if args.holdout and "guided" in strategies:
+        # the guided search's settings, chosen on every space of --spaces
+        train, _ = _names(args.spaces, "")
+        train_budgets = {
+            n: [max(1, math.ceil(s * len(_record(args.spaces, n)) - 1e-9)) for s in shares]
+            for n in train
+        }
+        last = max(select)  # replays run to the largest budget that selection reads
+        jobs = [(args.spaces, n, "guided", seed, train_budgets[n][last], train, c)
+                for c in CANDIDATES for n in train for seed in range(seeds)]  # fmt: skip
+        print(f"{time.strftime('%Y-%m-%d %H:%M')}: choosing the guided search's settings on "
+              f"{len(train)} spaces of {args.spaces}: {len(jobs)} replays")  # fmt: skip
+        train_sizes = {n: len(_record(args.spaces, n)) for n in train}
+        _replay_all(jobs, args.jobs, began, by, train_sizes)
+        choice, scores = choose(by, train, train_budgets, select, args.select)
+        kernels = sorted({kernel_of(n) for n in names})
+        chosen = dict.fromkeys(kernels, choice)
+        trained = {k: scores for k in kernels}
+        print(f"chosen on {args.spaces}: {choice} (training means: "
+              f"{', '.join(f'{c} {v:.4f}' for c, v in scores.items())})\n")  # fmt: skip
     jobs = []
     for strategy in strategies:
-        candidates = list(CANDIDATES) if strategy == "guided" else ["default"]
+        if args.holdout:
+            candidates = [chosen[kernel_of(names[0])]] if strategy == "guided" else ["default"]
+        else:
+            candidates = list(CANDIDATES) if strategy == "guided" else ["default"]
         for candidate in candidates:
             for n in names:
                 for seed in range(args.tpe_seeds or seeds if strategy == "tpe" else seeds):
-                    jobs.append(
-                        (args.spaces, n, strategy, seed, budgets[n][-1], all_names, candidate)
-                    )
-    jobs.sort(key=lambda j: -sizes[j[1]] * (10 if j[2] == "tpe" else 1))  # long ones first
+                    jobs.append((folder, n, strategy, seed, budgets[n][-1], all_names, candidate))
     print(
-        f"{time.strftime('%Y-%m-%d %H:%M')}: {len(names)} spaces, {seeds} seeds, budgets "
-        f"{[f'{s:.0%}' for s in shares]}, {PARALLELISM} configs per batch, {len(jobs)} replays "
-        f"on {args.jobs} processes\n"
+        f"{time.strftime('%Y-%m-%d %H:%M')}: {len(names)} spaces{' held out' if args.holdout else ''}"
+        f", {seeds} seeds, budgets {[f'{s:.0%}' for s in shares]}, {PARALLELISM} configs per "
+        f"batch, {len(jobs)} replays on {args.jobs} processes\n"
     )
-    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    with multiprocessing.get_context("fork").Pool(args.jobs, initializer=_warm) as pool:
-        for done, out in enumerate(pool.imap_unordered(run_job, jobs), 1):
-            by.setdefault((out["space"], out["strategy"], out["candidate"]), []).append(out)
-            if done % 50 == 0 or done == len(jobs):
-                print(
-                    f"  {done}/{len(jobs)} replays, {time.perf_counter() - began:.0f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+    _replay_all(jobs, args.jobs, began, by, sizes)
     replay_s = time.perf_counter() - began
-    select = [k for k, share in enumerate(shares) if share <= 0.02] or [0]
-    chosen, trained = (
-        held_out(by, names, budgets, select, args.select) if "guided" in strategies else ({}, {})
-    )
+    per_split = "guided" in strategies and not args.holdout
+    if per_split:
+        chosen, trained = held_out(by, names, budgets, select, args.select)
 
     def runs(n: str, s: str) -> list[dict[str, Any]]:
-        if s == "guided":
-            return by[(n, s, chosen[kernel_of(n)])]
-        return by[(n, s, "default")]
+        return by[(n, s, chosen[kernel_of(n)] if s == "guided" else "default")]
 
     table: dict[str, dict[str, list[float]]] = {
         n: {s: [_median_at(runs(n, s), b) for b in budgets[n]] for s in strategies} for n in names
     }
     candidates = {}
-    if chosen:
+    if per_split:
         print(
             "Settings chosen per held-out kernel (on the other kernels, mean over the budgets "
             f"{', '.join(f'{shares[k]:.0%}' for k in select)}): {chosen}\n"
