@@ -143,7 +143,8 @@ _RECORDS: dict[tuple[str, str], RecordedSpace] = {}
 
 def _record(folder: str, name: str) -> RecordedSpace:
     if (folder, name) not in _RECORDS:
-        _RECORDS[folder, name] = RecordedSpace.load(Path(folder) / f"{name}.json.gz")
+        (path,) = Path(folder).glob(f"{name}.json*")  # plain or gzipped JSON
+        _RECORDS[folder, name] = RecordedSpace.load(path)
     return _RECORDS[folder, name]
 
 
@@ -196,6 +197,7 @@ def run_job(job: tuple[str, str, str, int, int, list[str], str]) -> dict[str, An
     trace = list(result.trace) + [result.trace[-1]] * (budget - len(result.trace))
     return {
         "space": name,
+        "size": len(record),
         "strategy": strategy,
         "candidate": candidate,
         "seed": seed,
@@ -487,6 +489,9 @@ def main() -> None:
         candidates = _print_candidates(by, names, budgets, shares, chosen, trained)
     _print_tables(table, names, strategies, shares, budgets)
     _print_splits(table, names, strategies, shares)
+    if "guided" in strategies:
+        _print_against({(n, st): runs(n, st) for n in names for st in strategies}, names,
+                       strategies, budgets, shares)  # fmt: skip
     ask = _print_ask(by, names, strategies)
     scale = [] if args.no_scale else space_scale(args.quick)
     if scale:
@@ -509,12 +514,38 @@ def main() -> None:
                     "budgets": budgets,
                     "shares": shares,
                     "seconds": total,
+                    # every replay's score at each budget of its space (training ones too)
+                    "replays": _replay_rows(by, shares),
                 },
                 indent=1,
             )
         )
     if args.plot:
-        _plot(table, names, strategies, shares, args.plot)
+        title = (
+            f"optimum / best found on {Path(args.holdout).name}/ (held out)"
+            if args.holdout
+            else None
+        )
+        _plot(table, names, strategies, shares, args.plot, *([title] if title else []))
+
+
+def _replay_rows(
+    by: dict[tuple[str, str, str], list[dict[str, Any]]], shares: list[float]
+) -> list[dict[str, Any]]:
+    """Each replay's score at each budget (a share of its space): what an analysis of the
+    seeds (a nested choice, a paired comparison) needs without replaying again. A replay that
+    ran to a smaller budget than a share has no score there."""
+    rows = []
+    for runs in by.values():
+        for r in runs:
+            size = r["size"]
+            at = {}
+            for share in shares:
+                trials = max(1, math.ceil(share * size - 1e-9))
+                if trials <= len(r["scores"]):
+                    at[f"{share:g}"] = r["scores"][trials - 1]
+            rows.append({k: r[k] for k in ("space", "strategy", "candidate", "seed")} | {"at": at})
+    return rows
 
 
 def _print_tables(
@@ -558,6 +589,55 @@ def _print_splits(
     print()
 
 
+def _print_against(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    names: list[str],
+    strategies: list[str],
+    budgets: dict[str, list[int]],
+    shares: list[float],
+    draws: int = 2000,
+) -> None:
+    """Guided's lead over each other strategy (mean over the spaces of the difference of the
+    medians), with a 90% bootstrap interval: the seeds drawn again with replacement, the same
+    draw for both strategies (paired by seed)."""
+    import random
+
+    rng = random.Random(0)
+
+    def by_seed(n: str, s: str, k: int) -> dict[int, float]:
+        return {r["seed"]: r["scores"][budgets[n][k] - 1] for r in runs[n, s]}
+
+    print("## guided's lead, mean over the spaces of the difference of medians [90% bootstrap "
+          "interval over the seeds, paired]")  # fmt: skip
+    others = [s for s in strategies if s != "guided"]
+    print(f"| budget | {' | '.join(others)} |")
+    print(f"| --- | {' | '.join('---' for _ in others)} |")
+    for k, share in enumerate(shares):
+        cells = []
+        for other in others:
+            pairs = []
+            for n in names:
+                mine, theirs = by_seed(n, "guided", k), by_seed(n, other, k)
+                seeds = sorted(mine.keys() & theirs.keys())
+                pairs.append([(mine[x], theirs[x]) for x in seeds])
+            if any(not p for p in pairs):
+                cells.append("-")
+                continue
+
+            def lead(draw: list[list[tuple[float, float]]]) -> float:
+                return statistics.fmean(
+                    statistics.median(a for a, _ in d) - statistics.median(b for _, b in d)
+                    for d in draw
+                )
+
+            point = lead(pairs)
+            boot = sorted(lead([rng.choices(p, k=len(p)) for p in pairs]) for _ in range(draws))
+            low, high = boot[int(0.05 * draws)], boot[int(0.95 * draws) - 1]
+            cells.append(f"{point:+.4f} [{low:+.4f}, {high:+.4f}]")
+        print(f"| {share:.0%} | {' | '.join(cells)} |")
+    print()
+
+
 def _print_ask(
     by: dict[tuple[str, str, str], list[dict[str, Any]]], names: list[str], strategies: list[str]
 ) -> dict[str, dict[str, float]]:
@@ -585,6 +665,7 @@ def _plot(
     strategies: list[str],
     shares: list[float],
     path: str,
+    title: str = "optimum / best found, held out (leave one kernel / device out)",
 ) -> None:
     import matplotlib
 
@@ -592,20 +673,22 @@ def _plot(
     import matplotlib.pyplot as plt
 
     kernels = sorted({kernel_of(n) for n in names})
-    fig, axes = plt.subplots(1, len(kernels) + 1, figsize=(3.4 * (len(kernels) + 1), 3.4))
+    panels: list[str | None] = [*kernels, None] if len(kernels) > 1 else kernels
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 1.2, 3.4), squeeze=False)
+    axes = axes[0]
     xs = [100 * s for s in shares]
-    for ax, kernel in zip(axes, [*kernels, None]):
+    for ax, kernel in zip(axes, panels):
         part = [n for n in names if kernel is None or kernel_of(n) == kernel]
         for s in strategies:
             ys = [statistics.fmean(table[n][s][k] for n in part) for k in range(len(shares))]
             ax.plot(xs, ys, marker="o", label=s)
-        ax.set_title(f"{kernel} ({len(part)} devices)" if kernel else "all spaces", fontsize=9)
+        ax.set_title(f"{kernel} ({len(part)} spaces)" if kernel else "all spaces", fontsize=9)
         ax.set_xlabel("budget, % of the space")
         ax.set_xticks(xs)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("held out: mean of per-space medians")
     axes[-1].legend(fontsize=7)
-    fig.suptitle("optimum / best found, held out (leave one kernel / device out)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")

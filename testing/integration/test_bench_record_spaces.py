@@ -1,0 +1,80 @@
+"""``bench/record_cpu_spaces.py`` records real spaces; ``bench/search_quality.py --holdout``
+scores strategies on them with settings chosen elsewhere (tiny shapes: a smoke run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileauto.search import RecordedSpace
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _run(*args: str, env: dict[str, str]) -> str:
+    proc = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=500
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _kernel_tuner_file(path: Path, offset: int) -> None:
+    """A small recorded space in Kernel Tuner's format: a bowl with its optimum at ``offset``."""
+    values = list(range(8))
+    cache = {
+        f"{x},{y}": {"x": x, "y": y, "time": 1.0 + (x - offset) ** 2 + abs(y - offset)}
+        for x in values
+        for y in values
+    }
+    doc = {"tune_params_keys": ["x", "y"], "tune_params": {"x": values, "y": values}}
+    path.write_text(json.dumps({**doc, "objective": "time", "cache": cache}))
+
+
+def test_record_then_score_held_out(tmp_path):
+    env = {**os.environ, "TILEAUTO_NUM_THREADS": "1"}
+    out, cache = tmp_path / "spaces", tmp_path / "cache"
+    record = [str(ROOT / "bench" / "record_cpu_spaces.py"), "--shapes", "16x32x64,32x32x64",
+              "--out", str(out), "--cache-dir", str(cache), "--warmup", "1", "--rep", "3"]  # fmt: skip
+    first = _run(*record, env=env)
+    assert "16x32x64: 21 configs, 21 passed" in first and "32x32x64: 42 configs" in first
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["tileauto_gemmcpu_16x32x64.json.gz", "tileauto_gemmcpu_32x32x64.json.gz"]
+    spaces = [RecordedSpace.load(out / f) for f in files]
+    assert [len(s) for s in spaces] == [21, 42] and all(s.failed == 0 for s in spaces)
+    assert {p.name for p in spaces[0].space.params} == {
+        "block_M", "block_N", "block_K", "micro_M", "micro_N", "vec", "unroll", "parallel"
+    }  # fmt: skip
+
+    # run again: every measurement is in the cache, nothing is tuned twice
+    again = _run(*record, env=env)
+    assert re.findall(r"; (\d+) s \(0 s: a cache hit\)", again) == ["0", "0"], again
+    assert [RecordedSpace.load(out / f).optimum_ms for f in files] == [s.optimum_ms for s in spaces]
+
+    train = tmp_path / "train"
+    train.mkdir()
+    _kernel_tuner_file(train / "bowl_a_dev1.json", 2)
+    _kernel_tuner_file(train / "bowl_b_dev1.json", 5)
+    scored = _run(
+        str(ROOT / "bench" / "search_quality.py"), "--spaces", str(train), "--holdout", str(out),
+        "--seeds", "2", "--budgets", "10,20", "--strategies", "guided,guided+prior,random",
+        "--no-scale", "--jobs", "1", "--json", str(tmp_path / "out.json"),
+        env=env,
+    )  # fmt: skip
+    assert "choosing the guided search's settings on 2 spaces" in scored
+    assert "2 spaces held out" in scored
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert set(data["table"]) == {"tileauto_gemmcpu_16x32x64", "tileauto_gemmcpu_32x32x64"}
+    (choice,) = set(data["chosen"].values())
+    assert set(data["chosen"]) == {"tileauto_gemmcpu"}
+    assert choice in data["trained"]["tileauto_gemmcpu"]  # chosen among the candidates
+    for row in data["table"].values():
+        for strategy in ("guided", "guided+prior", "random"):
+            assert all(0.0 < x <= 1.0 for x in row[strategy]), row
