@@ -58,8 +58,8 @@ if {warm!r}:
             raise SystemExit(f"the warm path called {{what}}")
         return fail
     importlib.metadata.packages_distributions = refuse("packages_distributions()")
-    import tileauto.cache.key as key
-    key._parsed_dump = refuse("the parser of a source file")
+    import tileauto.cache._code as code
+    code._parsed_dump = refuse("the parser of a source file")
 import kernels
 from tileauto.jit import compiler
 kernel = kernels.tuned(kernels.N)

@@ -11,7 +11,6 @@ the loaded module.
 
 from __future__ import annotations
 
-import ast
 import enum
 import functools
 import hashlib
@@ -20,16 +19,14 @@ import io
 import json
 import re
 import sys
-import textwrap
 import types
 import warnings
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
+from tileauto.cache._code import code_fingerprint, code_names, defaults, source_of
 from tileauto.cache._installed import library_of, module_of, qualname, tileauto_version
-from tileauto.cache._memo import Memo, memo_dir
 from tileauto.errors import TileautoError
 
 FORMAT_VERSION = 3  # in every key: a bump makes older entries misses (docs/cache_format.md)
@@ -192,126 +189,8 @@ def normalized_source(fn: Any) -> Any:
     """A function's identity as code: its normalized AST, or its bytecode when no source."""
     fn = inspect.unwrap(_factory_of(fn) or fn)
     if isinstance(fn, types.FunctionType):
-        return _source_of(fn)
+        return source_of(fn)
     return describe_key_value(fn)
-
-
-# -- code ---------------------------------------------------------------------------------------
-def _strip_docstrings(tree: ast.AST) -> None:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
-            body = node.body
-            if (
-                body
-                and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)
-            ):
-                node.body = body[1:] or [ast.Pass()]
-
-
-def _source_dump(fn: types.FunctionType) -> str | None:
-    """The AST dump of a named function's source, or None when it cannot be had.
-
-    Remembered per source file's exact contents (``sources/<sha256>.json``, see
-    :mod:`tileauto.cache._memo`): parsing and dumping is most of a warm key's time, and the
-    same bytes give the same dump.
-    """
-    if fn.__name__ == "<lambda>":
-        return None  # getsource gives the whole line, which may hold other code
-    memo = _sources_of(fn.__code__.co_filename)
-    where = f"{fn.__code__.co_firstlineno}:{fn.__qualname__}"
-    if memo is not None and where in memo:
-        known = memo.get(where)
-        return known if isinstance(known, str) else None
-    dump = _parsed_dump(fn)
-    if memo is not None:
-        memo.add(where, dump)
-    return dump
-
-
-SOURCES_DIR = "sources"
-
-
-def _sources_of(filename: str) -> Memo | None:
-    """The memo of the functions of ``filename`` as it is now; None for code with no file.
-
-    The file is read and hashed at every call (tens of microseconds): an edit is another
-    digest, so a dump is never served for other contents.
-    """
-    try:
-        with open(filename, "rb") as f:
-            digest_now = hashlib.sha256(f.read()).hexdigest()
-    except OSError:  # "<stdin>", a notebook cell, a module that was removed
-        return None
-    return _sources_at(memo_dir(SOURCES_DIR), digest_now)
-
-
-@functools.lru_cache(maxsize=64)
-def _sources_at(directory: Path | None, digest_now: str) -> Memo:
-    return Memo(directory / f"{digest_now}.json" if directory is not None else None)
-
-
-def _parsed_dump(fn: types.FunctionType) -> str | None:
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return None
-    if not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None
-    top = tree.body[0]
-    top.decorator_list = []  # @jit / @autotune arguments are keyed on their own
-    _strip_docstrings(top)
-    return ast.dump(top, annotate_fields=False, include_attributes=False)
-
-
-def _code_fingerprint(code: types.CodeType) -> dict[str, Any]:
-    """Bytecode, constants and names: stable across processes and formatting."""
-    return {
-        "code": code.co_code.hex(),
-        "consts": [_constant(c) for c in code.co_consts],
-        "names": list(code.co_names),
-        "vars": list(code.co_varnames),
-    }
-
-
-def _constant(value: Any) -> Any:
-    if isinstance(value, types.CodeType):
-        return _code_fingerprint(value)
-    if isinstance(value, tuple):
-        return [_constant(v) for v in value]
-    if isinstance(value, frozenset):  # set order varies with the hash seed
-        return sorted((_constant(v) for v in value), key=repr)
-    return repr(value)
-
-
-def _source_of(fn: types.FunctionType) -> Any:
-    dump = _source_dump(fn)
-    return dump if dump is not None else _code_fingerprint(fn.__code__)
-
-
-def _code_names(code: types.CodeType) -> frozenset[str]:
-    """Every name the code reads, its nested functions, lambdas, comprehensions and classes too.
-
-    ``co_names`` holds globals and attribute names alike, and identifier-like string constants
-    may be names too (``getattr(cfg, "OFFSET")``); the walk keeps those that resolve.
-    """
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-        elif isinstance(const, str) and const.isidentifier():
-            names.add(const)
-    return frozenset(names)
-
-
-def _defaults(fn: types.FunctionType) -> list[tuple[str, Any]]:
-    """Default arguments by parameter name: positional ones, then keyword-only ones."""
-    code = fn.__code__
-    positional = code.co_varnames[: code.co_argcount]
-    values = fn.__defaults__ or ()
-    pairs = list(zip(positional[len(positional) - len(values) :], values))
-    return pairs + sorted((fn.__kwdefaults__ or {}).items())
 
 
 def _factory_of(value: Any) -> Any:
@@ -431,7 +310,7 @@ class _Walker:
                 out["self"] = self.describe(owner, _at(where, "", "__self__"), names)
             return out
         if isinstance(value, types.CodeType):
-            return {"code": _code_fingerprint(value)}
+            return {"code": code_fingerprint(value)}
         library = library_of(getattr(value, "__module__", None))
         if callable(value) and isinstance(getattr(value, "__qualname__", None), str) and library:
             return self._library_function(value, library, where, names)
@@ -444,9 +323,9 @@ class _Walker:
         if library is not None:
             return self._library_function(fn, library, where, names)
         code = fn.__code__
-        reads = _code_names(code)
+        reads = code_names(code)
         space = fn.__globals__
-        out: dict[str, Any] = {"source": _source_of(fn)}
+        out: dict[str, Any] = {"source": source_of(fn)}
         out["globals"] = {
             name: self.describe(space[name], _at(where, "global", name), reads)
             for name in sorted(reads)
@@ -463,7 +342,7 @@ class _Walker:
         out["closure"] = cells
         out["defaults"] = [
             [name, self.describe(v, _at(where, "default argument", name), reads)]
-            for name, v in _defaults(fn)
+            for name, v in defaults(fn)
         ]
         return out
 

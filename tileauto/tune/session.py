@@ -31,7 +31,6 @@ from tileauto.records import (
     NEVER_TRIED,
     BuildRequest,
     BuildResult,
-    LatencyStats,
     RunOutcome,
     SessionSummary,
     Trial,
@@ -46,6 +45,7 @@ from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import config_id, tunable_parameters
 from tileauto.space.view import SpaceView
 from tileauto.tune._ending import never_listed, no_winner_message, stored_facts
+from tileauto.tune._retime import retime_contenders
 from tileauto.tune._trials import trial_of, validation_of, warn_if_busy
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.stages import (
@@ -65,9 +65,6 @@ from tileauto.utils.threads import background_thread
 RunnerMaker: TypeAlias = Callable[[], RunStage]
 """Makes the run stage when a session tunes (a cache hit needs none)."""
 
-# passes over the contenders when re-timing them interleaved (each pass: 2 warmup calls and
-# rep / RETIME_ROUNDS timed ones per config; see tileauto.run.worker.retime)
-RETIME_ROUNDS = 10
 # configs a builder is sized from, at most: a constrained product is not counted for it
 _BUILDER_SIZING = 4096
 
@@ -433,40 +430,9 @@ class TuningSession:
         self.reporter.step()
 
     def _retime(self, runner: RunStage) -> None:
-        """Time the best few configs (and the default) again, interleaved, before picking.
-
-        Each config was timed in one block; a slow spell of a shared machine can sink one
-        block. Re-timing the contenders in rounds that visit each of them in turn makes the
-        comparison between them fair (the same spell hits all of them).
-        """
+        """Time the best few configs (and the default) again, interleaved, before picking."""
         top_k = self.problem.profile_args.retime_top_k
-        measured, artifacts = self._measured, self._artifacts
-        ranked = sorted(
-            (t.latency_ms, cid)
-            for cid, t in measured.items()
-            if t.ok and t.latency_ms is not None and cid in artifacts and cid != self.default_id
-        )
-        chosen = [cid for _, cid in ranked[:top_k]]
-        if top_k < 2 or len(chosen) < 2:
-            return
-        if self.default_id in artifacts and measured[self.default_id].ok:
-            chosen.append(self.default_id)  # the baseline of every speedup, timed the same way
-        start = time.perf_counter()
-        samples = runner.retime(
-            [(artifacts[c], measured[c].config) for c in chosen], rounds=RETIME_ROUNDS
-        )
-        if samples is None:
-            return
-        share = (time.perf_counter() - start) / len(chosen)
-        for cid, got in zip(chosen, samples, strict=True):
-            if got:
-                t = measured[cid]
-                measured[cid] = replace(
-                    t,
-                    latency=LatencyStats.from_samples_ns(got),
-                    run_s=(t.run_s or 0.0) + share,
-                    notes=(*t.notes, f"re-timed interleaved with the best {len(chosen)}"),
-                )
+        retime_contenders(runner, self._measured, self._artifacts, self.default_id, top_k)
 
     def _build_known_winner(self, builder: BuildStage) -> None:
         """The winner, when an earlier run measured it, has no library here: build it while

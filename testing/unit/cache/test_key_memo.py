@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from tileauto.cache import _code as C
 from tileauto.cache import key as K
 from tileauto.settings import Settings
 
@@ -38,11 +39,11 @@ def load(path, source: str):
 
 def fresh_process() -> None:
     """What a new process remembers in memory: nothing."""
-    K._sources_at.cache_clear()
+    C._sources_at.cache_clear()
 
 
 def memo_files() -> list:
-    folder = Settings.from_env().cache_dir / K.SOURCES_DIR
+    folder = Settings.from_env().cache_dir / C.SOURCES_DIR
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
@@ -50,7 +51,7 @@ def refuse_parsing(monkeypatch) -> None:
     def parse(fn):
         raise AssertionError(f"{fn.__qualname__} was parsed again")
 
-    monkeypatch.setattr(K, "_parsed_dump", parse)
+    monkeypatch.setattr(C, "_parsed_dump", parse)
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +90,7 @@ def test_the_memo_gives_what_parsing_gives(tmp_path):
     fresh_process()
     from_memo = K.function_fingerprint(module.factory)
     assert from_memo == remembered
-    assert K._source_dump(module.helper) == K._parsed_dump(module.helper)
+    assert C._source_dump(module.helper) == C._parsed_dump(module.helper)
 
 
 @pytest.mark.parametrize("damage", ["writable_by_others", "not_json", "other_format"])

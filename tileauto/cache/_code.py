@@ -1,0 +1,137 @@
+"""A function's code as a cache key sees it: normalized source, else bytecode.
+
+A named function counts by the AST dump of its source, without docstrings and decorators, so
+that formatting, comments and ``@jit`` arguments (keyed on their own) do not change a key;
+a lambda, or code whose source cannot be read, counts by its bytecode, constants and names.
+Dumps are remembered per source file's exact contents (:mod:`tileauto.cache._memo`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+from tileauto.cache._memo import Memo, memo_dir
+
+
+def _strip_docstrings(tree: ast.AST) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+
+
+def _source_dump(fn: types.FunctionType) -> str | None:
+    """The AST dump of a named function's source, or None when it cannot be had.
+
+    Remembered per source file's exact contents (``sources/<sha256>.json``, see
+    :mod:`tileauto.cache._memo`): parsing and dumping is most of a warm key's time, and the
+    same bytes give the same dump.
+    """
+    if fn.__name__ == "<lambda>":
+        return None  # getsource gives the whole line, which may hold other code
+    memo = _sources_of(fn.__code__.co_filename)
+    where = f"{fn.__code__.co_firstlineno}:{fn.__qualname__}"
+    if memo is not None and where in memo:
+        known = memo.get(where)
+        return known if isinstance(known, str) else None
+    dump = _parsed_dump(fn)
+    if memo is not None:
+        memo.add(where, dump)
+    return dump
+
+
+SOURCES_DIR = "sources"
+
+
+def _sources_of(filename: str) -> Memo | None:
+    """The memo of the functions of ``filename`` as it is now; None for code with no file.
+
+    The file is read and hashed at every call (tens of microseconds): an edit is another
+    digest, so a dump is never served for other contents.
+    """
+    try:
+        with open(filename, "rb") as f:
+            digest_now = hashlib.sha256(f.read()).hexdigest()
+    except OSError:  # "<stdin>", a notebook cell, a module that was removed
+        return None
+    return _sources_at(memo_dir(SOURCES_DIR), digest_now)
+
+
+@functools.lru_cache(maxsize=64)
+def _sources_at(directory: Path | None, digest_now: str) -> Memo:
+    return Memo(directory / f"{digest_now}.json" if directory is not None else None)
+
+
+def _parsed_dump(fn: types.FunctionType) -> str | None:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    if not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    top = tree.body[0]
+    top.decorator_list = []  # @jit / @autotune arguments are keyed on their own
+    _strip_docstrings(top)
+    return ast.dump(top, annotate_fields=False, include_attributes=False)
+
+
+def code_fingerprint(code: types.CodeType) -> dict[str, Any]:
+    """Bytecode, constants and names: stable across processes and formatting."""
+    return {
+        "code": code.co_code.hex(),
+        "consts": [_constant(c) for c in code.co_consts],
+        "names": list(code.co_names),
+        "vars": list(code.co_varnames),
+    }
+
+
+def _constant(value: Any) -> Any:
+    if isinstance(value, types.CodeType):
+        return code_fingerprint(value)
+    if isinstance(value, tuple):
+        return [_constant(v) for v in value]
+    if isinstance(value, frozenset):  # set order varies with the hash seed
+        return sorted((_constant(v) for v in value), key=repr)
+    return repr(value)
+
+
+def source_of(fn: types.FunctionType) -> Any:
+    dump = _source_dump(fn)
+    return dump if dump is not None else code_fingerprint(fn.__code__)
+
+
+def code_names(code: types.CodeType) -> frozenset[str]:
+    """Every name the code reads, its nested functions, lambdas, comprehensions and classes too.
+
+    ``co_names`` holds globals and attribute names alike, and identifier-like string constants
+    may be names too (``getattr(cfg, "OFFSET")``); the walk keeps those that resolve.
+    """
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= code_names(const)
+        elif isinstance(const, str) and const.isidentifier():
+            names.add(const)
+    return frozenset(names)
+
+
+def defaults(fn: types.FunctionType) -> list[tuple[str, Any]]:
+    """Default arguments by parameter name: positional ones, then keyword-only ones."""
+    code = fn.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    values = fn.__defaults__ or ()
+    pairs = list(zip(positional[len(positional) - len(values) :], values))
+    return pairs + sorted((fn.__kwdefaults__ or {}).items())
