@@ -380,10 +380,21 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
         _space(configs, None),
         tuple(trials),
         kernel=str(data.get("kernel", "")),
-        device=str(data.get("device") or ""),
+        device=_device_name(data.get("device")),
         source=source,
         left_out=left_out,
     )
+
+
+def _device_name(value: Any) -> str:
+    """A record's device as a short name. A tileauto export holds the device's fingerprint (a
+    dict, :func:`tileauto.jit.target.device_fingerprint`): a GPU by its name (``NVIDIA H200``),
+    a CPU by its kind, CPU name and vendor (``cpu znver4 amd``)."""
+    if isinstance(value, dict):
+        if value.get("name"):
+            return str(value["name"])
+        return " ".join(str(value[k]) for k in ("kind", "mcpu", "vendor") if value.get(k))
+    return str(value or "")
 
 
 def _kind(value: Any) -> str:

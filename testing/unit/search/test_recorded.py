@@ -108,6 +108,13 @@ def test_a_tileauto_trial_export(tmp_path):
     assert rec.trials[0].latency == stats and rec.trials[1].status is TrialStatus.MISMATCH
     assert rec.trials[2].latency_ms == 3.0 and rec.optimum_ms == 2.0
     assert rec.kernel == "gemm" and rec.device == "cpu"
+    # a real export holds the device's fingerprint: a short name of it
+    cpu = {"kind": "cpu", "mcpu": "znver4", "triple": "x86_64-linux-gnu", "vendor": "amd"}
+    gpu = {"kind": "cuda", "name": "NVIDIA H200", "capability": "9.0", "sm_count": 132}
+    for device, name in ((cpu, "cpu znver4 amd"), (gpu, "NVIDIA H200")):
+        path.write_text(json.dumps({**doc, "device": device}))
+        rec = RecordedSpace.load(path)
+        assert rec.device == name and rec.describe().startswith(f"gemm on {name}: 3 configs")
 
 
 def test_another_file_is_refused_with_what_was_found(tmp_path):
