@@ -72,8 +72,8 @@ from tileauto.options import ProfileArgs  # noqa: E402
 from tileauto.settings import Settings  # noqa: E402
 from tileauto.space import config_id  # noqa: E402
 from tileauto.tune import defaults  # noqa: E402
-from tileauto.tune.problem import TuningProblem  # noqa: E402
 from tileauto.tune._retime import RETIME_ROUNDS  # noqa: E402
+from tileauto.tune.problem import TuningProblem  # noqa: E402
 
 COMPILE_TARGET = 1.6
 EFFICIENCY_TARGET = COMPILE_TARGET / 2  # of the machine's own 2-process speedup

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tileauto.cache import disk
+from tileauto.cache._code import SOURCES_DIR as SOURCES_MEMO
 from tileauto.cache._installed import MEMO_DIR as INSTALLED_MEMO
 from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, KINDS, required_files
-from tileauto.cache._code import SOURCES_DIR as SOURCES_MEMO
 from tileauto.cache.key import versions
 from tileauto.cache.tuning import MEASUREMENTS
 from tileauto.errors import CacheError
