@@ -2,7 +2,7 @@
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
         [--strategies guided,guided+prior,guided+misfit,tpe,genetic,pso,random] [--jobs 2]
-        [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
+        [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces] [--prior-extra DIR]
         [--plot docs/img/search_quality.png]
         [--json out.json] [--no-scale]
 
@@ -29,7 +29,8 @@ Everything is reported held out:
 - **Spaces recorded after the design** (``--holdout DIR``): the guided search's settings are
   chosen once, on every space of ``--spaces``, by the same rule, and every strategy is scored
   on the spaces of ``DIR`` (``bench/record_cpu_spaces.py`` records the CPU GEMM's); priors and
-  misfits come from ``DIR``'s own files.
+  misfits come from ``DIR``'s own files, and from ``--prior-extra DIR2``'s (records of the same
+  kernels on other devices, never scored; a file of the same name there is another record).
 - **A prior that does not fit.** ``guided+misfit`` gives each space the records of another
   kernel whose parameters share names with it (the convolutions: other parameters and
   values), or, for kernels with no such neighbour, the same kernel's records on another device
@@ -157,38 +158,44 @@ def _shuffled(record: RecordedSpace, seed: int) -> RecordedSpace:
     return RecordedSpace.from_latencies(record.space, latencies, kernel="shuffled")
 
 
-def priors_of(folder: str, name: str, names: list[str], kind: str) -> list[RecordedSpace]:
-    """The prior a space gets: the same kernel's other devices, or one that does not fit."""
+Pool = list[tuple[str, str]]  # recorded spaces as (folder, name): where priors come from
+
+
+def priors_of(folder: str, name: str, pool: Pool, kind: str) -> list[RecordedSpace]:
+    """The prior a space gets: the same kernel's other records in ``pool`` (other devices),
+    or one that does not fit."""
     mine = kernel_of(name)
-    same = [n for n in names if kernel_of(n) == mine and n != name]
+    same = [(f, n) for f, n in pool if kernel_of(n) == mine and (f, n) != (folder, name)]
     if kind == "prior":
-        return [_record(folder, n) for n in same]
-    ours = {x for p in _record(folder, name).space.params for x in p.names}
+        return [_record(f, n) for f, n in same]
+
+    def params(f: str, n: str) -> set[str]:
+        return {x for p in _record(f, n).space.params for x in p.names}
+
+    ours = params(folder, name)
     shared = {  # other kernels by the parameter names they share: other values, other times
-        other: len(ours & {x for p in _record(folder, other).space.params for x in p.names})
-        for other in names
-        if kernel_of(other) != mine
+        (f, n): len(ours & params(f, n)) for f, n in pool if kernel_of(n) != mine
     }
     nearest = max(shared, key=lambda other: shared[other], default=None)
     if nearest is not None and shared[nearest] >= 6:
-        return [_record(folder, nearest)]
-    return [_shuffled(_record(folder, same[0]), 0)]
+        return [_record(*nearest)]
+    return [_shuffled(_record(*same[0]), 0)]
 
 
 def guided(settings: dict[str, Any]) -> GuidedSearch:
     return GuidedSearch(**settings)
 
 
-def run_job(job: tuple[str, str, str, int, int, list[str], str]) -> dict[str, Any]:
-    """One replay: (folder, space, strategy, seed, trials, all space names, candidate)."""
-    folder, name, strategy, seed, budget, names, candidate = job
+def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
+    """One replay: (folder, space, strategy, seed, trials, the priors' pool, candidate)."""
+    folder, name, strategy, seed, budget, pool, candidate = job
     record = _record(folder, name)
     prior = None
     if strategy.startswith("guided"):
         inner: SearchStrategy = guided(CANDIDATES[candidate])
         if strategy != "guided":
             kind = "prior" if strategy == "guided+prior" else "misfit"
-            prior = priors_of(folder, name, names, kind)
+            prior = priors_of(folder, name, pool, kind)
     else:
         inner = BASELINES[strategy]()
     timed = Timed(inner)
@@ -371,7 +378,7 @@ def _names(folder: str, only: str) -> tuple[list[str], list[str]]:
 
 
 def _replay_all(
-    jobs: list[tuple[str, str, str, int, int, list[str], str]],
+    jobs: list[tuple[str, str, str, int, int, Pool, str]],
     processes: int,
     began: float,
     by: dict[tuple[str, str, str], list[dict[str, Any]]],
@@ -403,6 +410,10 @@ def main() -> None:
         help="score on the recorded spaces of DIR instead, the guided search's settings chosen "
         "on all of --spaces (bench/record_cpu_spaces.py records such spaces)",
     )  # fmt: skip
+    parser.add_argument(
+        "--prior-extra", default=None, metavar="DIR",
+        help="more records for the priors (never scored): the same kernels on other devices",
+    )  # fmt: skip
     parser.add_argument("--tpe-seeds", type=int, default=None, help="TPE's seeds (slow)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--plot", default=None, help="draw the held-out figures into IMG")
@@ -428,6 +439,9 @@ def main() -> None:
     select = [k for k, share in enumerate(shares) if share <= 0.02] or [0]
     folder = args.holdout or args.spaces
     names, all_names = _names(folder, args.only)
+    pool = [(folder, n) for n in all_names]
+    if args.prior_extra:
+        pool += [(args.prior_extra, n) for n in _names(args.prior_extra, "")[1]]
     sizes = {n: len(_record(folder, n)) for n in names}
     budgets = {n: [max(1, math.ceil(s * sizes[n] - 1e-9)) for s in shares] for n in names}
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -441,7 +455,7 @@ def main() -> None:
             for n in train
         }
         last = max(select)  # replays run to the largest budget that selection reads
-        jobs = [(args.spaces, n, "guided", seed, train_budgets[n][last], train, c)
+        jobs = [(args.spaces, n, "guided", seed, train_budgets[n][last], [], c)
                 for c in CANDIDATES for n in train for seed in range(seeds)]  # fmt: skip
         print(f"{time.strftime('%Y-%m-%d %H:%M')}: choosing the guided search's settings on "
               f"{len(train)} spaces of {args.spaces}: {len(jobs)} replays")  # fmt: skip
@@ -462,7 +476,7 @@ def main() -> None:
         for candidate in candidates:
             for n in names:
                 for seed in range(args.tpe_seeds or seeds if strategy == "tpe" else seeds):
-                    jobs.append((folder, n, strategy, seed, budgets[n][-1], all_names, candidate))
+                    jobs.append((folder, n, strategy, seed, budgets[n][-1], pool, candidate))
     print(
         f"{time.strftime('%Y-%m-%d %H:%M')}: {len(names)} spaces{' held out' if args.holdout else ''}"
         f", {seeds} seeds, budgets {[f'{s:.0%}' for s in shares]}, {PARALLELISM} configs per "

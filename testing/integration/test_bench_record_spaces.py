@@ -78,3 +78,25 @@ def test_record_then_score_held_out(tmp_path):
     for row in data["table"].values():
         for strategy in ("guided", "guided+prior", "random"):
             assert all(0.0 < x <= 1.0 for x in row[strategy]), row
+
+
+def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
+    """--prior-extra: a record of the same name in another folder is another device's."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import search_quality as bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder, offset in ((here, 2), (there, 5)):
+        folder.mkdir()
+        _kernel_tuner_file(folder / "bowl_k_a.json", offset)
+        _kernel_tuner_file(folder / "bowl_k_b.json", offset + 1)
+    pool = [(str(f), n) for f in (here, there) for n in ("bowl_k_a", "bowl_k_b")]
+    priors = bench.priors_of(str(here), "bowl_k_a", pool, "prior")
+    assert sorted(p.source for p in priors) == sorted(
+        str(f / n) for f, n in ((here, "bowl_k_b.json"), (there, "bowl_k_a.json"),
+                                (there, "bowl_k_b.json"))
+    )  # fmt: skip
+    (misfit,) = bench.priors_of(str(here), "bowl_k_a", pool, "misfit")  # no other kernel
+    assert misfit.kernel == "shuffled" and len(misfit) == 64
