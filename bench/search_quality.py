@@ -1,8 +1,9 @@
 """How well each search strategy finds the optimum of recorded spaces it was never tuned on.
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
-        [--strategies guided,guided+prior,guided+misfit,tpe,genetic,pso,random] [--jobs 2]
-        [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces] [--prior-extra DIR]
+        [--strategies guided,guided+prior,guided+prior-mean,guided+misfit,tpe,genetic,pso,random]
+        [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
+        [--prior-extra DIR [--prior-extra DIR2 ...]]
         [--plot docs/img/search_quality.png]
         [--json out.json] [--no-scale]
 
@@ -29,15 +30,17 @@ Everything is reported held out:
 - **Spaces recorded after the design** (``--holdout DIR``): the guided search's settings are
   chosen once, on every space of ``--spaces``, by the same rule, and every strategy is scored
   on the spaces of ``DIR`` (``bench/record_cpu_spaces.py`` records the CPU GEMM's); priors and
-  misfits come from ``DIR``'s own files, and from ``--prior-extra DIR2``'s (records of the same
-  kernels on other devices, never scored; a file of the same name there is another record).
+  misfits come from ``DIR``'s own files, and from those of each ``--prior-extra DIR2`` (records
+  of the same kernels on other devices, never scored; a file of the same name there is
+  another record).
 - **A prior that does not fit.** ``guided+misfit`` gives each space the records of another
   kernel whose parameters share names with it (the convolutions: other parameters and
   values), or, for kernels with no such neighbour, the same kernel's records on another device
   with their times shuffled (an unlike device); it must stay within 0.02 of ``guided``.
 
 Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``,
-``guided+misfit``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
+``guided+prior-mean`` (the same prior, its first batch ordered by the records' mean percentile
+as before the records took turns; what the change gave), ``guided+misfit``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
 driven through ``OptunaSearch``), ``genetic`` and ``pso`` (Kernel Tuner's genetic algorithm
 and particle swarm with its defaults: ``tileauto.search.baselines``), ``random``. One replay
 per seed runs to the largest budget; the smaller budgets read its best-so-far trace, which is
@@ -98,7 +101,16 @@ BASELINES = {
     "pso": lambda: ParticleSwarm(),
     "random": lambda: RandomSearch(),
 }
-ALL = ["guided", "guided+prior", "guided+misfit", "tpe", "genetic", "pso", "random"]
+ALL = [
+    "guided",
+    "guided+prior",
+    "guided+prior-mean",
+    "guided+misfit",
+    "tpe",
+    "genetic",
+    "pso",
+    "random",
+]
 
 
 def kernel_of(name: str) -> str:
@@ -186,15 +198,28 @@ def guided(settings: dict[str, Any]) -> GuidedSearch:
     return GuidedSearch(**settings)
 
 
+class PriorByMean(GuidedSearch):
+    """The guided search whose first batch takes the prior's configs by their mean percentile
+    over the records, as it did before the records took turns (for ``guided+prior-mean``)."""
+
+    def start(self, space, *, parallelism=1, seed=0):  # type: ignore[no-untyped-def]
+        super().start(space, parallelism=parallelism, seed=seed)
+        if self.matched is not None:
+            self._queue = self.matched.ranked(self._rng)
+
+
 def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
     """One replay: (folder, space, strategy, seed, trials, the priors' pool, candidate)."""
     folder, name, strategy, seed, budget, pool, candidate = job
     record = _record(folder, name)
     prior = None
     if strategy.startswith("guided"):
-        inner: SearchStrategy = guided(CANDIDATES[candidate])
+        settings = CANDIDATES[candidate]
+        inner: SearchStrategy = (
+            PriorByMean(**settings) if strategy == "guided+prior-mean" else guided(settings)
+        )
         if strategy != "guided":
-            kind = "prior" if strategy == "guided+prior" else "misfit"
+            kind = "misfit" if strategy == "guided+misfit" else "prior"
             prior = priors_of(folder, name, pool, kind)
     else:
         inner = BASELINES[strategy]()
@@ -411,8 +436,9 @@ def main() -> None:
         "on all of --spaces (bench/record_cpu_spaces.py records such spaces)",
     )  # fmt: skip
     parser.add_argument(
-        "--prior-extra", default=None, metavar="DIR",
-        help="more records for the priors (never scored): the same kernels on other devices",
+        "--prior-extra", action="append", default=[], metavar="DIR",
+        help="more records for the priors (never scored): the same kernels on other devices "
+        "(repeat for more folders)",
     )  # fmt: skip
     parser.add_argument("--tpe-seeds", type=int, default=None, help="TPE's seeds (slow)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -440,8 +466,8 @@ def main() -> None:
     folder = args.holdout or args.spaces
     names, all_names = _names(folder, args.only)
     pool = [(folder, n) for n in all_names]
-    if args.prior_extra:
-        pool += [(args.prior_extra, n) for n in _names(args.prior_extra, "")[1]]
+    for extra in args.prior_extra:
+        pool += [(extra, n) for n in _names(extra, "")[1]]
     sizes = {n: len(_record(folder, n)) for n in names}
     budgets = {n: [max(1, math.ceil(s * sizes[n] - 1e-9)) for s in shares] for n in names}
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

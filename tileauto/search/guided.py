@@ -174,7 +174,8 @@ class GuidedSearch(SearchStrategy):
         if len(self._told) >= self._first and self._encoder.width:
             picks = self._guided(k)
         if picks is None and self.matched is not None and not self._told:
-            # the first batch: the prior's best configs, a quarter at random
+            # the first batch: the prior's best configs (the records taking turns), a quarter
+            # at random
             picks = self._from_prior(k - k // 4)
             picks += self._untried.draw(k - len(picks))
         if picks is None:
@@ -296,7 +297,7 @@ class GuidedSearch(SearchStrategy):
         if k <= 0 or self.matched is None:
             return []
         if self._queue is None:
-            self._queue = self.matched.ranked(self._rng)
+            self._queue = self.matched.in_turns(self._rng)
         queue = self._queue[~self._untried.mask(self._queue)] if len(self._queue) else self._queue
         if weights is not None and len(queue):
             queue = queue[

@@ -78,37 +78,61 @@ class Prior:
         (the best ``limit`` of each record, completed where it lacks a parameter)."""
         import numpy as np
 
-        found: list[Any] = []
-        params = self.space.params
-        for src in self.sources:
-            order = np.argsort(src.pct, kind="stable")[:limit]
-            codes = np.zeros((len(order), len(params)), dtype=np.int64)
-            rest = src.keys[order]
-            for j, size in zip(reversed(src.shared), reversed(src.sizes)):
-                codes[:, j] = rest % size
-                rest = rest // size
-            missing = [j for j in range(len(params)) if j not in src.shared]
-            if missing:  # fill what the record lacks: every value while few, else a sample
-                sizes = [len(params[j].values) for j in missing]
-                total = math.prod(sizes)
-                copies = min(total, _MAX_EXPAND)
-                rows = len(codes)
-                codes = np.repeat(codes, copies, axis=0)
-                if total <= _MAX_EXPAND:  # every combination of the missing values
-                    every = np.indices(sizes).reshape(len(sizes), -1).T
-                    codes[:, missing] = np.tile(every, (rows, 1))
-                else:
-                    for j, size in zip(missing, sizes):
-                        codes[:, j] = rng.integers(0, size, size=len(codes))
-            found.append(self.space.index_of(codes))
+        found = [self._best_of(src, rng, limit) for src in self.sources]
         if not found:
             return np.zeros(0, dtype=np.int64)
-        every = np.concatenate(found)
-        every = np.unique(every[every >= 0])
+        every = np.unique(np.concatenate(found))
         if not len(every):
             return every
         score = np.nanmean(_filled(self.lookup(self.space.codes(every))), axis=1)
         return every[np.argsort(score, kind="stable")]
+
+    def in_turns(self, rng: Any, limit: int = 4096) -> Any:
+        """Indices of the space, the records taking turns: the best config by the mean
+        percentile, then each record's best in turn, then each one's second best, and so on
+        (each index once). Where the records disagree, each of their optima is tried early."""
+        import numpy as np
+
+        mean = self.ranked(rng, limit)
+        turns = [mean[:1]] + [self._best_of(src, rng, limit) for src in self.sources]
+        width = max(len(t) for t in turns)
+        grid = np.full((width, len(turns)), -1, dtype=np.int64)
+        for j, t in enumerate(turns):
+            grid[: len(t), j] = t
+        flat = grid.reshape(-1)
+        flat = flat[flat >= 0]
+        _, first = np.unique(flat, return_index=True)
+        return flat[np.sort(first)]
+
+    def _best_of(self, src: _Source, rng: Any, limit: int) -> Any:
+        """The space's indices of ``src``'s best ``limit`` configs, best first (completed
+        where the record lacks a parameter: every value while few, else a sample)."""
+        import numpy as np
+
+        params = self.space.params
+        order = np.argsort(src.pct, kind="stable")[:limit]
+        codes = np.zeros((len(order), len(params)), dtype=np.int64)
+        rest = src.keys[order]
+        for j, size in zip(reversed(src.shared), reversed(src.sizes)):
+            codes[:, j] = rest % size
+            rest = rest // size
+        missing = [j for j in range(len(params)) if j not in src.shared]
+        if missing:
+            sizes = [len(params[j].values) for j in missing]
+            total = math.prod(sizes)
+            copies = min(total, _MAX_EXPAND)
+            rows = len(codes)
+            codes = np.repeat(codes, copies, axis=0)
+            if total <= _MAX_EXPAND:  # every combination of the missing values
+                every = np.indices(sizes).reshape(len(sizes), -1).T
+                codes[:, missing] = np.tile(every, (rows, 1))
+            else:
+                for j, size in zip(missing, sizes):
+                    codes[:, j] = rng.integers(0, size, size=len(codes))
+        found = self.space.index_of(codes)
+        found = found[found >= 0]
+        _, first = np.unique(found, return_index=True)
+        return found[np.sort(first)]
 
 
 def _filled(columns: Any) -> Any:

@@ -109,6 +109,26 @@ def test_a_prior_from_another_device_finds_the_optimum_in_the_first_batch():
     assert off.score == without.score  # prior=None: what is handed in is ignored
 
 
+def test_a_record_that_disagrees_with_the_others_still_has_its_best_tried_first():
+    space = product(a=list(range(6)), b=list(range(6)))
+
+    def record(best: tuple[int, int], noise: int) -> RecordedSpace:
+        values = [1.0 + abs(c["a"] - best[0]) + abs(c["b"] - best[1]) for c in space]
+        values = [v * (1 + 0.01 * ((i * noise) % 7)) for i, v in enumerate(values)]
+        return RecordedSpace.from_latencies(space, values, device=f"{best} {noise}")
+
+    two_alike, unlike = [record((0, 0), 1), record((0, 0), 2)], record((5, 5), 3)
+    matched = match(space, [*two_alike, unlike])
+    mean = [space.config(int(i)) for i in matched.ranked(np.random.default_rng(0))]
+    turns = [space.config(int(i)) for i in matched.in_turns(np.random.default_rng(0))]
+    assert mean.index({"a": 5, "b": 5}) > 8  # by the mean percentile it comes late
+    assert {"a": 0, "b": 0} in turns[:3] and {"a": 5, "b": 5} in turns[:3]  # each best early
+    assert sorted(map(str, turns)) == sorted(map(str, mean))  # the same configs, each once
+    # on the device the odd record describes, its optimum is in the first batch
+    result = replay(record((5, 5), 4), GuidedSearch(), budget=8, seed=0, prior=[*two_alike, unlike])
+    assert result.score == 1.0
+
+
 def test_a_prior_that_does_not_fit_is_not_trusted():
     target = recorded_bowl(noise=0.05, seed=3)
     unlike = shuffled(recorded_bowl(seed=4))
