@@ -46,3 +46,7 @@ class WorkerError(TileautoError):
 
 class CacheError(TileautoError):
     """A cache entry could not be read or written (reported, never fatal to tuning)."""
+
+
+class TorchOpError(TileautoError, ValueError):
+    """A ``torch_op`` that cannot be made or called as asked; the message says how to fix it."""

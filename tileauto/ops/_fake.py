@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from tileauto.artifact import ParamSpec, evaluate_dim
+from tileauto.errors import TorchOpError
 from tileauto.jit.dtypes import torch_dtype
 
 
@@ -199,3 +200,33 @@ def problem_values(problem: tuple, problem_kwargs: dict[str, Any]) -> list[Any]:
     walk(problem)
     walk(list(problem_kwargs.values()))
     return flat
+
+
+def shapes_of(name: str, shapes: Any, count: int) -> list[tuple[Any, ...]]:
+    """``out_shapes``' answer as one shape per output."""
+    if (
+        count == 1
+        and isinstance(shapes, (tuple, list))
+        and all(isinstance(d, (int, torch.SymInt)) for d in shapes)
+    ):
+        shapes = [shapes]
+    shapes = [tuple(s) for s in shapes]
+    if len(shapes) != count:
+        raise TorchOpError(
+            f"{name}: out_shapes returned {len(shapes)} shape(s) for a kernel of {count} output(s)"
+        )
+    return shapes
+
+
+def check_same_outputs(name: str, kernel: Signature, default: Signature) -> None:
+    """A tuned kernel's outputs are those of the default config (what the fake tells)."""
+
+    def outputs(sig: Signature) -> list[tuple[tuple[Any, ...], str]]:
+        return [(tuple(sig.params[p].shape), sig.params[p].dtype) for p in sig.out_pos]
+
+    if outputs(kernel) != outputs(default):
+        raise TorchOpError(
+            f"{name}: the tuned kernel returns outputs {outputs(kernel)} where the default "
+            f"config's signature says {outputs(default)}: outputs must not depend on the "
+            "tunables (return the unpadded result), or give torch_op(..., fake=...)"
+        )

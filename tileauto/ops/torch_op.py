@@ -21,11 +21,12 @@ import torch
 from tileauto.api.decorator import AutoTuneImpl
 from tileauto.api.tune import default_of_space
 from tileauto.cache.args import bind_arguments, describe_value, freeze
-from tileauto.errors import KernelArgumentError, TileautoError
+from tileauto.errors import KernelArgumentError, TorchOpError
 from tileauto.jit.impl import JITImpl
 from tileauto.ops._fake import (
     Signature,
     SignatureMemo,
+    check_same_outputs,
     doubled_problem,
     elaborated_signature,
     hint,
@@ -33,22 +34,12 @@ from tileauto.ops._fake import (
     output_dtypes,
     output_shapes,
     problem_values,
+    shapes_of,
 )
+from tileauto.ops._schema import checked_mutates, op_params, registered, schema_text
 from tileauto.space import ProductSpace, resolve_configs, split_pass_configs
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
-_SCALAR_TYPES = {bool: "bool", int: "SymInt", float: "float"}
-_ANNOTATIONS = {
-    "Tensor": "Tensor",
-    "torch.Tensor": "Tensor",
-    "bool": "bool",
-    "int": "SymInt",
-    "float": "float",
-}
-
-
-class TorchOpError(TileautoError, ValueError):
-    """A ``torch_op`` that cannot be made or called as asked; the message says how to fix it."""
 
 
 class TorchOp:
@@ -92,7 +83,7 @@ class TorchOp:
         self.name = name
         self.factory = factory
         self.problem = problem
-        self._params = _op_params(problem)
+        self._params = op_params(problem)
         self._tensor_pos = tuple(
             i for i, (_, kind, _) in enumerate(self._params) if kind == "Tensor"
         )
@@ -101,7 +92,7 @@ class TorchOp:
                 f"{name}: the op takes no tensor (problem's parameters {self.arg_names} are all "
                 "scalars): an op's arguments are its tensors, and problem maps them to the factory"
             )
-        self.mutates_args = _checked_mutates(name, mutates_args, self._params)
+        self.mutates_args = checked_mutates(name, mutates_args, self._params)
         out_idx = self._jit.compile_args.out_idx
         self.num_outputs = len(out_idx) if out_idx is not None else 0
         if self.num_outputs == 0 and not self.mutates_args:
@@ -110,13 +101,13 @@ class TorchOp:
                 "empty: an op must return outputs or write inputs; give @jit(out_idx=[...]) or "
                 "mutates_args=[names of the inputs it writes]"
             )
-        if _registered(name):
+        if registered(name):
             raise TorchOpError(
                 f"{name} is already registered with torch (by another torch_op or "
                 "torch.library call in this process): choose another name"
             )
         self.out_shapes = out_shapes
-        self.schema = _schema(self._params, self.mutates_args, self.num_outputs)
+        self.schema = schema_text(self._params, self.mutates_args, self.num_outputs)
         self._memo: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
         self._frozen: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
         self._lock = threading.RLock()
@@ -337,7 +328,7 @@ class TorchOp:
             return known, pargs, pkwargs
         sig = self._signatures.get(key, hargs, hkwargs)
         if known is not None:
-            _check_same_outputs(self.name, known, sig)
+            check_same_outputs(self.name, known, sig)
         return sig, pargs, pkwargs
 
     def _remember_signature(self, value: Any, kernel: Any) -> None:
@@ -371,7 +362,7 @@ class TorchOp:
         kargs = args if positions is None else tuple(args[i] for i in positions)
         _check_dtypes(self.name, sig, kargs)
         if self.out_shapes is not None:
-            shapes = _shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
+            shapes = shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
         else:
             try:
                 shapes = output_shapes(
@@ -453,83 +444,6 @@ def torch_op(
     return op
 
 
-def _op_params(problem: Callable[..., Any]) -> list[tuple[str, str, Any]]:
-    """The op's arguments: (name, schema type, default) from problem's parameters."""
-    out = []
-    for p in inspect.signature(problem).parameters.values():
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            raise TorchOpError(
-                f"problem's parameter {p.name!r} is {p.kind.description}: the op's arguments "
-                "are problem's plain parameters (no *args, **kwargs or keyword-only ones)"
-            )
-        kind = None
-        if p.annotation is not p.empty:
-            ann = (
-                p.annotation
-                if isinstance(p.annotation, str)
-                else getattr(p.annotation, "__name__", str(p.annotation))
-            )
-            if p.annotation is torch.Tensor:
-                ann = "Tensor"
-            kind = _ANNOTATIONS.get(ann)
-            if kind is None:
-                raise TorchOpError(
-                    f"problem's parameter {p.name!r} is annotated {p.annotation!r}: an op "
-                    "argument is a torch.Tensor, int, float or bool"
-                )
-        elif p.default is not p.empty:
-            kind = _SCALAR_TYPES.get(type(p.default))
-            if kind is None:
-                raise TorchOpError(
-                    f"problem's parameter {p.name!r} defaults to {p.default!r}: an op argument "
-                    "with a default is an int, float or bool"
-                )
-        out.append((p.name, kind or "Tensor", p.default))
-    return out
-
-
-def _checked_mutates(name: str, mutates_args: Any, params: list) -> tuple[str, ...]:
-    if isinstance(mutates_args, str):
-        raise TypeError(
-            f"mutates_args must be a list of argument names, got the string {mutates_args!r}"
-        )
-    names = tuple(mutates_args)
-    tensors = [n for n, kind, _ in params if kind == "Tensor"]
-    for arg in names:
-        if arg not in tensors:
-            raise TorchOpError(
-                f"{name}: mutates_args names {arg!r}, which is not a tensor argument of the op "
-                f"(its tensors: {tensors})"
-            )
-    return names
-
-
-def _schema(params: list, mutates: tuple[str, ...], num_outputs: int) -> str:
-    parts = []
-    alias = iter("abcdefghijklmnopqrstuvwxyz")
-    for pname, kind, default in params:
-        text = f"Tensor({next(alias)}!) {pname}" if pname in mutates else f"{kind} {pname}"
-        if default is not inspect.Parameter.empty:
-            text += f"={default!r}"
-        parts.append(text)
-    returns = (
-        "()"
-        if num_outputs == 0
-        else "Tensor"
-        if num_outputs == 1
-        else ("(" + ", ".join(["Tensor"] * num_outputs) + ")")
-    )
-    return f"({', '.join(parts)}) -> {returns}"
-
-
-def _registered(name: str) -> bool:
-    try:
-        torch._C._dispatch_find_schema_or_throw(name, "")
-    except RuntimeError:
-        return False
-    return True
-
-
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit (NaNs included), as a write check needs."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -541,36 +455,6 @@ def _as_list(out: Any) -> list:
     if out is None:
         return []
     return [out] if isinstance(out, torch.Tensor) else list(out)
-
-
-def _shapes_of(name: str, shapes: Any, count: int) -> list[tuple[Any, ...]]:
-    """``out_shapes``' answer as one shape per output."""
-    if (
-        count == 1
-        and isinstance(shapes, (tuple, list))
-        and all(isinstance(d, (int, torch.SymInt)) for d in shapes)
-    ):
-        shapes = [shapes]
-    shapes = [tuple(s) for s in shapes]
-    if len(shapes) != count:
-        raise TorchOpError(
-            f"{name}: out_shapes returned {len(shapes)} shape(s) for a kernel of {count} output(s)"
-        )
-    return shapes
-
-
-def _check_same_outputs(name: str, kernel: Signature, default: Signature) -> None:
-    """A tuned kernel's outputs are those of the default config (what the fake tells)."""
-
-    def outputs(sig: Signature) -> list[tuple[tuple[Any, ...], str]]:
-        return [(tuple(sig.params[p].shape), sig.params[p].dtype) for p in sig.out_pos]
-
-    if outputs(kernel) != outputs(default):
-        raise TorchOpError(
-            f"{name}: the tuned kernel returns outputs {outputs(kernel)} where the default "
-            f"config's signature says {outputs(default)}: outputs must not depend on the "
-            "tunables (return the unpadded result), or give torch_op(..., fake=...)"
-        )
 
 
 def _check_dtypes(name: str, sig: Signature, kargs: Sequence[Any]) -> None:

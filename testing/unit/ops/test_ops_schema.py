@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tileauto.ops.torch_op import TorchOpError, _checked_mutates, _op_params, _schema, _shapes_of
+from tileauto.ops._fake import shapes_of
+from tileauto.ops._schema import checked_mutates, op_params, schema_text
+from tileauto.ops.torch_op import TorchOpError
 
 
 def _schema_of(problem, mutates=(), outputs=1):
-    params = _op_params(problem)
-    return _schema(params, _checked_mutates("ns::op", mutates, params), outputs)
+    params = op_params(problem)
+    return schema_text(params, checked_mutates("ns::op", mutates, params), outputs)
 
 
 def test_parameters_are_tensors_unless_annotated_or_defaulted():
@@ -41,20 +43,20 @@ def test_written_inputs_get_their_own_alias_set():
 )
 def test_parameters_an_op_cannot_have(problem, message):
     with pytest.raises(TorchOpError, match=message):
-        _op_params(problem)
+        op_params(problem)
 
 
 def test_mutates_args_must_name_tensors_of_the_op():
-    params = _op_params(lambda x, eps=1.0: x)
+    params = op_params(lambda x, eps=1.0: x)
     with pytest.raises(TorchOpError, match="'eps', which is not a tensor"):
-        _checked_mutates("ns::op", ["eps"], params)
+        checked_mutates("ns::op", ["eps"], params)
     with pytest.raises(TypeError, match="list of argument names"):
-        _checked_mutates("ns::op", "x", params)
+        checked_mutates("ns::op", "x", params)
 
 
 def test_out_shapes_answers_one_shape_or_one_per_output():
-    assert _shapes_of("ns::op", (2, 3), 1) == [(2, 3)]
-    assert _shapes_of("ns::op", torch.Size([2, 3]), 1) == [(2, 3)]
-    assert _shapes_of("ns::op", [(2,), (3, 4)], 2) == [(2,), (3, 4)]
+    assert shapes_of("ns::op", (2, 3), 1) == [(2, 3)]
+    assert shapes_of("ns::op", torch.Size([2, 3]), 1) == [(2, 3)]
+    assert shapes_of("ns::op", [(2,), (3, 4)], 2) == [(2,), (3, 4)]
     with pytest.raises(TorchOpError, match="returned 1 shape"):
-        _shapes_of("ns::op", [(2,)], 2)
+        shapes_of("ns::op", [(2,)], 2)

@@ -1,0 +1,101 @@
+"""A ``torch_op``'s schema: its arguments from the problem function's parameters, the tensors
+it writes (``mutates_args``), and the ``torch.library`` schema text of both."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tileauto.errors import TorchOpError
+
+_SCALAR_TYPES = {bool: "bool", int: "SymInt", float: "float"}
+_ANNOTATIONS = {
+    "Tensor": "Tensor",
+    "torch.Tensor": "Tensor",
+    "bool": "bool",
+    "int": "SymInt",
+    "float": "float",
+}
+
+
+def op_params(problem: Callable[..., Any]) -> list[tuple[str, str, Any]]:
+    """The op's arguments: (name, schema type, default) from problem's parameters."""
+    out = []
+    for p in inspect.signature(problem).parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise TorchOpError(
+                f"problem's parameter {p.name!r} is {p.kind.description}: the op's arguments "
+                "are problem's plain parameters (no *args, **kwargs or keyword-only ones)"
+            )
+        kind = None
+        if p.annotation is not p.empty:
+            ann = (
+                p.annotation
+                if isinstance(p.annotation, str)
+                else getattr(p.annotation, "__name__", str(p.annotation))
+            )
+            if p.annotation is torch.Tensor:
+                ann = "Tensor"
+            kind = _ANNOTATIONS.get(ann)
+            if kind is None:
+                raise TorchOpError(
+                    f"problem's parameter {p.name!r} is annotated {p.annotation!r}: an op "
+                    "argument is a torch.Tensor, int, float or bool"
+                )
+        elif p.default is not p.empty:
+            kind = _SCALAR_TYPES.get(type(p.default))
+            if kind is None:
+                raise TorchOpError(
+                    f"problem's parameter {p.name!r} defaults to {p.default!r}: an op argument "
+                    "with a default is an int, float or bool"
+                )
+        out.append((p.name, kind or "Tensor", p.default))
+    return out
+
+
+def checked_mutates(name: str, mutates_args: Any, params: list) -> tuple[str, ...]:
+    """The names of ``mutates_args``, each a tensor argument of the op."""
+    if isinstance(mutates_args, str):
+        raise TypeError(
+            f"mutates_args must be a list of argument names, got the string {mutates_args!r}"
+        )
+    names = tuple(mutates_args)
+    tensors = [n for n, kind, _ in params if kind == "Tensor"]
+    for arg in names:
+        if arg not in tensors:
+            raise TorchOpError(
+                f"{name}: mutates_args names {arg!r}, which is not a tensor argument of the op "
+                f"(its tensors: {tensors})"
+            )
+    return names
+
+
+def schema_text(params: list, mutates: tuple[str, ...], num_outputs: int) -> str:
+    """The schema of an op of these arguments and outputs, the written tensors aliased."""
+    parts = []
+    alias = iter("abcdefghijklmnopqrstuvwxyz")
+    for pname, kind, default in params:
+        text = f"Tensor({next(alias)}!) {pname}" if pname in mutates else f"{kind} {pname}"
+        if default is not inspect.Parameter.empty:
+            text += f"={default!r}"
+        parts.append(text)
+    returns = (
+        "()"
+        if num_outputs == 0
+        else "Tensor"
+        if num_outputs == 1
+        else ("(" + ", ".join(["Tensor"] * num_outputs) + ")")
+    )
+    return f"({', '.join(parts)}) -> {returns}"
+
+
+def registered(name: str) -> bool:
+    """Whether an operator of this qualified name is registered already."""
+    try:
+        torch._C._dispatch_find_schema_or_throw(name, "")
+    except RuntimeError:
+        return False
+    return True
