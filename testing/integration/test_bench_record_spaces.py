@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,9 +63,14 @@ def test_record_then_score_held_out(tmp_path):
     train.mkdir()
     _kernel_tuner_file(train / "bowl_a_dev1.json", 2)
     _kernel_tuner_file(train / "bowl_b_dev1.json", 5)
+    others = [tmp_path / "other1", tmp_path / "other2"]  # the same kernel "on other devices"
+    for other in others:
+        shutil.copytree(out, other)
     scored = _run(
         str(ROOT / "bench" / "search_quality.py"), "--spaces", str(train), "--holdout", str(out),
-        "--seeds", "2", "--budgets", "10,20", "--strategies", "guided,guided+prior,random",
+        "--prior-extra", str(others[0]), "--prior-extra", str(others[1]),
+        "--seeds", "2", "--budgets", "10,20",
+        "--strategies", "guided,guided+prior,guided+prior-mean,random",
         "--no-scale", "--jobs", "1", "--json", str(tmp_path / "out.json"),
         env=env,
     )  # fmt: skip
@@ -76,8 +82,10 @@ def test_record_then_score_held_out(tmp_path):
     assert set(data["chosen"]) == {"tileauto_gemmcpu"}
     assert choice in data["trained"]["tileauto_gemmcpu"]  # chosen among the candidates
     for row in data["table"].values():
-        for strategy in ("guided", "guided+prior", "random"):
+        for strategy in ("guided", "guided+prior", "guided+prior-mean", "random"):
             assert all(0.0 < x <= 1.0 for x in row[strategy]), row
+        # the prior holds the space's own shape from both other folders: found in the first batch
+        assert row["guided+prior"][-1] == 1.0, row
 
 
 def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
