@@ -1,7 +1,7 @@
 """How well each search strategy finds the optimum of recorded spaces it was never tuned on.
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
-        [--strategies guided,guided+prior,guided+prior-mean,guided+misfit,tpe,genetic,pso,random]
+        [--strategies guided,guided+prior,guided+prior-turns,guided+misfit,tpe,genetic,pso,random]
         [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
         [--prior-extra DIR [--prior-extra DIR2 ...]]
         [--plot docs/img/search_quality.png]
@@ -39,8 +39,8 @@ Everything is reported held out:
   with their times shuffled (an unlike device); it must stay within 0.02 of ``guided``.
 
 Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``,
-``guided+prior-mean`` (the same prior, its first batch ordered by the records' mean percentile
-as before the records took turns; what the change gave), ``guided+misfit``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
+``guided+prior-turns`` (the same prior, its first batch filled by the records taking turns:
+``GuidedSearch(prior_order="turns")``), ``guided+misfit``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
 driven through ``OptunaSearch``), ``genetic`` and ``pso`` (Kernel Tuner's genetic algorithm
 and particle swarm with its defaults: ``tileauto.search.baselines``), ``random``. One replay
 per seed runs to the largest budget; the smaller budgets read its best-so-far trace, which is
@@ -104,7 +104,7 @@ BASELINES = {
 ALL = [
     "guided",
     "guided+prior",
-    "guided+prior-mean",
+    "guided+prior-turns",
     "guided+misfit",
     "tpe",
     "genetic",
@@ -198,16 +198,6 @@ def guided(settings: dict[str, Any]) -> GuidedSearch:
     return GuidedSearch(**settings)
 
 
-class PriorByMean(GuidedSearch):
-    """The guided search whose first batch takes the prior's configs by their mean percentile
-    over the records, as it did before the records took turns (for ``guided+prior-mean``)."""
-
-    def start(self, space, *, parallelism=1, seed=0):  # type: ignore[no-untyped-def]
-        super().start(space, parallelism=parallelism, seed=seed)
-        if self.matched is not None:
-            self._queue = self.matched.ranked(self._rng)
-
-
 def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
     """One replay: (folder, space, strategy, seed, trials, the priors' pool, candidate)."""
     folder, name, strategy, seed, budget, pool, candidate = job
@@ -216,7 +206,9 @@ def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
     if strategy.startswith("guided"):
         settings = CANDIDATES[candidate]
         inner: SearchStrategy = (
-            PriorByMean(**settings) if strategy == "guided+prior-mean" else guided(settings)
+            guided({**settings, "prior_order": "turns"})
+            if strategy == "guided+prior-turns"
+            else guided(settings)
         )
         if strategy != "guided":
             kind = "misfit" if strategy == "guided+misfit" else "prior"

@@ -56,6 +56,11 @@ class GuidedSearch(SearchStrategy):
         local: configs of each batch taken among the one-parameter changes of the best config.
         stall: batches without a better config after which the neighbourhoods of the best
             configs are avoided (0: never).
+        prior_order: how the prior's configs fill the first batch: ``"mean"`` (default) by the
+            records' mean percentile; ``"turns"``: the best on average, then each record's own
+            best in turn (records that disagree each get their optimum tried; on spaces
+            recorded after the design it was level with or below ``"mean"``: docs/search.md,
+            "A fourth test").
         seed: None: the seed the search is started with.
         prior: records of the same kernel measured elsewhere (other devices or targets): a
             :class:`~tileauto.search.RecordedSpace`, a file of one, a list of trials, a list of
@@ -80,6 +85,7 @@ class GuidedSearch(SearchStrategy):
         stall: int = 2,
         crossover: int = 0,
         parzen: int = 0,
+        prior_order: str = "mean",
         seed: int | None = None,
         prior: PriorSource = "auto",
     ) -> None:
@@ -111,6 +117,11 @@ class GuidedSearch(SearchStrategy):
         )
         self.local, self.stall, self.crossover = local, stall, crossover
         self.parzen = parzen
+        if prior_order not in ("mean", "turns"):
+            raise ValueError(
+                f'GuidedSearch prior_order must be "mean" or "turns", got {prior_order!r}'
+            )
+        self.prior_order = prior_order
         self.own_seed = seed
         check_prior(prior, "GuidedSearch")
         self.prior = prior
@@ -121,6 +132,7 @@ class GuidedSearch(SearchStrategy):
         prior = "" if self.prior == "auto" else f", prior={_prior_text(self.prior)}"
         cross = f", crossover={self.crossover}" if self.crossover else ""
         cross += f", parzen={self.parzen}" if self.parzen else ""
+        cross += f", prior_order={self.prior_order!r}" if self.prior_order != "mean" else ""
         return (
             f"GuidedSearch(budget={self.budget}, batch={self.batch}, initial={self.initial}, "
             f"trees={self.trees}, good_fraction={self.good_fraction}, explore={self.explore}, "
@@ -174,8 +186,7 @@ class GuidedSearch(SearchStrategy):
         if len(self._told) >= self._first and self._encoder.width:
             picks = self._guided(k)
         if picks is None and self.matched is not None and not self._told:
-            # the first batch: the prior's best configs (the records taking turns), a quarter
-            # at random
+            # the first batch: the prior's best configs, a quarter at random
             picks = self._from_prior(k - k // 4)
             picks += self._untried.draw(k - len(picks))
         if picks is None:
@@ -297,7 +308,11 @@ class GuidedSearch(SearchStrategy):
         if k <= 0 or self.matched is None:
             return []
         if self._queue is None:
-            self._queue = self.matched.in_turns(self._rng)
+            self._queue = (
+                self.matched.in_turns(self._rng)
+                if self.prior_order == "turns"
+                else self.matched.ranked(self._rng)
+            )
         queue = self._queue[~self._untried.mask(self._queue)] if len(self._queue) else self._queue
         if weights is not None and len(queue):
             queue = queue[

@@ -124,9 +124,14 @@ def test_a_record_that_disagrees_with_the_others_still_has_its_best_tried_first(
     assert mean.index({"a": 5, "b": 5}) > 8  # by the mean percentile it comes late
     assert {"a": 0, "b": 0} in turns[:3] and {"a": 5, "b": 5} in turns[:3]  # each best early
     assert sorted(map(str, turns)) == sorted(map(str, mean))  # the same configs, each once
-    # on the device the odd record describes, its optimum is in the first batch
-    result = replay(record((5, 5), 4), GuidedSearch(), budget=8, seed=0, prior=[*two_alike, unlike])
-    assert result.score == 1.0
+    # on the device the odd record describes: with the records taking turns, its optimum is
+    # in the first batch; by the mean percentile (the default), it is not
+    target, prior = record((5, 5), 4), [*two_alike, unlike]
+    turns = replay(target, GuidedSearch(prior_order="turns"), budget=8, seed=0, prior=prior)
+    assert turns.score == 1.0 and "prior_order='turns'" in turns.strategy
+    assert replay(target, GuidedSearch(), budget=8, seed=0, prior=prior).score < 0.5
+    with pytest.raises(ValueError, match='prior_order must be "mean" or "turns", got \'best\''):
+        GuidedSearch(prior_order="best")
 
 
 def test_a_prior_that_does_not_fit_is_not_trusted():
