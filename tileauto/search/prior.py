@@ -76,16 +76,7 @@ class Prior:
     def ranked(self, rng: Any, limit: int = 4096) -> Any:
         """Indices of the space, most promising first by the records' mean percentile
         (the best ``limit`` of each record, completed where it lacks a parameter)."""
-        import numpy as np
-
-        found = [self._best_of(src, rng, limit) for src in self.sources]
-        if not found:
-            return np.zeros(0, dtype=np.int64)
-        every = np.unique(np.concatenate(found))
-        if not len(every):
-            return every
-        score = np.nanmean(_filled(self.lookup(self.space.codes(every))), axis=1)
-        return every[np.argsort(score, kind="stable")]
+        return self._by_mean([self._best_of(src, rng, limit) for src in self.sources])
 
     def in_turns(self, rng: Any, limit: int = 4096) -> Any:
         """Indices of the space, the records taking turns: the best config by the mean
@@ -93,8 +84,8 @@ class Prior:
         (each index once). Where the records disagree, each of their optima is tried early."""
         import numpy as np
 
-        mean = self.ranked(rng, limit)
-        turns = [mean[:1]] + [self._best_of(src, rng, limit) for src in self.sources]
+        found = [self._best_of(src, rng, limit) for src in self.sources]
+        turns = [self._by_mean(found)[:1], *found]
         width = max(len(t) for t in turns)
         grid = np.full((width, len(turns)), -1, dtype=np.int64)
         for j, t in enumerate(turns):
@@ -103,6 +94,18 @@ class Prior:
         flat = flat[flat >= 0]
         _, first = np.unique(flat, return_index=True)
         return flat[np.sort(first)]
+
+    def _by_mean(self, found: list[Any]) -> Any:
+        """The indices of ``found`` (each record's best), by the records' mean percentile."""
+        import numpy as np
+
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        every = np.unique(np.concatenate(found))
+        if not len(every):
+            return every
+        score = np.nanmean(_filled(self.lookup(self.space.codes(every))), axis=1)
+        return every[np.argsort(score, kind="stable")]
 
     def _best_of(self, src: _Source, rng: Any, limit: int) -> Any:
         """The space's indices of ``src``'s best ``limit`` configs, best first (completed
