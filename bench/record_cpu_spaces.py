@@ -1,8 +1,8 @@
-"""Record new tuning spaces on this machine's CPU, as a user would, for held-out search figures.
+"""Record new tuning spaces on this machine's CPU (or GPU), as a user would, for held-out figures.
 
     TILEAUTO_NUM_THREADS=1 python bench/record_cpu_spaces.py [--out bench/spaces]
         [--cache-dir DIR] [--shapes 384x384x384,256x1024x512,1024x256x256,64x4096x512]
-        [--warmup 10] [--rep 50]
+        [--warmup 10] [--rep 50] [--kernel cpu|cuda]
 
 For each ``MxNxK`` shape it tunes ``examples/gemm_cpu.py``'s GEMM exhaustively over
 ``gemm_cpu.space(M, N, K)`` (every valid config compiled, checked against ``torch.matmul`` and
@@ -18,6 +18,10 @@ search's defaults were designed (issue 36), so none of them gives a clean held-o
 These spaces were recorded after the strategy was frozen (docs/search.md, "Spaces recorded
 after the design"). One thread per kernel (``TILEAUTO_NUM_THREADS=1``): timings with both
 cores of a shared machine are bimodal (docs/search.md, "On a real kernel: the CPU GEMM").
+
+``--kernel cuda`` records ``examples/gemm_cuda.py``'s GEMM over ``gemm_cuda.space(M, N, K)``
+on the CUDA GPU instead (files ``tileauto_gemmcuda_<M>x<N>x<K>.json.gz``); without a GPU it
+says so and exits 1.
 """
 
 from __future__ import annotations
@@ -57,26 +61,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=SHAPES, help=f"MxNxK,... (default {SHAPES})")
     parser.add_argument("--warmup", type=float, default=10.0, help="ms of warm-up per config")
     parser.add_argument("--rep", type=float, default=50.0, help="ms of timing per config")
+    parser.add_argument(
+        "--kernel", choices=["cpu", "cuda"], default="cpu",
+        help="examples/gemm_cpu.py on the CPU (default) or examples/gemm_cuda.py on the GPU",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     shapes = [shape_of(s) for s in args.shapes.split(",")]
-    if os.environ.get("TILEAUTO_NUM_THREADS") != "1":
-        print("note: TILEAUTO_NUM_THREADS is not 1: kernels time on every core", flush=True)
-    import gemm_cpu
     import torch
 
     import tileauto
+
+    if args.kernel == "cuda":
+        import gemm_cuda as module
+
+        if not torch.cuda.is_available():
+            print("--kernel cuda: no CUDA GPU here (torch.cuda.is_available() is False)")
+            return 1
+        torch.backends.cuda.matmul.allow_tf32 = False  # the reference in full fp32, as the kernel
+    else:
+        import gemm_cpu as module
+
+        if os.environ.get("TILEAUTO_NUM_THREADS") != "1":
+            print("note: TILEAUTO_NUM_THREADS is not 1: kernels time on every core", flush=True)
 
     args.out.mkdir(parents=True, exist_ok=True)
     for m, n, k in shapes:
         shape = f"{m}x{n}x{k}"
         cache = args.cache_dir / shape  # one tuned entry per folder: its export is this shape's
         os.environ["TILEAUTO_CACHE_DIR"] = str(cache)  # read at each tuning
-        space = gemm_cpu.space(m, n, k)
+        space = module.space(m, n, k)
         start = time.perf_counter()
         tuned = tileauto.autotune(
             configs=space, search="exhaustive", warmup=args.warmup, rep=args.rep,
             ref_prog=torch.matmul, rtol=1e-3, atol=1e-4 * k**0.5, verbose=False,
-        )(gemm_cpu.matmul)  # fmt: skip
+        )(module.matmul)  # fmt: skip
         tuned(m, n, k)
         result = tuned.get_tuner_result(m, n, k)
         ok = sum(t.ok for t in result.trials)
@@ -90,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 check=True, stdout=subprocess.DEVNULL,
             )  # fmt: skip
             (export,) = Path(tmp).glob("*.json*")
-            dest = args.out / f"tileauto_gemmcpu_{shape}.json.gz"
+            dest = args.out / f"tileauto_gemm{args.kernel}_{shape}.json.gz"
             shutil.copyfile(export, dest)
         print(f"wrote {dest}", flush=True)
     return 0

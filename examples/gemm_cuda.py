@@ -184,6 +184,47 @@ def configs(M: int, N: int, K: int) -> list[dict]:
 get_configs = configs
 
 
+def space(M: int, N: int, K: int, dtype: str = "float32"):
+    """A large constrained space for the search strategies: 970 configs where the tiles divide.
+
+    The product of block tiles (``block_M``, ``block_N`` in 32-256, ``block_K`` in 8-32),
+    register tiles (``thread_M``, ``thread_N`` in 4-16), vector width (2 or 4) and ``unroll``
+    (1 or 4), kept where :func:`check_config` accepts the config and:
+
+    * a block has 64 to 1024 threads (two warps at least);
+    * a thread holds at most 128 accumulators (more spill out of the 255 registers).
+
+    ``bench/record_cpu_spaces.py --kernel cuda`` tunes it exhaustively on a GPU.
+    """
+    from tileauto.space import product
+
+    itemsize = tvm.runtime.DataType(dtype).bits // 8
+    threads = "(block_M // thread_M) * (block_N // thread_N)"
+    tiles = [32, 64, 128, 256]
+    return product(
+        block_M=tiles,
+        block_N=tiles,
+        block_K=[8, 16, 32],
+        thread_M=[4, 8, 16],
+        thread_N=[4, 8, 16],
+        vec=[2, 4],
+        unroll=[1, 4],
+        constraints=[
+            f"{M} % block_M == 0 and {N} % block_N == 0 and {K} % block_K == 0",
+            "block_M % thread_M == 0 and block_N % thread_N == 0",
+            "block_K % unroll == 0",
+            f"64 <= {threads} <= {GPU_LIMITS['max_threads_per_block']}",
+            f"(block_M + block_N) * block_K * {itemsize} "
+            f"<= {GPU_LIMITS['max_shared_memory_per_block']}",
+            f"vec * {itemsize} <= {GPU_LIMITS['max_vector_bytes']}",
+            "block_K % vec == 0 and block_N % vec == 0",
+            f"(block_M * block_K) % ({threads} * vec) == 0",
+            f"(block_K * block_N) % ({threads} * vec) == 0",
+            "thread_M * thread_N <= 128",
+        ],
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _cuda_common.cuda_args(
         argv, __doc__, "--size", default=2048, help="M = N = K (default 2048)"

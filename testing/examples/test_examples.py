@@ -266,6 +266,20 @@ def test_gemm_cuda_rejects_sizes_the_tiles_do_not_divide():
     assert mod.configs(1000, 1000, 1000) == []  # nothing divides: nothing proposed
 
 
+def test_gemm_cuda_space_holds_only_configs_the_kernel_accepts():
+    mod = _module("gemm_cuda")
+    space = mod.space(2048, 2048, 2048)
+    assert len(space) == 970
+    for cfg in space:
+        mod.check_config(2048, 2048, 2048, **cfg)  # raises on a config the kernel refuses
+        threads = (cfg["block_M"] // cfg["thread_M"]) * (cfg["block_N"] // cfg["thread_N"])
+        assert threads >= 64 and cfg["thread_M"] * cfg["thread_N"] <= 128
+    # the tiles must divide the problem: 96 admits only the 32-wide tiles
+    assert {(c["block_M"], c["block_N"]) for c in mod.space(96, 96, 2048)} == {(32, 32)}
+    func = mod.gemm(256, 256, 256, **space[len(space) // 2])
+    assert "sm_90" in bytes(mod.ptx_of(mod.compile_cuda_source(func))).decode(errors="replace")
+
+
 def test_cuda_main_compiles_without_a_gpu(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     mod = _module("softmax_cuda")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tileauto.search import RecordedSpace
 
@@ -87,6 +88,36 @@ def test_record_then_score_held_out(tmp_path):
         # the prior holds the space's own shape from both other folders: with the records
         # taking turns, its best is in the first batch
         assert row["guided+prior-turns"][-1] == 1.0, row
+
+
+def test_record_on_the_gpu_says_when_there_is_none(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the recording would run (the gpu-marked run does it)")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "record_cpu_spaces.py"), "--kernel", "cuda",
+         "--shapes", "256x256x256", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "no CUDA GPU here" in proc.stdout, proc.stdout + proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.gpu
+def test_record_a_cuda_space_on_the_gpu(tmp_path):
+    out, cache = tmp_path / "spaces", tmp_path / "cache"
+    printed = _run(
+        str(ROOT / "bench" / "record_cpu_spaces.py"), "--kernel", "cuda", "--shapes", "32x64x16",
+        "--out", str(out), "--cache-dir", str(cache), "--warmup", "1", "--rep", "3",
+        env=dict(os.environ),
+    )  # fmt: skip
+    assert "32x64x16: 30 configs, 30 passed" in printed, printed
+    (path,) = out.iterdir()
+    assert path.name == "tileauto_gemmcuda_32x64x16.json.gz"
+    space = RecordedSpace.load(path)
+    assert len(space) == 30 and space.failed == 0 and space.optimum_ms > 0
+    assert {p.name for p in space.space.params} == {
+        "block_M", "block_N", "block_K", "thread_M", "thread_N", "vec", "unroll"
+    }  # fmt: skip
 
 
 def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
