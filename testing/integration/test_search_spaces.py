@@ -7,6 +7,7 @@ function of the config, so the winner is known and the tests do not depend on th
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 from tune_kernels import scale
@@ -203,3 +204,35 @@ def test_a_tuning_of_the_same_kernel_elsewhere_in_the_cache_is_the_prior():
     helped = tune(1024, 8)
     alone = tune(2048, 8, search=AutoSearch(prior=None))
     assert helped.latency <= first.latency < alone.latency
+
+
+def test_a_kernel_of_the_same_name_in_another_module_is_not_the_prior(tileauto_env):
+    """Two files' ``slow_scale`` are two kernels: one's tunings never steer the other's."""
+    pytest.importorskip("sklearn", reason="the guided search needs the search extra")
+    from tileauto.cache.priors import kernel_entries
+    from tileauto.search import AutoSearch
+
+    other = types.FunctionType(
+        slow_scale.__code__, {**slow_scale.__globals__, "__name__": "pkg.other_kernels"},
+        "slow_scale", slow_scale.__defaults__,
+    )  # fmt: skip
+    other.__qualname__ = slow_scale.__qualname__
+    space = product(vec=[2, 4, 8, 16, 32, 64], repeat=list(range(1, 61)))  # 360 configs
+
+    def tune(factory, n, trials, search="auto"):
+        tuned = tileauto.autotune(
+            configs=space, max_trials=trials, timer=far_valley, search=search, **FAST
+        )(tileauto.jit(out_idx=[-1])(factory))
+        tuned(n)
+        return tuned.get_tuner_result(n)
+
+    first = tune(other, 512, 40)  # the far valley found, by the other module's kernel
+    assert first.latency < 2.0
+    mine = tune(slow_scale, 1024, 8)
+    alone = tune(slow_scale, 2048, 8, search=AutoSearch(prior=None))
+    assert mine.latency == alone.latency > first.latency  # the other's tuning was no prior
+    entries = kernel_entries(tileauto_env, "slow_scale")
+    assert sorted(e.manifest["module"] for e in entries) == [
+        "other_kernels", "test_search_spaces", "test_search_spaces"
+    ]  # fmt: skip
+    assert len(kernel_entries(tileauto_env, "slow_scale", "other_kernels")) == 1

@@ -22,6 +22,7 @@ import sys
 import types
 import warnings
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
@@ -146,6 +147,19 @@ def function_fingerprint(fn: Any, *, owner: str | None = None) -> Any:
         if owner is None:
             raise
         raise UnkeyableError(f"{exc.path} of {owner}", exc.reason) from None
+
+
+def factory_module(factory: Any) -> str | None:
+    """The module a factory is defined in, as entries record it: the last part of its
+    ``__module__`` (``kernels.gemm_cuda`` and ``gemm_cuda`` are one), and for a script run as
+    ``__main__`` the script's file name (``python gemm_cuda.py`` defines ``gemm_cuda``'s
+    factories, as an import of it would). None where neither is known."""
+    module = getattr(factory, "__module__", None)
+    if module == "__main__":
+        code = getattr(inspect.unwrap(factory), "__code__", None)
+        filename = getattr(code, "co_filename", "")
+        return Path(filename).stem if filename.endswith(".py") else None
+    return module.rpartition(".")[2] if isinstance(module, str) and module else None
 
 
 def is_tensor(value: Any) -> bool:

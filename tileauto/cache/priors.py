@@ -5,13 +5,16 @@ ranked well there.
 
 Read-only: entries are found with the catalog's readers (:func:`list_entries`,
 :func:`read_trials`), which check every record against its manifest; an entry that does not
-verify is skipped, never an error. Entries match by the kernel's name (the factory's qualname);
-the search then matches their configs to its space by parameter name and value, and trusts
-each entry only as far as it ranks the new target's measurements alike.
+verify is skipped, never an error. Entries match by the kernel's name (the factory's qualname)
+and module (:func:`~tileauto.cache.key.factory_module`: two ``gemm`` factories of two files are two kernels); an
+entry stored before its module was recorded matches by name alone. The search then matches
+their configs to its space by parameter name and value, and trusts each entry only as far as
+it ranks the new target's measurements alike.
 
 ``tileauto cache prior KERNEL DIR`` (:func:`export_prior`) writes one trial export
-(``tileauto-trials/1``, gzipped) per tuned entry of ``KERNEL`` into ``DIR``: copy it to another
-machine and pass it as ``prior="DIR"`` (or give the files to ``RecordedSpace.load``).
+(``tileauto-trials/1``, gzipped) per tuned entry of ``KERNEL`` (a name, or ``MODULE:NAME``)
+into ``DIR``: copy it to another machine and pass it as ``prior="DIR"`` (or give the files to
+``RecordedSpace.load``).
 """
 
 from __future__ import annotations
@@ -24,25 +27,37 @@ from pathlib import Path
 
 from tileauto.cache.catalog import EntryInfo, list_entries, read_trials, trials_document
 from tileauto.cache.entry import KIND_TUNED
+from tileauto.cache.key import factory_module as factory_module  # re-exported
 from tileauto.errors import CacheError
 from tileauto.records import Trial, TrialStatus
 
 MAX_ENTRIES = 16  # the newest entries of a kernel read as a prior, at most
 
 
-def kernel_entries(root: Path, kernel: str) -> list[EntryInfo]:
-    """The tuned entries of ``kernel`` under ``root``, newest first (unreadable ones left out)."""
+def _of_module(info: EntryInfo, module: str | None) -> bool:
+    recorded = (info.manifest or {}).get("module")
+    return module is None or recorded is None or recorded == module
+
+
+def kernel_entries(root: Path, kernel: str, module: str | None = None) -> list[EntryInfo]:
+    """The tuned entries of ``kernel`` under ``root``, newest first (unreadable ones left out);
+    with ``module``, those of that module (and those that do not record theirs)."""
     found = [
-        e for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable and e.kernel == kernel
+        e
+        for e in list_entries(Path(root), (KIND_TUNED,))
+        if e.readable and e.kernel == kernel and _of_module(e, module)
     ]
     return sorted(found, key=lambda e: -e.created)
 
 
-def prior_trials(root: Path, kernel: str, *, limit: int = MAX_ENTRIES) -> list[list[Trial]]:
-    """The measured trials of each tuned entry of ``kernel`` (newest first, at most ``limit``
-    entries; entries that do not verify or hold no passing trial are skipped)."""
+def prior_trials(
+    root: Path, kernel: str, *, module: str | None = None, limit: int = MAX_ENTRIES
+) -> list[list[Trial]]:
+    """The measured trials of each tuned entry of ``kernel`` (of ``module``, if given; newest
+    first, at most ``limit`` entries; entries that do not verify or hold no passing trial are
+    skipped)."""
     out: list[list[Trial]] = []
-    for info in kernel_entries(root, kernel):
+    for info in kernel_entries(root, kernel, module):
         if len(out) >= limit:
             break
         try:
@@ -54,13 +69,15 @@ def prior_trials(root: Path, kernel: str, *, limit: int = MAX_ENTRIES) -> list[l
     return out
 
 
-def cache_prior(root: Path, kernel: str) -> Callable[[], list[list[Trial]]]:
+def cache_prior(
+    root: Path, kernel: str, module: str | None = None
+) -> Callable[[], list[list[Trial]]]:
     """A prior source for a strategy's ``use_prior``: read when the search starts (a search
     that never needs it, exhaustive on a small space, never reads the cache)."""
 
     def read() -> list[list[Trial]]:
         try:
-            return prior_trials(root, kernel)
+            return prior_trials(root, kernel, module=module)
         except (CacheError, OSError, ValueError):  # a prior is a hint: no cache, no hint
             return []
 
@@ -70,17 +87,29 @@ def cache_prior(root: Path, kernel: str) -> Callable[[], list[list[Trial]]]:
 def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
     """Write each tuned entry of ``kernel`` as a gzipped trial export into the folder ``out``.
 
+    ``kernel`` is the factory's name, or ``MODULE:NAME`` for that module's alone. A name that
+    entries of several modules share exports them all, and says so on stderr.
+
     Raises:
         CacheError: no tuned entry of ``kernel`` is in the cache (the message lists the
             kernels that are).
     """
-    entries = kernel_entries(root, kernel)
+    module, _, name = kernel.rpartition(":")
+    entries = kernel_entries(root, name, module or None)
     if not entries:
-        known = sorted({e.kernel for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable})
+        known = sorted({_label(e) for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable})
         raise CacheError(
             f"no tuned entry of kernel {kernel!r} in {root}; the cache has tuned entries of "
             f"{known or 'no kernel'}"
         )
+    modules = sorted({m for e in entries if (m := (e.manifest or {}).get("module"))})
+    if not module and len(modules) > 1:
+        print(
+            f"note: {len(modules)} modules define a kernel {name!r} ({', '.join(modules)}): all "
+            f"are written; name one as MODULE:{name} to write its entries alone",
+            file=sys.stderr,
+        )
+    kernel = name
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for info in entries:
@@ -94,3 +123,8 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
             json.dump(document, file)
         written.append(path)
     return written
+
+
+def _label(info: EntryInfo) -> str:
+    module = (info.manifest or {}).get("module")
+    return f"{module}:{info.kernel}" if module else info.kernel

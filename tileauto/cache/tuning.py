@@ -51,6 +51,7 @@ from tileauto.cache.key import (
     describe_arguments,
     describe_key_value,
     digest,
+    factory_module,
     function_fingerprint,
     report_unkeyable,
     versions,
@@ -241,6 +242,7 @@ class TuningStore:
             "key": key,
             "problem_key": problem_key,
             "kernel": problem["name"],
+            "module": factory_module(factory),  # a prior is the same module's same name
             "target": target,
             "device": device,
         }

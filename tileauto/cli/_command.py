@@ -174,7 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
         "DIR: a prior for a search on another machine (prior='DIR')",
         cmd_prior,
     )
-    p.add_argument("kernel", metavar="KERNEL", help="the kernel's name, as `cache list` shows it")
+    p.add_argument(
+        "kernel", metavar="KERNEL",
+        help="the kernel's name, as `cache list` shows it, or MODULE:NAME for one module's",
+    )  # fmt: skip
     p.add_argument("dir", metavar="DIR", help="the folder to write into (created)")
     p = add(
         "push",

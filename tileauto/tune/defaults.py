@@ -78,7 +78,7 @@ def with_cache_prior(
     search: SearchStrategy, problem: TuningProblem, store: Store | None = None
 ) -> SearchStrategy:
     """Hand a strategy that takes a prior (``use_prior``: the guided and auto searches) the
-    trials of the same kernel tuned before on other targets, read when the search starts: from
+    trials of the same kernel (its name and module) tuned before on other targets, read when the search starts: from
     the disk cache, and from the fleet's Redis when the store has one (the entries of the same
     factory and call on other targets or devices). ``TILEAUTO_SEARCH_PRIOR=0`` turns this off;
     ``GuidedSearch(prior=None)`` and ``AutoSearch(prior=None)`` ignore them."""
@@ -90,9 +90,9 @@ def with_cache_prior(
         elsewhere = getattr(store, "trials_elsewhere", None)  # a FleetStore's remote level
 
         def read() -> Any:  # imported when the search starts: a cache hit never pays for it
-            from tileauto.cache.priors import cache_prior
+            from tileauto.cache.priors import cache_prior, factory_module
 
-            records = cache_prior(root, kernel)()
+            records = cache_prior(root, kernel, factory_module(problem.factory))()
             if callable(elsewhere):
                 records += [list(found.trials) for found in elsewhere()]
             return records

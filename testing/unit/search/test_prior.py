@@ -198,8 +198,49 @@ def test_cache_prior_reads_the_kernels_tuned_entries_on_other_devices(tmp_path, 
     assert len(written) == 2
     records = [RecordedSpace.load(p) for p in written]
     assert sorted(len(r) for r in records) == [3, 3]
-    with pytest.raises(CacheError, match="no tuned entry of kernel 'nope'.*'factory'"):
+    with pytest.raises(CacheError, match="no tuned entry of kernel 'nope'.*'cache_fakes:factory'"):
         export_prior(tileauto_env, "nope", tmp_path / "out2")
+
+
+def _namesake(module: str):
+    """``cache_fakes.factory``'s code under the same name, defined in another module."""
+    import types
+
+    import cache_fakes
+
+    fn = types.FunctionType(
+        cache_fakes.factory.__code__, {"__name__": module}, "factory", (16, "float32")
+    )
+    fn.__qualname__ = "factory"
+    return fn
+
+
+def test_a_prior_is_the_same_modules_kernel_of_that_name(tmp_path, tileauto_env, capsys):
+    from tileauto.cache.key import factory_module
+    from tileauto.cache.priors import export_prior, prior_trials
+    from tileauto.cli import main
+
+    space = [{"block": b} for b in (8, 16, 32)]
+    for n, factory in enumerate((None, _namesake("pkg.other"), _namesake("__main__"))):
+        kw = {} if factory is None else {"factory": factory}
+        store = open_store(space=space, args=(64 + n,), **kw)  # three entries
+        store.save(fake_result(tmp_path, [trial(i, c, 1.0 + i) for i, c in enumerate(space)]))
+    assert factory_module(_namesake("pkg.other")) == "other"
+    assert factory_module(_namesake("__main__")) == "cache_fakes"  # the script's file name
+    assert factory_module(len) == "builtins" and factory_module(object()) is None
+    # the __main__ one is cache_fakes.py's: a script is its module
+    assert len(prior_trials(tileauto_env, "factory", module="cache_fakes")) == 2
+    assert len(prior_trials(tileauto_env, "factory", module="other")) == 1
+    assert len(prior_trials(tileauto_env, "factory", module="elsewhere")) == 0
+    assert len(prior_trials(tileauto_env, "factory")) == 3  # no module: every namesake
+
+    assert len(export_prior(tileauto_env, "other:factory", tmp_path / "one")) == 1
+    assert capsys.readouterr().err == ""
+    assert main(["cache", "prior", "factory", str(tmp_path / "all")]) == 0
+    captured = capsys.readouterr()
+    assert "3 entries of factory written" in captured.out
+    assert "2 modules define a kernel 'factory' (cache_fakes, other)" in captured.err
+    assert "MODULE:factory" in captured.err
 
 
 def test_the_export_command_writes_a_prior_folder(tmp_path, tileauto_env, capsys):
