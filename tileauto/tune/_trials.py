@@ -94,16 +94,29 @@ def validation_of(
     return Validation.DEFAULT
 
 
-def warn_if_busy(name: str, timed: Sequence[Trial]) -> None:
-    """Say so when configs were timed while other processes held the cores (their notes)."""
+def warn_if_busy(name: str, timed: Sequence[Trial], device_type: str = "cpu") -> None:
+    """Say so when configs were timed while other processes held the cores (their notes),
+    with the advice that fits the device: on a GPU the kernel runs on the GPU, timed with CUDA
+    events, and the waits are the run worker's, while the compile workers hold the cores."""
     busy = [t for t in timed if any(n.startswith(BUSY_NOTE) for n in t.notes)]
     if not busy:
         return
-    message = (
+    head = (
         f"tileauto: autotune {name}: {len(busy)} of {len(timed)} configs were {BUSY_NOTE} "
         "(their threads waited for a CPU during a quarter of their timing or more; see each "
-        "trial's notes): the ranking may be the scheduler's. Tune on a quiet machine, or with "
-        "num_threads=1 (docs: tuning, 'On a shared machine')."
+        "trial's notes)"
     )
+    if device_type == "cpu":
+        message = (
+            f"{head}: the ranking may be the scheduler's. Tune on a quiet machine, or with "
+            "num_threads=1 (docs: tuning, 'On a shared machine')."
+        )
+    else:
+        message = (
+            f"{head}. The kernels run on the GPU, timed with CUDA events, which such waits "
+            "move little (on an H100, a spread of 0.7% against 0.5%: docs/performance.md); "
+            "to leave the run worker a core, set TILEAUTO_AUTO_TUNING_CPU_COUNTS below the "
+            "number of cores."
+        )
     warnings.warn(message, RuntimeWarning, stacklevel=2)
     log.debug("%s", message)

@@ -494,7 +494,7 @@ class TuningSession:
                 message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
             )
         best = min(candidates, key=lambda t: (t.latency_ms, t.index))
-        warn_if_busy(p.name, candidates)
+        warn_if_busy(p.name, candidates, p.device_type)
         config = dict(best.config)
         measured_result = AutotuneResult(
             config=config,

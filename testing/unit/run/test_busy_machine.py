@@ -91,3 +91,19 @@ def test_a_tuning_with_busy_timings_warns_and_keeps_the_notes(tmp_path):
     assert all(t.status is TrialStatus.OK for t in result.trials)
     said = [str(w.message) for w in got if BUSY_NOTE in str(w.message)]
     assert len(said) == 1 and "num_threads=1" in said[0], said
+
+
+def test_the_busy_warning_of_a_gpu_tuning_gives_the_gpu_s_advice():
+    from tileauto.records import LatencyStats, Trial
+    from tileauto.tune._trials import warn_if_busy
+
+    note = f"{BUSY_NOTE}: its threads waited 90 ms for a CPU during 100 ms of timing"
+    stats = LatencyStats(1.0, 1.0, 1.0, 1.0, 1.0, 3)
+    timed = [
+        Trial(0, {}, TrialStatus.OK, stats, notes=(note,)),
+        Trial(1, {}, TrialStatus.OK, stats),
+    ]
+    with pytest.warns(RuntimeWarning, match="1 of 2 configs were timed on a busy machine") as got:
+        warn_if_busy("k", timed, "cuda")
+    (said,) = [str(w.message) for w in got]
+    assert "TILEAUTO_AUTO_TUNING_CPU_COUNTS" in said and "num_threads" not in said
