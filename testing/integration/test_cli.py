@@ -63,7 +63,8 @@ def test_list_shows_key_kernel_target_age_size_and_latency(cache, capsys):
     header, *rows = out.splitlines()
     assert header.split() == ["KIND", "KEY", "KERNEL", "TARGET", "AGE", "SIZE", "BEST", "MS"]
     tuned_row = next(r for r in rows if tuned in r).split()
-    assert tuned_row[0] == "autotuner" and tuned_row[2] == "scale_add" and tuned_row[3] == "llvm"
+    assert tuned_row[0] == "autotuner" and tuned_row[3] == "llvm"
+    assert tuned_row[2] == "cache_kernels:scale_add"  # MODULE:NAME, as `cache prior` takes it
     assert float(tuned_row[-1]) > 0
     kernel_row = next(r for r in rows if kernel in r).split()
     assert kernel_row[0] == "kernels" and kernel_row[2] == "matmul" and kernel_row[-1] == "-"

@@ -44,6 +44,19 @@ class EntryInfo:
         return str((self.manifest or {}).get("kernel") or "?")
 
     @property
+    def module(self) -> str | None:
+        """The factory's module, as tuned entries record it (None for older entries and plain
+        kernels): see :func:`tileauto.cache.key.factory_module`."""
+        module = (self.manifest or {}).get("module")
+        return module if isinstance(module, str) and module else None
+
+    @property
+    def label(self) -> str:
+        """``MODULE:NAME`` where the module is known, else the name: what ``cache prior``
+        takes to name one module's kernel."""
+        return f"{self.module}:{self.kernel}" if self.module else self.kernel
+
+    @property
     def target(self) -> str:
         """A short target name: ``llvm znver3``, ``cuda sm_90a``."""
         raw = (self.manifest or {}).get("target")
@@ -280,6 +293,7 @@ def trials_document(info: EntryInfo) -> dict[str, Any]:
     return {
         "format": TRIALS_FORMAT,
         "kernel": info.kernel,
+        "module": info.module,
         "key": info.key,
         "kind": info.kind,
         "problem_key": manifest.get("problem_key"),

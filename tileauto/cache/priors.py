@@ -35,8 +35,7 @@ MAX_ENTRIES = 16  # the newest entries of a kernel read as a prior, at most
 
 
 def _of_module(info: EntryInfo, module: str | None) -> bool:
-    recorded = (info.manifest or {}).get("module")
-    return module is None or recorded is None or recorded == module
+    return module is None or info.module is None or info.module == module
 
 
 def kernel_entries(root: Path, kernel: str, module: str | None = None) -> list[EntryInfo]:
@@ -97,12 +96,12 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
     module, _, name = kernel.rpartition(":")
     entries = kernel_entries(root, name, module or None)
     if not entries:
-        known = sorted({_label(e) for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable})
+        known = sorted({e.label for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable})
         raise CacheError(
             f"no tuned entry of kernel {kernel!r} in {root}; the cache has tuned entries of "
             f"{known or 'no kernel'}"
         )
-    modules = sorted({m for e in entries if (m := (e.manifest or {}).get("module"))})
+    modules = sorted({e.module for e in entries if e.module})
     if not module and len(modules) > 1:
         print(
             f"note: {len(modules)} modules define a kernel {name!r} ({', '.join(modules)}): all "
@@ -123,8 +122,3 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
             json.dump(document, file)
         written.append(path)
     return written
-
-
-def _label(info: EntryInfo) -> str:
-    module = (info.manifest or {}).get("module")
-    return f"{module}:{info.kernel}" if module else info.kernel

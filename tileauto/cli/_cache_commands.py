@@ -51,6 +51,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "kind": e.kind,
                 "key": e.key,
                 "kernel": e.kernel,
+                "module": e.module,
                 "target": e.target,
                 "age_s": round(now - e.created, 3),
                 "size_bytes": e.size_bytes,
@@ -72,7 +73,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             (
                 e.kind,
                 e.key,
-                e.kernel if e.readable else "(no manifest: partial or corrupt)",
+                e.label if e.readable else "(no manifest: partial or corrupt)",
                 e.target if e.readable else "-",
                 format_age(now - e.created),
                 format_size(e.size_bytes),
@@ -95,7 +96,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("key", info.key),
         ("kind", info.kind),
         ("path", str(info.path)),
-        ("kernel", info.kernel),
+        ("kernel", info.label),
         ("target", str(manifest.get("target", "?"))),
         ("device", json.dumps(manifest.get("device"), sort_keys=True)),
         (

@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "kernel", metavar="KERNEL",
-        help="the kernel's name, as `cache list` shows it, or MODULE:NAME for one module's",
+        help="the kernel as `cache list` shows it: MODULE:NAME for one module's, NAME for all",
     )  # fmt: skip
     p.add_argument("dir", metavar="DIR", help="the folder to write into (created)")
     p = add(

@@ -234,13 +234,22 @@ def test_a_prior_is_the_same_modules_kernel_of_that_name(tmp_path, tileauto_env,
     assert len(prior_trials(tileauto_env, "factory", module="elsewhere")) == 0
     assert len(prior_trials(tileauto_env, "factory")) == 3  # no module: every namesake
 
-    assert len(export_prior(tileauto_env, "other:factory", tmp_path / "one")) == 1
+    (one,) = export_prior(tileauto_env, "other:factory", tmp_path / "one")
+    with gzip.open(one, "rt") as file:
+        assert json.load(file)["module"] == "other"  # the export says whose it is
     assert capsys.readouterr().err == ""
     assert main(["cache", "prior", "factory", str(tmp_path / "all")]) == 0
     captured = capsys.readouterr()
     assert "3 entries of factory written" in captured.out
     assert "2 modules define a kernel 'factory' (cache_fakes, other)" in captured.err
     assert "MODULE:factory" in captured.err
+    # `cache list` names each entry as `cache prior` takes it
+    assert main(["cache", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(e["module"] for e in listed) == ["cache_fakes", "cache_fakes", "other"]
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("cache_fakes:factory") == 2 and out.count("other:factory") == 1
 
 
 def test_the_export_command_writes_a_prior_folder(tmp_path, tileauto_env, capsys):
