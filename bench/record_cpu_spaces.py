@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         import gemm_cuda as module
 
         if not torch.cuda.is_available():
-            print("--kernel cuda: no CUDA GPU here (torch.cuda.is_available() is False)")
+            print(
+                "--kernel cuda: no CUDA GPU here (torch.cuda.is_available() is False)",
+                file=sys.stderr,
+            )
             return 1
         torch.backends.cuda.matmul.allow_tf32 = False  # the reference in full fp32, as the kernel
     else:

@@ -98,7 +98,7 @@ def test_record_on_the_gpu_says_when_there_is_none(tmp_path):
          "--shapes", "256x256x256", "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert proc.returncode == 1 and "no CUDA GPU here" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "no CUDA GPU here" in proc.stderr, proc.stdout + proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -6,8 +6,8 @@ ranked well there.
 Read-only: entries are found with the catalog's readers (:func:`list_entries`,
 :func:`read_trials`), which check every record against its manifest; an entry that does not
 verify is skipped, never an error. Entries match by the kernel's name (the factory's qualname)
-and module (:func:`~tileauto.cache.key.factory_module`: two ``gemm`` factories of two files are two kernels); an
-entry stored before its module was recorded matches by name alone. The search then matches
+and module (:func:`~tileauto.cache.key.factory_module`: two files' ``gemm`` factories are two
+kernels); an entry stored before its module was recorded matches by name alone. The search then matches
 their configs to its space by parameter name and value, and trusts each entry only as far as
 it ranks the new target's measurements alike.
 
@@ -27,7 +27,6 @@ from pathlib import Path
 
 from tileauto.cache.catalog import EntryInfo, list_entries, read_trials, trials_document
 from tileauto.cache.entry import KIND_TUNED
-from tileauto.cache.key import factory_module as factory_module  # re-exported
 from tileauto.errors import CacheError
 from tileauto.records import Trial, TrialStatus
 
@@ -93,7 +92,7 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
         CacheError: no tuned entry of ``kernel`` is in the cache (the message lists the
             kernels that are).
     """
-    module, _, name = kernel.rpartition(":")
+    module, _, name = kernel.rpartition(":")  # MODULE:NAME, or NAME for every module's
     entries = kernel_entries(root, name, module or None)
     if not entries:
         known = sorted({e.label for e in list_entries(Path(root), (KIND_TUNED,)) if e.readable})
@@ -108,7 +107,6 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
             f"are written; name one as MODULE:{name} to write its entries alone",
             file=sys.stderr,
         )
-    kernel = name
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for info in entries:
@@ -117,7 +115,7 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
         except CacheError as exc:
             print(f"skipped {info.key}: {exc}", file=sys.stderr)
             continue
-        path = out / f"{kernel}-{info.key[:12]}.json.gz"
+        path = out / f"{name}-{info.key[:12]}.json.gz"
         with gzip.open(path, "wt", encoding="utf-8") as file:
             json.dump(document, file)
         written.append(path)

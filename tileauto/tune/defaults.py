@@ -90,7 +90,8 @@ def with_cache_prior(
         elsewhere = getattr(store, "trials_elsewhere", None)  # a FleetStore's remote level
 
         def read() -> Any:  # imported when the search starts: a cache hit never pays for it
-            from tileauto.cache.priors import cache_prior, factory_module
+            from tileauto.cache.key import factory_module
+            from tileauto.cache.priors import cache_prior
 
             records = cache_prior(root, kernel, factory_module(problem.factory))()
             if callable(elsewhere):
