@@ -27,6 +27,9 @@ _STALL_RADIUS = 2  # the configs within this many parameters of one of them
 _STALL_FACTOR = 0.1  # score this much
 _SAMPLE = 8_000  # candidates drawn per batch from a space with more than ``pool`` untried
 _TRUST = 0.3  # a prior record counts once it ranks this space's measurements this alike (rho)
+# when no record earned trust on the prior's first batch, this share of the next one is random:
+# that batch followed records that do not fit and told the model little (docs/search.md)
+_REEXPLORE = 0.5
 
 
 def require_sklearn(what: str) -> None:
@@ -409,7 +412,10 @@ class GuidedSearch(SearchStrategy):
     def _explore_count(self, k: int) -> int:
         expected = self.explore * k
         whole = int(expected)
-        return whole + int(self._rng.random() < expected - whole)
+        count = whole + int(self._rng.random() < expected - whole)
+        if len(self._bests) == 1 and self._trust is not None and not (self._trust >= _TRUST).any():
+            count = max(count, int(round(_REEXPLORE * k)))  # the prior's first batch missed
+        return count
 
     def _candidates(self, told: Any, logs: Any) -> Any:
         """Untried indices to score: all of them, or a sample and the best configs' neighbours."""

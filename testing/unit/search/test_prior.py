@@ -147,6 +147,39 @@ def test_a_prior_that_does_not_fit_is_not_trusted():
     assert (fitting._trust > 0.6).all()
 
 
+class _CountsDraws(GuidedSearch):
+    """Records how many configs each batch drew at random."""
+
+    def start(self, space, *, parallelism=1, seed=0):  # type: ignore[no-untyped-def]
+        super().start(space, parallelism=parallelism, seed=seed)
+        self.random_per_ask: list[int] = []
+        draw = self._untried.draw
+
+        def counted(k: int) -> list[int]:
+            picks = draw(k)
+            self.random_per_ask[-1] += len(picks)
+            return picks
+
+        self._untried.draw = counted  # type: ignore[method-assign]
+
+    def ask(self) -> list[int]:
+        self.random_per_ask.append(0)
+        return super().ask()
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_after_a_first_batch_from_a_prior_that_missed_half_the_next_is_random(fits):
+    target = recorded_bowl(noise=0.05, seed=3)
+    record = recorded_bowl(noise=0.05, seed=4)
+    search = _CountsDraws(explore=0.0, local=0)  # no random picks of its own
+    search.use_prior([record if fits else shuffled(record)])
+    replay(target, search, budget=16, seed=0, parallelism=8)
+    first, second = search.random_per_ask[:2]
+    assert first == 2  # a quarter of the first batch is random, the rest the prior's
+    assert bool((search._trust >= 0.3).any()) is fits
+    assert second == (0 if fits else 4)  # the model's picks, or half at random
+
+
 def test_auto_hands_the_prior_to_its_guided_search_and_keeps_its_text():
     target = recorded_bowl(noise=0.05, seed=3)
     auto = replay(target, "auto", budget=8, seed=0, prior=[recorded_bowl(0.05, seed=4)])
