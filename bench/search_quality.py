@@ -1,7 +1,8 @@
 """How well each search strategy finds the optimum of recorded spaces it was never tuned on.
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
-        [--strategies guided,guided+prior,guided+prior-turns,guided+misfit,tpe,genetic,pso,random]
+        [--strategies guided,guided+prior,guided+prior-turns,guided+misfit,guided+unlike,tpe,
+                      genetic,pso,random]
         [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
         [--prior-extra DIR [--prior-extra DIR2 ...]]
         [--plot docs/img/search_quality.png]
@@ -37,10 +38,13 @@ Everything is reported held out:
   kernel whose parameters share names with it (the convolutions: other parameters and
   values), or, for kernels with no such neighbour, the same kernel's records on another device
   with their times shuffled (an unlike device); it must stay within 0.02 of ``guided``.
+  That shuffle is one draw, the same for every seed, so its first picks are the same few
+  configs in every replay; ``guided+unlike`` shuffles the same kernel's record on another
+  device again for each seed (a different unlike device per seed), which averages over them.
 
 Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``,
 ``guided+prior-turns`` (the same prior, its first batch filled by the records taking turns:
-``GuidedSearch(prior_order="turns")``), ``guided+misfit``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
+``GuidedSearch(prior_order="turns")``), ``guided+misfit``, ``guided+unlike``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
 driven through ``OptunaSearch``), ``genetic`` and ``pso`` (Kernel Tuner's genetic algorithm
 and particle swarm with its defaults: ``tileauto.search.baselines``), ``random``. One replay
 per seed runs to the largest budget; the smaller budgets read its best-so-far trace, which is
@@ -106,6 +110,7 @@ ALL = [
     "guided+prior",
     "guided+prior-turns",
     "guided+misfit",
+    "guided+unlike",
     "tpe",
     "genetic",
     "pso",
@@ -173,13 +178,16 @@ def _shuffled(record: RecordedSpace, seed: int) -> RecordedSpace:
 Pool = list[tuple[str, str]]  # recorded spaces as (folder, name): where priors come from
 
 
-def priors_of(folder: str, name: str, pool: Pool, kind: str) -> list[RecordedSpace]:
+def priors_of(folder: str, name: str, pool: Pool, kind: str, seed: int = 0) -> list[RecordedSpace]:
     """The prior a space gets: the same kernel's other records in ``pool`` (other devices),
-    or one that does not fit."""
+    or one that does not fit (``misfit``; ``unlike``: another device's record shuffled with
+    ``seed``)."""
     mine = kernel_of(name)
     same = [(f, n) for f, n in pool if kernel_of(n) == mine and (f, n) != (folder, name)]
     if kind == "prior":
         return [_record(f, n) for f, n in same]
+    if kind == "unlike":
+        return [_shuffled(_record(*same[0]), seed)] if same else []
 
     def params(f: str, n: str) -> set[str]:
         return {x for p in _record(f, n).space.params for x in p.names}
@@ -211,8 +219,8 @@ def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
             else guided(settings)
         )
         if strategy != "guided":
-            kind = "misfit" if strategy == "guided+misfit" else "prior"
-            prior = priors_of(folder, name, pool, kind)
+            kind = {"guided+misfit": "misfit", "guided+unlike": "unlike"}.get(strategy, "prior")
+            prior = priors_of(folder, name, pool, kind, seed)
     else:
         inner = BASELINES[strategy]()
     timed = Timed(inner)

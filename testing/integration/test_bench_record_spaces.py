@@ -140,3 +140,6 @@ def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
     )  # fmt: skip
     (misfit,) = bench.priors_of(str(here), "bowl_k_a", pool, "misfit")  # no other kernel
     assert misfit.kernel == "shuffled" and len(misfit) == 64
+    unlike = [bench.priors_of(str(here), "bowl_k_a", pool, "unlike", seed)[0] for seed in (0, 1)]
+    times = [[t.latency_ms for t in u.trials] for u in unlike]
+    assert times[0] != times[1] and sorted(times[0]) == sorted(times[1])  # a shuffle per seed
