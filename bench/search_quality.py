@@ -1,8 +1,8 @@
 """How well each search strategy finds the optimum of recorded spaces it was never tuned on.
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
-        [--strategies guided,guided+prior,guided+prior-turns,guided+misfit,guided+unlike,tpe,
-                      genetic,pso,random]
+        [--strategies guided,guided+prior,guided+prior-turns,guided+misfit,guided+unlike,
+                      guided+device,tpe,genetic,pso,random]
         [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
         [--prior-extra DIR [--prior-extra DIR2 ...]]
         [--plot docs/img/search_quality.png]
@@ -41,6 +41,11 @@ Everything is reported held out:
   That shuffle is one draw, the same for every seed, so its first picks are the same few
   configs in every replay; ``guided+unlike`` shuffles the same kernel's record on another
   device again for each seed (a different unlike device per seed), which averages over them.
+- **The same problem on other devices only** (``guided+device``, with ``--prior-extra``): the
+  prior is the records of the same file name in the ``--prior-extra`` folders, the same kernel
+  and problem measured on other devices and nothing else: what a real tuning's cache prior
+  finds (``with_cache_prior``: the same factory and problem, other targets). Run by default
+  only where ``--prior-extra`` is given.
 
 Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``,
 ``guided+prior-turns`` (the same prior, its first batch filled by the records taking turns:
@@ -111,6 +116,7 @@ ALL = [
     "guided+prior-turns",
     "guided+misfit",
     "guided+unlike",
+    "guided+device",
     "tpe",
     "genetic",
     "pso",
@@ -188,6 +194,8 @@ def priors_of(folder: str, name: str, pool: Pool, kind: str, seed: int = 0) -> l
         return [_record(f, n) for f, n in same]
     if kind == "unlike":
         return [_shuffled(_record(*same[0]), seed)] if same else []
+    if kind == "device":  # the same problem measured elsewhere: a file of the same name
+        return [_record(f, n) for f, n in same if n == name]
 
     def params(f: str, n: str) -> set[str]:
         return {x for p in _record(f, n).space.params for x in p.names}
@@ -219,7 +227,11 @@ def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
             else guided(settings)
         )
         if strategy != "guided":
-            kind = {"guided+misfit": "misfit", "guided+unlike": "unlike"}.get(strategy, "prior")
+            kind = {
+                "guided+misfit": "misfit",
+                "guided+unlike": "unlike",
+                "guided+device": "device",
+            }.get(strategy, "prior")
             prior = priors_of(folder, name, pool, kind, seed)
     else:
         inner = BASELINES[strategy]()
@@ -427,7 +439,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--budgets", default=None, help="percentages, e.g. 1,2,5")
-    parser.add_argument("--strategies", default=",".join(ALL))
+    parser.add_argument(
+        "--strategies", default=None,
+        help=f"comma-separated, among {','.join(ALL)} (default: all; guided+device only with "
+        "--prior-extra)",
+    )  # fmt: skip
     parser.add_argument("--spaces", default=str(SPACES))
     parser.add_argument("--only", default="", help="comma-separated parts of space file names")
     parser.add_argument(
@@ -458,10 +474,16 @@ def main() -> None:
     shares = [
         float(x) / 100 for x in (args.budgets or ("1,2" if args.quick else "1,2,5")).split(",")
     ]
-    strategies = [s for s in args.strategies.split(",") if s]
+    if args.strategies is None:
+        strategies = [s for s in ALL if s != "guided+device" or args.prior_extra]
+    else:
+        strategies = [s for s in args.strategies.split(",") if s]
     unknown = [s for s in strategies if s not in ALL]
     if unknown:
         sys.exit(f"--strategies: unknown {unknown}; choose among {ALL}")
+    if "guided+device" in strategies and not args.prior_extra:
+        sys.exit("--strategies: guided+device needs --prior-extra DIR (the same problems "
+                 "recorded on other devices), got none")  # fmt: skip
     select = [k for k, share in enumerate(shares) if share <= 0.02] or [0]
     folder = args.holdout or args.spaces
     names, all_names = _names(folder, args.only)

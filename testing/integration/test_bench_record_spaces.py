@@ -143,3 +143,5 @@ def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
     unlike = [bench.priors_of(str(here), "bowl_k_a", pool, "unlike", seed)[0] for seed in (0, 1)]
     times = [[t.latency_ms for t in u.trials] for u in unlike]
     assert times[0] != times[1] and sorted(times[0]) == sorted(times[1])  # a shuffle per seed
+    (device,) = bench.priors_of(str(here), "bowl_k_a", pool, "device")  # same problem elsewhere
+    assert device.source == str(there / "bowl_k_a.json")
