@@ -145,3 +145,19 @@ def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
     assert times[0] != times[1] and sorted(times[0]) == sorted(times[1])  # a shuffle per seed
     (device,) = bench.priors_of(str(here), "bowl_k_a", pool, "device")  # same problem elsewhere
     assert device.source == str(there / "bowl_k_a.json")
+
+
+def test_the_h100s_record_finds_the_h200s_optimum_in_the_first_batch():
+    """Transfer with tileauto's own exports: the CUDA GEMM tuned on an H100 is the prior of the
+    same problem on an H200 (bench/spaces/cuda-h100, cuda-h200: the seventh test), replayed."""
+    from tileauto.search import GuidedSearch, replay
+
+    name = "tileauto_gemmcuda_2048x2048x2048.json.gz"
+    here = RecordedSpace.load(ROOT / "bench" / "spaces" / "cuda-h200" / name)
+    there = RecordedSpace.load(ROOT / "bench" / "spaces" / "cuda-h100" / name)
+    assert (here.device, there.device) == ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+    seeds = range(5)
+    first_batch = [replay(here, GuidedSearch(), budget=8, seed=s, prior=[there]) for s in seeds]
+    assert all(r.score == 1.0 for r in first_batch)  # the optimum among the 8 configs
+    without = [replay(here, GuidedSearch(), budget=8, seed=s).score for s in seeds]
+    assert sum(without) / len(without) < 0.95  # 5 configs in 970 within 5%: a lottery
