@@ -51,6 +51,13 @@ class EntryInfo:
         return module if isinstance(module, str) and module else None
 
     @property
+    def family(self) -> str | None:
+        """The factory's call on every target and device (tuned entries record it; None for
+        older entries): entries of one family are the same problem measured elsewhere."""
+        family = (self.manifest or {}).get("family")
+        return family if isinstance(family, str) and family else None
+
+    @property
     def label(self) -> str:
         """``MODULE:NAME`` where the module is known, else the name: what ``cache prior``
         takes to name one module's kernel."""

@@ -1,7 +1,8 @@
 """A search's prior from the disk cache: the trials of a kernel tuned before, elsewhere.
 
 Elsewhere is other targets, devices or problem sizes: the guided search starts from what
-ranked well there.
+ranked well there. The same call measured on other targets or devices (its *family*) is read
+first: on another device it is the best prior there is.
 
 Read-only: entries are found with the catalog's readers (:func:`list_entries`,
 :func:`read_trials`), which check every record against its manifest; an entry that does not
@@ -49,13 +50,24 @@ def kernel_entries(root: Path, kernel: str, module: str | None = None) -> list[E
 
 
 def prior_trials(
-    root: Path, kernel: str, *, module: str | None = None, limit: int = MAX_ENTRIES
+    root: Path,
+    kernel: str,
+    *,
+    module: str | None = None,
+    family: str | None = None,
+    limit: int = MAX_ENTRIES,
 ) -> list[list[Trial]]:
-    """The measured trials of each tuned entry of ``kernel`` (of ``module``, if given; newest
-    first, at most ``limit`` entries; entries that do not verify or hold no passing trial are
-    skipped)."""
+    """The measured trials of each tuned entry of ``kernel`` (of ``module``, if given; at most
+    ``limit`` entries; entries that do not verify or hold no passing trial are skipped).
+
+    The entries of ``family`` (the same call, measured on other targets or devices) come
+    first, so that other problem sizes tuned since never crowd them out; then the others,
+    newest first."""
+    entries = kernel_entries(root, kernel, module)
+    if family is not None:  # a stable sort: newest first within each group
+        entries.sort(key=lambda e: e.family != family)
     out: list[list[Trial]] = []
-    for info in kernel_entries(root, kernel, module):
+    for info in entries:
         if len(out) >= limit:
             break
         try:
@@ -68,14 +80,14 @@ def prior_trials(
 
 
 def cache_prior(
-    root: Path, kernel: str, module: str | None = None
+    root: Path, kernel: str, module: str | None = None, family: str | None = None
 ) -> Callable[[], list[list[Trial]]]:
     """A prior source for a strategy's ``use_prior``: read when the search starts (a search
     that never needs it, exhaustive on a small space, never reads the cache)."""
 
     def read() -> list[list[Trial]]:
         try:
-            return prior_trials(root, kernel, module=module)
+            return prior_trials(root, kernel, module=module, family=family)
         except (CacheError, OSError, ValueError):  # a prior is a hint: no cache, no hint
             return []
 

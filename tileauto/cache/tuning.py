@@ -241,6 +241,8 @@ class TuningStore:
             "kind": KIND_TUNED,
             "key": key,
             "problem_key": problem_key,
+            # the same call on every target and device (remote.family_of): a prior's first pick
+            "family": digest({"factory": problem["factory"], "args": problem["args"]}),
             "kernel": problem["name"],
             "module": factory_module(factory),  # a prior is the same module's same name
             "target": target,

@@ -88,12 +88,13 @@ def with_cache_prior(
         kernel = getattr(problem.factory, "__qualname__", problem.name)  # as the cache names it
         root = problem.settings.cache_dir
         elsewhere = getattr(store, "trials_elsewhere", None)  # a FleetStore's remote level
+        family = getattr(store, "family", None)  # this call's entries elsewhere come first
 
         def read() -> Any:  # imported when the search starts: a cache hit never pays for it
             from tileauto.cache.key import factory_module
             from tileauto.cache.priors import cache_prior
 
-            records = cache_prior(root, kernel, factory_module(problem.factory))()
+            records = cache_prior(root, kernel, factory_module(problem.factory), family)()
             if callable(elsewhere):
                 records += [list(found.trials) for found in elsewhere()]
             return records

@@ -71,6 +71,12 @@ class DiskStore:
     def known_trials(self) -> dict[str, Trial]:
         return self.entry.known_trials()
 
+    @property
+    def family(self) -> str | None:
+        """This call on every target and device (see :attr:`tileauto.cache.catalog.EntryInfo.family`)."""
+        family = self.entry.meta.get("family")
+        return family if isinstance(family, str) else None
+
     def locked(self) -> contextlib.AbstractContextManager[None]:
         return self.entry.locked(self.on_wait)
 

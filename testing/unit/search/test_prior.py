@@ -235,6 +235,52 @@ def test_cache_prior_reads_the_kernels_tuned_entries_on_other_devices(tmp_path, 
         export_prior(tileauto_env, "nope", tmp_path / "out2")
 
 
+def test_the_same_call_on_other_devices_comes_first_in_the_cache_prior(tmp_path, tileauto_env):
+    """Other problem sizes tuned since never crowd out the same call measured elsewhere."""
+    import cache_fakes
+
+    from tileauto.cache.priors import MAX_ENTRIES, prior_trials
+    from tileauto.cache.remote import family_of
+
+    space = [{"block": b} for b in (8, 16, 32)]
+
+    def tune(n: int, device: str, best: int) -> str:
+        store = open_store(space=space, args=(n,), device={"kind": "cpu", "mcpu": device})
+        trials = [trial(i, c, 1.0 if c["block"] == best else 2.0) for i, c in enumerate(space)]
+        store.save(fake_result(tmp_path, trials, best=[c["block"] for c in space].index(best)))
+        return store.meta["family"]
+
+    family = tune(64, "elsewhere", best=32)  # the oldest entry
+    for n in range(MAX_ENTRIES):  # then as many other sizes on this device, newer
+        assert tune(100 + n, "here", best=8) != family
+    assert family == family_of(cache_fakes.factory, (64,), {})  # the fleet's name for the call
+    by_age = prior_trials(tileauto_env, "factory")
+    assert len(by_age) == MAX_ENTRIES and all(_best(t) == 8 for t in by_age)  # crowded out
+    first = prior_trials(tileauto_env, "factory", family=family)
+    assert len(first) == MAX_ENTRIES and _best(first[0]) == 32
+    assert all(_best(t) == 8 for t in first[1:])  # then the newest others
+    # a tuning of that call on a third device: the session's store names its family
+    from types import SimpleNamespace
+
+    from tileauto.settings import Settings
+    from tileauto.tune.defaults import with_cache_prior
+    from tileauto.tune.stores import DiskStore
+
+    third = DiskStore(open_store(space=space, args=(64,), device={"kind": "cpu", "mcpu": "3"}))
+    assert third.family == family
+    problem = SimpleNamespace(
+        settings=Settings.from_env(), factory=cache_fakes.factory, name="factory"
+    )
+    search = GuidedSearch()
+    with_cache_prior(search, problem, third)  # type: ignore[arg-type]
+    given = search._given()  # read when the search starts
+    assert len(given) == MAX_ENTRIES and _best(given[0]) == 32
+
+
+def _best(trials) -> int:
+    return min((t for t in trials if t.ok), key=lambda t: t.latency_ms).config["block"]
+
+
 def _namesake(module: str):
     """``cache_fakes.factory``'s code under the same name, defined in another module."""
     import types
