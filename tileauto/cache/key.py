@@ -112,6 +112,14 @@ def digest(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def family_digest(factory: Any, args: Any) -> str:
+    """One factory's call on every target and device: ``factory`` its fingerprint
+    (:func:`function_fingerprint`), ``args`` its described call (or ``key=`` bucket), without
+    the target, device or versions. The fleet's Redis groups entries by it; a tuned entry's
+    manifest records it, and the cache prior reads the same call's entries first."""
+    return digest({"factory": factory, "args": args})
+
+
 def versions() -> dict[str, str]:
     """Cache format, tileauto and TVM versions (a change in any of them is a miss)."""
     return {"format": str(FORMAT_VERSION), "tileauto": tileauto_version(), "tvm": tvm_version()}

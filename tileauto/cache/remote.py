@@ -418,7 +418,7 @@ def family_of(factory: Any, args: tuple, kwargs: dict[str, Any], bucket: Any = N
         UnkeyableError,
         describe_arguments,
         describe_key_value,
-        digest,
+        family_digest,
         function_fingerprint,
     )
 
@@ -429,7 +429,7 @@ def family_of(factory: Any, args: tuple, kwargs: dict[str, Any], bucket: Any = N
             if bucket is None
             else {"bucket": describe_key_value(bucket, content=False)}
         )
-        return digest({"factory": function_fingerprint(factory), "args": described})
+        return family_digest(function_fingerprint(factory), described)
     except (UnkeyableError, TypeError, ValueError):
         return None
 

@@ -52,6 +52,7 @@ from tileauto.cache.key import (
     describe_key_value,
     digest,
     factory_module,
+    family_digest,
     function_fingerprint,
     report_unkeyable,
     versions,
@@ -241,8 +242,8 @@ class TuningStore:
             "kind": KIND_TUNED,
             "key": key,
             "problem_key": problem_key,
-            # the same call on every target and device (remote.family_of): a prior's first pick
-            "family": digest({"factory": problem["factory"], "args": problem["args"]}),
+            # this call on every target and device: the cache prior reads its entries first
+            "family": family_digest(problem["factory"], problem["args"]),
             "kernel": problem["name"],
             "module": factory_module(factory),  # a prior is the same module's same name
             "target": target,

@@ -73,7 +73,7 @@ class DiskStore:
 
     @property
     def family(self) -> str | None:
-        """This call on every target and device (see :attr:`tileauto.cache.catalog.EntryInfo.family`)."""
+        """This call on every target and device (:func:`tileauto.cache.key.family_digest`)."""
         family = self.entry.meta.get("family")
         return family if isinstance(family, str) else None
 
