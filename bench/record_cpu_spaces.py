@@ -2,7 +2,7 @@
 
     TILEAUTO_NUM_THREADS=1 python bench/record_cpu_spaces.py [--out bench/spaces]
         [--cache-dir DIR] [--shapes 384x384x384,256x1024x512,1024x256x256,64x4096x512]
-        [--warmup 10] [--rep 50] [--kernel cpu|cuda]
+        [--warmup 10] [--rep 50] [--kernel cpu|cuda] [--mcpu haswell]
 
 For each ``MxNxK`` shape it tunes ``examples/gemm_cpu.py``'s GEMM exhaustively over
 ``gemm_cpu.space(M, N, K)`` (every valid config compiled, checked against ``torch.matmul`` and
@@ -19,6 +19,12 @@ These spaces were recorded after the strategy was frozen (docs/search.md, "Space
 after the design"). One thread per kernel (``TILEAUTO_NUM_THREADS=1``): timings with both
 cores of a shared machine are bimodal (docs/search.md, "On a real kernel: the CPU GEMM").
 
+``--mcpu NAME`` compiles the CPU GEMM for another CPU than this host (an LLVM CPU name, e.g.
+``haswell``: AVX2 and 16 vector registers, no AVX-512) and fits the space to that CPU's
+register file (``gemm_cpu.space(..., avx512=...)``): the same kernel on an unlike device, run
+on this host, which must have every vector feature that CPU has. Its files keep the same names,
+so write them to a folder of their own (``--out bench/spaces/avx2``).
+
 ``--kernel cuda`` records ``examples/gemm_cuda.py``'s GEMM over ``gemm_cuda.space(M, N, K)``
 on the CUDA GPU instead (files ``tileauto_gemmcuda_<M>x<N>x<K>.json.gz``); without a GPU it
 says so and exits 1.
@@ -27,6 +33,7 @@ says so and exits 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
@@ -52,6 +59,26 @@ def shape_of(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
+def cpu_target(mcpu: str) -> tuple[dict[str, str], bool]:
+    """The LLVM target for CPU ``mcpu``, and whether it has AVX-512; ValueError where LLVM does
+    not know the name or this host lacks a vector feature that CPU has (its code would fault)."""
+    import tvm
+    from tvm.target import codegen
+
+    triple = codegen.llvm_get_system_triple()
+    if not codegen.llvm_is_valid_cpu(mcpu, triple):
+        raise ValueError(f"--mcpu: LLVM does not know a CPU {mcpu!r} for {triple}")
+    target = {"kind": "llvm", "mcpu": mcpu}
+    there, host = tvm.target.Target(target), tvm.target.Target.from_device("cpu")
+    features = ("sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl")
+    lacks = [f for f in features
+             if codegen.llvm_cpu_has_features([f], there)
+             and not codegen.llvm_cpu_has_features([f], host)]  # fmt: skip
+    if lacks:
+        raise ValueError(f"--mcpu {mcpu}: this host ({host.mcpu}) lacks {', '.join(lacks)}")
+    return target, bool(codegen.llvm_cpu_has_features(["avx512f"], there))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "spaces")
@@ -65,8 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         "--kernel", choices=["cpu", "cuda"], default="cpu",
         help="examples/gemm_cpu.py on the CPU (default) or examples/gemm_cuda.py on the GPU",
     )  # fmt: skip
+    parser.add_argument(
+        "--mcpu", default=None, metavar="NAME",
+        help="--kernel cpu: compile for this LLVM CPU (e.g. haswell) instead of this host's",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     shapes = [shape_of(s) for s in args.shapes.split(",")]
+    if args.mcpu is not None and args.kernel != "cpu":
+        parser.error(f"--mcpu is for --kernel cpu, got --kernel {args.kernel}")
     import torch
 
     import tileauto
@@ -81,9 +114,19 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         torch.backends.cuda.matmul.allow_tf32 = False  # the reference in full fp32, as the kernel
+        factory, space_of = module.matmul, module.space
     else:
         import gemm_cpu as module
 
+        factory, space_of = module.matmul, module.space
+        if args.mcpu is not None:
+            try:
+                target, avx512 = cpu_target(args.mcpu)
+            except ValueError as e:
+                parser.error(str(e))
+            factory = tileauto.jit(out_idx=[-1], target=target)(module.gemm)
+            space_of = functools.partial(module.space, avx512=avx512)
+            print(f"compiling for {target} (AVX-512: {avx512})", flush=True)
         if os.environ.get("TILEAUTO_NUM_THREADS") != "1":
             print("note: TILEAUTO_NUM_THREADS is not 1: kernels time on every core", flush=True)
 
@@ -92,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         shape = f"{m}x{n}x{k}"
         cache = args.cache_dir / shape  # one tuned entry per folder: its export is this shape's
         os.environ["TILEAUTO_CACHE_DIR"] = str(cache)  # read at each tuning
-        space = module.space(m, n, k)
+        space = space_of(m, n, k)
         start = time.perf_counter()
         tuned = tileauto.autotune(
             configs=space, search="exhaustive", warmup=args.warmup, rep=args.rep,
             ref_prog=torch.matmul, rtol=1e-3, atol=1e-4 * k**0.5, verbose=False,
-        )(module.matmul)  # fmt: skip
+        )(factory)  # fmt: skip
         tuned(m, n, k)
         result = tuned.get_tuner_result(m, n, k)
         ok = sum(t.ok for t in result.trials)

@@ -222,7 +222,7 @@ def configs(M: int, N: int, K: int) -> list[dict]:
 get_configs = configs
 
 
-def space(M: int, N: int, K: int) -> ProductSpace:
+def space(M: int, N: int, K: int, avx512: bool | None = None) -> ProductSpace:
     """A large constrained space for the search strategies: 2,412 configs at 384^3 with AVX-512.
 
     The product of cache tiles (``block_M``, ``block_N``, ``block_K``), register tiles
@@ -238,13 +238,20 @@ def space(M: int, N: int, K: int) -> ProductSpace:
       the overhead of a serial loop over many tiles.
 
     An AVX2-only host keeps 558 configs at 384^3 (half the registers: smaller register tiles).
-    ``bench/cpu_gemm_search.py`` tunes it exhaustively and with the default search.
+    ``avx512`` says which register file to fit: this host's (None, the default), or another's,
+    for a kernel compiled for another CPU (``target={"kind": "llvm", "mcpu": "haswell"}``:
+    ``avx512=False``). ``bench/cpu_gemm_search.py`` tunes it exhaustively and with the default
+    search.
     """
     from tileauto.space import product
 
-    lanes, regs = (16, 32) if _AVX512 else (8, 16)
+    if avx512 is None:
+        avx512 = _AVX512
+    elif not isinstance(avx512, bool):
+        raise TypeError(f"avx512 must be None (this host) or a bool, got {avx512!r}")
+    lanes, regs = (16, 32) if avx512 else (8, 16)
     # a vector of `vec` lanes takes vec / lanes registers when it is wider than the hardware's
-    width = "vec" if _AVX512 else str(lanes)
+    width = "vec" if avx512 else str(lanes)
     return product(
         block_M=[16, 32, 64, 96, 128],
         block_N=[32, 64, 128, 192],

@@ -90,6 +90,43 @@ def test_record_then_score_held_out(tmp_path):
         assert row["guided+prior-turns"][-1] == 1.0, row
 
 
+def test_record_for_another_cpu_fits_its_registers_and_names_its_target(tmp_path):
+    """--mcpu haswell: the same GEMM compiled for an AVX2 CPU (16 registers), run on this host;
+    its space is the AVX2 one, and its export's target is that CPU's."""
+    import gzip
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import gemm_cpu
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    avx2 = len(gemm_cpu.space(32, 32, 64, avx512=False))
+    assert avx2 < len(gemm_cpu.space(32, 32, 64, avx512=True))  # half the registers
+    with pytest.raises(TypeError, match="avx512 must be None .* got 'no'"):
+        gemm_cpu.space(32, 32, 64, avx512="no")
+    env = {**os.environ, "TILEAUTO_NUM_THREADS": "1"}
+    out = tmp_path / "avx2"
+    printed = _run(
+        str(ROOT / "bench" / "record_cpu_spaces.py"), "--mcpu", "haswell", "--shapes", "32x32x64",
+        "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--warmup", "1", "--rep", "3",
+        env=env,
+    )  # fmt: skip
+    assert f"32x32x64: {avx2} configs, {avx2} passed" in printed, printed
+    (path,) = out.iterdir()
+    assert path.name == "tileauto_gemmcpu_32x32x64.json.gz"  # the name the host's record has
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    assert json.loads(doc["target"])["mcpu"] == "haswell"
+    assert len(RecordedSpace.load(path)) == avx2
+
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "record_cpu_spaces.py"), "--mcpu", "no-such-cpu",
+         "--shapes", "32x32x64", "--out", str(tmp_path / "bad")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--mcpu: LLVM does not know a CPU 'no-such-cpu'" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
 def test_record_on_the_gpu_says_when_there_is_none(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is here: the recording would run (the gpu-marked run does it)")
