@@ -1,7 +1,7 @@
 """How well each search strategy finds the optimum of recorded spaces it was never tuned on.
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
-        [--strategies guided,guided+prior,guided+prior-turns,guided+misfit,guided+unlike,
+        [--strategies guided,guided+prior,guided+prior-flat,guided+prior-turns,guided+misfit,guided+unlike,
                       guided+device,tpe,genetic,pso,random]
         [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
         [--prior-extra DIR [--prior-extra DIR2 ...]]
@@ -27,7 +27,9 @@ Everything is reported held out:
   libraries' or Kernel Tuner's defaults).
 - **Leave one device out (transfer).** ``guided+prior`` scores a space with the records of the
   same kernel on the *other* devices as its prior (``replay(..., prior=[...])``), never the
-  space's own record.
+  space's own record; records of the same file name (the same problem elsewhere, as in
+  ``--prior-extra``) are grouped as ``SameProblem``, as a tuning's cache prior groups the
+  same call's entries, and ``guided+prior-flat`` gives the same records without the group.
 - **Spaces recorded after the design** (``--holdout DIR``): the guided search's settings are
   chosen once, on every space of ``--spaces``, by the same rule, and every strategy is scored
   on the spaces of ``DIR`` (``bench/record_cpu_spaces.py`` records the CPU GEMM's); priors and
@@ -48,7 +50,7 @@ Everything is reported held out:
   only where ``--prior-extra`` is given.
 
 Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``,
-``guided+prior-turns`` (the same prior, its first batch filled by the records taking turns:
+``guided+prior-flat``, ``guided+prior-turns`` (the same prior, its first batch filled by the records taking turns:
 ``GuidedSearch(prior_order="turns")``), ``guided+misfit``, ``guided+unlike``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
 driven through ``OptunaSearch``), ``genetic`` and ``pso`` (Kernel Tuner's genetic algorithm
 and particle swarm with its defaults: ``tileauto.search.baselines``), ``random``. One replay
@@ -88,6 +90,7 @@ from tileauto.search import (  # noqa: E402
     OptunaSearch,
     RandomSearch,
     RecordedSpace,
+    SameProblem,
     SearchStrategy,
     replay,
 )
@@ -113,6 +116,7 @@ BASELINES = {
 ALL = [
     "guided",
     "guided+prior",
+    "guided+prior-flat",
     "guided+prior-turns",
     "guided+misfit",
     "guided+unlike",
@@ -184,14 +188,18 @@ def _shuffled(record: RecordedSpace, seed: int) -> RecordedSpace:
 Pool = list[tuple[str, str]]  # recorded spaces as (folder, name): where priors come from
 
 
-def priors_of(folder: str, name: str, pool: Pool, kind: str, seed: int = 0) -> list[RecordedSpace]:
-    """The prior a space gets: the same kernel's other records in ``pool`` (other devices),
-    or one that does not fit (``misfit``; ``unlike``: another device's record shuffled with
-    ``seed``)."""
+def priors_of(folder: str, name: str, pool: Pool, kind: str, seed: int = 0) -> list[Any]:
+    """The prior a space gets: the same kernel's other records in ``pool`` (other devices;
+    ``prior``: those of the same name grouped as ``SameProblem``, ``flat``: not), or one that
+    does not fit (``misfit``; ``unlike``: another device's record shuffled with ``seed``)."""
     mine = kernel_of(name)
     same = [(f, n) for f, n in pool if kernel_of(n) == mine and (f, n) != (folder, name)]
-    if kind == "prior":
+    if kind == "flat":
         return [_record(f, n) for f, n in same]
+    if kind == "prior":  # as a tuning's cache prior: the same problem's records apart
+        problem = [_record(f, n) for f, n in same if n == name]
+        rest = [_record(f, n) for f, n in same if n != name]
+        return [SameProblem(problem), *rest] if problem else rest
     if kind == "unlike":
         return [_shuffled(_record(*same[0]), seed)] if same else []
     if kind == "device":  # the same problem measured elsewhere: a file of the same name
@@ -231,6 +239,7 @@ def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
                 "guided+misfit": "misfit",
                 "guided+unlike": "unlike",
                 "guided+device": "device",
+                "guided+prior-flat": "flat",
             }.get(strategy, "prior")
             prior = priors_of(folder, name, pool, kind, seed)
     else:

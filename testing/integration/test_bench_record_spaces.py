@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tileauto.search import RecordedSpace
+from tileauto.search import RecordedSpace, SameProblem
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -170,11 +170,18 @@ def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
         _kernel_tuner_file(folder / "bowl_k_a.json", offset)
         _kernel_tuner_file(folder / "bowl_k_b.json", offset + 1)
     pool = [(str(f), n) for f in (here, there) for n in ("bowl_k_a", "bowl_k_b")]
-    priors = bench.priors_of(str(here), "bowl_k_a", pool, "prior")
-    assert sorted(p.source for p in priors) == sorted(
+    flat = bench.priors_of(str(here), "bowl_k_a", pool, "flat")
+    assert sorted(p.source for p in flat) == sorted(
         str(f / n) for f, n in ((here, "bowl_k_b.json"), (there, "bowl_k_a.json"),
                                 (there, "bowl_k_b.json"))
     )  # fmt: skip
+    group, *rest = bench.priors_of(str(here), "bowl_k_a", pool, "prior")  # as a cache prior
+    assert isinstance(group, SameProblem)  # the same name elsewhere: the same problem
+    assert [p.source for p in group.records] == [str(there / "bowl_k_a.json")]
+    assert sorted(p.source for p in rest) == [
+        str(here / "bowl_k_b.json"),
+        str(there / "bowl_k_b.json"),
+    ]
     (misfit,) = bench.priors_of(str(here), "bowl_k_a", pool, "misfit")  # no other kernel
     assert misfit.kernel == "shuffled" and len(misfit) == 64
     unlike = [bench.priors_of(str(here), "bowl_k_a", pool, "unlike", seed)[0] for seed in (0, 1)]

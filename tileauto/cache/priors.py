@@ -63,33 +63,49 @@ def prior_trials(
     The entries of ``family`` (the same call, measured on other targets or devices) come
     first, so that other problem sizes tuned since never crowd them out; then the others,
     newest first."""
+    same, others = prior_groups(root, kernel, module=module, family=family, limit=limit)
+    return same + others
+
+
+def prior_groups(
+    root: Path,
+    kernel: str,
+    *,
+    module: str | None = None,
+    family: str | None = None,
+    limit: int = MAX_ENTRIES,
+) -> tuple[list[list[Trial]], list[list[Trial]]]:
+    """:func:`prior_trials` in two groups: the entries of ``family`` (the same call on other
+    targets or devices), and the others (other calls: other problem sizes)."""
     entries = kernel_entries(root, kernel, module)
     if family is not None:  # a stable sort: newest first within each group
         entries.sort(key=lambda e: e.family != family)
-    out: list[list[Trial]] = []
+    same: list[list[Trial]] = []
+    others: list[list[Trial]] = []
     for info in entries:
-        if len(out) >= limit:
+        if len(same) + len(others) >= limit:
             break
         try:
             trials = [t for t in read_trials(info).trials if t.status is not TrialStatus.NOT_RUN]
         except CacheError:
             continue
         if any(t.ok for t in trials):
-            out.append(trials)
-    return out
+            (same if family is not None and info.family == family else others).append(trials)
+    return same, others
 
 
 def cache_prior(
     root: Path, kernel: str, module: str | None = None, family: str | None = None
-) -> Callable[[], list[list[Trial]]]:
-    """A prior source for a strategy's ``use_prior``: read when the search starts (a search
-    that never needs it, exhaustive on a small space, never reads the cache)."""
+) -> Callable[[], tuple[list[list[Trial]], list[list[Trial]]]]:
+    """A prior source for a strategy's ``use_prior``, read when the search starts (a search
+    that never needs it, exhaustive on a small space, never reads the cache): the trials of
+    the same call elsewhere, and of the kernel's other calls (:func:`prior_groups`)."""
 
-    def read() -> list[list[Trial]]:
+    def read() -> tuple[list[list[Trial]], list[list[Trial]]]:
         try:
-            return prior_trials(root, kernel, module=module, family=family)
+            return prior_groups(root, kernel, module=module, family=family)
         except (CacheError, OSError, ValueError):  # a prior is a hint: no cache, no hint
-            return []
+            return [], []
 
     return read
 

@@ -23,6 +23,7 @@ from tileauto.search.baselines import GeneticSearch, ParticleSwarm
 from tileauto.search.guided import GuidedSearch
 from tileauto.search.loop import SearchOutcome, StopReason, run_search
 from tileauto.search.optuna_sampler import OptunaSearch
+from tileauto.search.prior import SameProblem
 from tileauto.search.recorded import RecordedSpace
 from tileauto.search.replay import ReplayResult, replay
 from tileauto.search.resolve import (
@@ -44,6 +45,7 @@ __all__ = [
     "RandomSearch",
     "RecordedSpace",
     "ReplayResult",
+    "SameProblem",
     "SearchOutcome",
     "SearchStrategy",
     "StopReason",

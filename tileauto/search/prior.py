@@ -11,6 +11,11 @@ Each record gives every config it matches a *percentile*: 0.0 its fastest config
 slowest, failures 1.0. A strategy reads them with :meth:`Prior.lookup` (one column per record,
 NaN where it has nothing to say) and learns, from its own trials, how far to trust each one
 (:func:`agreement`).
+
+Records of the *same problem* measured elsewhere (:class:`SameProblem`: what the cache prior
+finds first) and records of other problems answer two guesses, that what transfers is the
+problem's shape or the device's; the first batch, before any trial says which, takes turns
+between the two (:meth:`Prior.ranked`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,31 @@ PriorSource: TypeAlias = "Any"
 _MAX_EXPAND = 64  # a record missing space parameters fills at most this many configs each
 
 
+@dataclass(frozen=True)
+class SameProblem:
+    """Records of the same problem (the same kernel and call) measured on other devices or
+    targets, as one part of a prior: ``prior=[SameProblem([h100_record]), *other_shapes]``.
+
+    They are matched like any record; only the first batch reads them apart: it takes turns
+    between their ranking and the whole prior's (the same problem's best first), so that
+    neither the other problems' consensus (another shape wants other cache tiles) nor another
+    device's ranking alone (another register file) decides it. A prior that is all
+    ``SameProblem``, or has none, fills the first batch by the mean as before.
+
+    Attributes:
+        records: anything ``prior=`` takes as a list: recorded spaces, paths, lists of trials.
+    """
+
+    records: Sequence[Any]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.records, (str, bytes, Path)) or not isinstance(self.records, Sequence):
+            raise TypeError(
+                "SameProblem records must be a list of recorded spaces, paths or lists of "
+                f"trials, got {type(self.records).__name__} {self.records!r:.80}"
+            )
+
+
 @dataclass
 class _Source:
     """One record, matched to the space: keys over the parameters it shares, and percentiles."""
@@ -41,6 +71,7 @@ class _Source:
     keys: Any  # sorted int64 keys of the matched configs
     pct: Any  # the percentile of each key (0 fastest, 1 slowest or failed)
     sizes: list[int]
+    same_problem: bool = False  # given as SameProblem: the same call measured elsewhere
 
 
 @dataclass
@@ -75,28 +106,28 @@ class Prior:
 
     def ranked(self, rng: Any, limit: int = 4096) -> Any:
         """Indices of the space, most promising first by the records' mean percentile
-        (the best ``limit`` of each record, completed where it lacks a parameter)."""
-        return self._by_mean([self._best_of(src, rng, limit) for src in self.sources])
+        (the best ``limit`` of each record, completed where it lacks a parameter).
+
+        Where some records are the same problem's (:class:`SameProblem`) and some are not,
+        the two rankings take turns: the same problem's mean first, then the whole prior's,
+        each index once."""
+        found = [self._best_of(src, rng, limit) for src in self.sources]
+        every = self._by_mean(found)
+        near = [j for j, src in enumerate(self.sources) if src.same_problem]
+        if not near or len(near) == len(self.sources):
+            return every
+        return _turns([self._by_mean([found[j] for j in near], near), every])
 
     def in_turns(self, rng: Any, limit: int = 4096) -> Any:
         """Indices of the space, the records taking turns: the best config by the mean
         percentile, then each record's best in turn, then each one's second best, and so on
         (each index once). Where the records disagree, each of their optima is tried early."""
-        import numpy as np
-
         found = [self._best_of(src, rng, limit) for src in self.sources]
-        turns = [self._by_mean(found)[:1], *found]
-        width = max(len(t) for t in turns)
-        grid = np.full((width, len(turns)), -1, dtype=np.int64)
-        for j, t in enumerate(turns):
-            grid[: len(t), j] = t
-        flat = grid.reshape(-1)
-        flat = flat[flat >= 0]
-        _, first = np.unique(flat, return_index=True)
-        return flat[np.sort(first)]
+        return _turns([self._by_mean(found)[:1], *found])
 
-    def _by_mean(self, found: list[Any]) -> Any:
-        """The indices of ``found`` (each record's best), by the records' mean percentile."""
+    def _by_mean(self, found: list[Any], columns: list[int] | None = None) -> Any:
+        """The indices of ``found`` (each record's best), by the mean percentile of the
+        records (of those at ``columns``, if given)."""
         import numpy as np
 
         if not found:
@@ -104,7 +135,10 @@ class Prior:
         every = np.unique(np.concatenate(found))
         if not len(every):
             return every
-        score = np.nanmean(_filled(self.lookup(self.space.codes(every))), axis=1)
+        pct = self.lookup(self.space.codes(every))
+        if columns is not None:
+            pct = pct[:, columns]
+        score = np.nanmean(_filled(pct), axis=1)
         return every[np.argsort(score, kind="stable")]
 
     def _best_of(self, src: _Source, rng: Any, limit: int) -> Any:
@@ -136,6 +170,21 @@ class Prior:
         found = found[found >= 0]
         _, first = np.unique(found, return_index=True)
         return found[np.sort(first)]
+
+
+def _turns(rankings: list[Any]) -> Any:
+    """The rankings taking turns: each one's first, then each one's second, and so on, each
+    index once (where one runs out, the others go on)."""
+    import numpy as np
+
+    width = max(len(r) for r in rankings)
+    grid = np.full((width, len(rankings)), -1, dtype=np.int64)
+    for j, r in enumerate(rankings):
+        grid[: len(r), j] = r
+    flat = grid.reshape(-1)
+    flat = flat[flat >= 0]
+    _, first = np.unique(flat, return_index=True)
+    return flat[np.sort(first)]
 
 
 def _filled(columns: Any) -> Any:
@@ -184,8 +233,9 @@ def match(space: Space, prior: PriorSource) -> Prior:
 
     ``prior`` is a :class:`~tileauto.search.RecordedSpace`, the path of a file that
     :meth:`RecordedSpace.load` reads (or of a folder of them), a list of :class:`~tileauto.records.Trial` (or of
-    ``{"config": ..., "latency_ms": ...}`` dicts), a list of any of these, or a callable
-    returning one of these (called once here; it may return ``[]``).
+    ``{"config": ..., "latency_ms": ...}`` dicts), a list of any of these (some of them
+    grouped as :class:`SameProblem`), or a callable returning one of these (called once
+    here; it may return ``[]``).
 
     Raises:
         TypeError: ``prior`` is none of these (the message says what came).
@@ -195,7 +245,7 @@ def match(space: Space, prior: PriorSource) -> Prior:
     if callable(prior) and not isinstance(prior, type):
         prior = prior()
     out = Prior(space)
-    for k, item in enumerate(_items(prior)):
+    for k, (item, same_problem) in enumerate(_tagged(prior)):
         if isinstance(item, (str, Path)):
             item = RecordedSpace.load(item)
         if isinstance(item, RecordedSpace):
@@ -207,7 +257,21 @@ def match(space: Space, prior: PriorSource) -> Prior:
         if src is None:
             out.dropped.append(f"{name}: {why}")
         else:
+            src.same_problem = same_problem
             out.sources.append(src)
+    return out
+
+
+def _tagged(prior: Any) -> list[tuple[Any, bool]]:
+    """The records of ``prior``, each with whether it came in a :class:`SameProblem`."""
+    if isinstance(prior, SameProblem):
+        return [(item, True) for item in _items(list(prior.records))]
+    out: list[tuple[Any, bool]] = []
+    for item in _items(prior):
+        if isinstance(item, SameProblem):
+            out += [(x, True) for x in _items(list(item.records))]
+        else:
+            out.append((item, False))
     return out
 
 

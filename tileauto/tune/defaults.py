@@ -80,7 +80,8 @@ def with_cache_prior(
     """Hand a strategy that takes a prior (``use_prior``: the guided and auto searches) the
     trials of the same kernel (its name and module) tuned before on other targets, read when the search starts: from
     the disk cache, and from the fleet's Redis when the store has one (the entries of the same
-    factory and call on other targets or devices). ``TILEAUTO_SEARCH_PRIOR=0`` turns this off;
+    factory and call on other targets or devices). Those of the same call are handed in as
+    :class:`~tileauto.search.SameProblem`. ``TILEAUTO_SEARCH_PRIOR=0`` turns this off;
     ``GuidedSearch(prior=None)`` and ``AutoSearch(prior=None)`` ignore them."""
     hand_in = getattr(search, "use_prior", None)
     s = problem.settings
@@ -93,11 +94,12 @@ def with_cache_prior(
         def read() -> Any:  # imported when the search starts: a cache hit never pays for it
             from tileauto.cache.key import factory_module
             from tileauto.cache.priors import cache_prior
+            from tileauto.search import SameProblem
 
-            records = cache_prior(root, kernel, factory_module(problem.factory), family)()
+            same, others = cache_prior(root, kernel, factory_module(problem.factory), family)()
             if callable(elsewhere):
-                records += [list(found.trials) for found in elsewhere()]
-            return records
+                same += [list(found.trials) for found in elsewhere()]
+            return [SameProblem(same), *others] if same else others
 
         hand_in(read)
     return search

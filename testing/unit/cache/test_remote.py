@@ -188,7 +188,7 @@ def test_a_fleet_tunings_search_prior_holds_the_trials_of_other_devices(server, 
     """Issue 37, item 8: the search's transfer reads the fleet's Redis as well as the disk."""
     from types import SimpleNamespace
 
-    from tileauto.search import GuidedSearch
+    from tileauto.search import GuidedSearch, SameProblem
     from tileauto.tune.defaults import with_cache_prior
     from tileauto.tune.stores import FleetStore
 
@@ -203,8 +203,9 @@ def test_a_fleet_tunings_search_prior_holds_the_trials_of_other_devices(server, 
     )
     search = GuidedSearch()
     with_cache_prior(search, problem, store)  # type: ignore[arg-type]
-    records = search._given()  # read when the search starts
-    assert [[t.config for t in r] for r in records] == [[{"block": 8}, {"block": 16}]]
+    (records,) = search._given()  # read when the search starts: the same call, elsewhere
+    assert isinstance(records, SameProblem)
+    assert [[t.config for t in r] for r in records.records] == [[{"block": 8}, {"block": 16}]]
     with_cache_prior(search, problem, None)  # no fleet: the (empty) disk cache only
     assert search._given() == []
     off = GuidedSearch()

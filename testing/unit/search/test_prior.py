@@ -14,7 +14,7 @@ import pytest
 from search_fakes import bowl
 
 from tileauto.records import TrialStatus
-from tileauto.search import AutoSearch, GuidedSearch, RecordedSpace, replay
+from tileauto.search import AutoSearch, GuidedSearch, RecordedSpace, SameProblem, replay
 from tileauto.search.prior import agreement, match
 from tileauto.space import product
 
@@ -134,6 +134,40 @@ def test_a_record_that_disagrees_with_the_others_still_has_its_best_tried_first(
         GuidedSearch(prior_order="best")
 
 
+def test_the_same_problems_records_and_the_rest_take_turns_in_the_first_batch():
+    """Other problems agree among themselves (the consensus), the same problem measured on an
+    unlike device says otherwise: the first batch tries the best of both."""
+    space = product(a=list(range(6)), b=list(range(6)))
+
+    def record(best: tuple[int, int], noise: int) -> RecordedSpace:
+        values = [1.0 + abs(c["a"] - best[0]) + abs(c["b"] - best[1]) for c in space]
+        values = [v * (1 + 0.01 * ((i * noise) % 7)) for i, v in enumerate(values)]
+        return RecordedSpace.from_latencies(space, values, device=f"{best} {noise}")
+
+    other_problems = [record((0, 0), n) for n in (1, 2, 3)]
+    same_problem = record((5, 5), 4)  # the same problem, on another device
+    grouped = match(space, [SameProblem([same_problem]), *other_problems])
+    assert [s.same_problem for s in grouped.sources] == [True, False, False, False]
+    ranked = [space.config(int(i)) for i in grouped.ranked(np.random.default_rng(0))]
+    assert ranked[:2] == [{"a": 5, "b": 5}, {"a": 0, "b": 0}]  # each one's best, in turns
+    flat = match(space, [same_problem, *other_problems]).ranked(np.random.default_rng(0))
+    assert [space.config(int(i)) for i in flat].index({"a": 5, "b": 5}) > 8  # outvoted
+    assert sorted(map(str, ranked)) == sorted(str(space.config(int(i))) for i in flat)
+    # where the problem's optimum is where its other device's was, the first batch has it
+    target = record((5, 4), 5)
+    prior = [SameProblem([same_problem]), *other_problems]
+    assert replay(target, GuidedSearch(), budget=8, seed=0, prior=prior).score > 0.95
+    flat_score = replay(
+        target, GuidedSearch(), budget=8, seed=0, prior=[same_problem, *other_problems]
+    )
+    assert flat_score.score < 0.6
+    # all of one kind: the mean, as before
+    alone = match(space, SameProblem(other_problems)).ranked(np.random.default_rng(0))
+    assert list(alone) == list(match(space, other_problems).ranked(np.random.default_rng(0)))
+    with pytest.raises(TypeError, match="SameProblem records must be a list .* got str"):
+        SameProblem("records/")
+
+
 def test_a_prior_that_does_not_fit_is_not_trusted():
     target = recorded_bowl(noise=0.05, seed=3)
     unlike = shuffled(recorded_bowl(seed=4))
@@ -226,7 +260,7 @@ def test_cache_prior_reads_the_kernels_tuned_entries_on_other_devices(tmp_path, 
     found = prior_trials(tileauto_env, "factory")
     assert len(found) == 2 and all(len(t) == 3 for t in found)  # never-tried ones left out
     assert prior_trials(tileauto_env, "another") == []
-    assert cache_prior(tmp_path / "no cache here", "factory")() == []
+    assert cache_prior(tmp_path / "no cache here", "factory")() == ([], [])
     written = export_prior(tileauto_env, "factory", tmp_path / "out")
     assert len(written) == 2
     records = [RecordedSpace.load(p) for p in written]
@@ -274,7 +308,12 @@ def test_the_same_call_on_other_devices_comes_first_in_the_cache_prior(tmp_path,
     search = GuidedSearch()
     with_cache_prior(search, problem, third)  # type: ignore[arg-type]
     given = search._given()  # read when the search starts
-    assert len(given) == MAX_ENTRIES and _best(given[0]) == 32
+    assert len(given) == MAX_ENTRIES and isinstance(given[0], SameProblem)
+    (same,) = given[0].records  # the same call, elsewhere: apart from the other sizes
+    assert _best(same) == 32 and all(_best(t) == 8 for t in given[1:])
+    assert [s.same_problem for s in match(product(block=[8, 16, 32]), given).sources] == [
+        True, *[False] * (MAX_ENTRIES - 1)
+    ]  # fmt: skip
 
 
 def _best(trials) -> int:
