@@ -49,24 +49,6 @@ def kernel_entries(root: Path, kernel: str, module: str | None = None) -> list[E
     return sorted(found, key=lambda e: -e.created)
 
 
-def prior_trials(
-    root: Path,
-    kernel: str,
-    *,
-    module: str | None = None,
-    family: str | None = None,
-    limit: int = MAX_ENTRIES,
-) -> list[list[Trial]]:
-    """The measured trials of each tuned entry of ``kernel`` (of ``module``, if given; at most
-    ``limit`` entries; entries that do not verify or hold no passing trial are skipped).
-
-    The entries of ``family`` (the same call, measured on other targets or devices) come
-    first, so that other problem sizes tuned since never crowd them out; then the others,
-    newest first."""
-    same, others = prior_groups(root, kernel, module=module, family=family, limit=limit)
-    return same + others
-
-
 def prior_groups(
     root: Path,
     kernel: str,
@@ -75,8 +57,13 @@ def prior_groups(
     family: str | None = None,
     limit: int = MAX_ENTRIES,
 ) -> tuple[list[list[Trial]], list[list[Trial]]]:
-    """:func:`prior_trials` in two groups: the entries of ``family`` (the same call on other
-    targets or devices), and the others (other calls: other problem sizes)."""
+    """The measured trials of each tuned entry of ``kernel`` (of ``module``, if given; at most
+    ``limit`` entries; entries that do not verify or hold no passing trial are skipped), in
+    two groups: those of ``family`` (the same call, measured on other targets or devices),
+    and the others (other calls: other problem sizes), newest first.
+
+    The family's entries are read first, so that other problem sizes tuned since never crowd
+    them out of the ``limit``."""
     entries = kernel_entries(root, kernel, module)
     if family is not None:  # a stable sort: newest first within each group
         entries.sort(key=lambda e: e.family != family)

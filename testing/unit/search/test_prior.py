@@ -248,7 +248,7 @@ def test_a_folder_of_exports_is_a_prior(tmp_path):
 
 # -- the cache side ---------------------------------------------------------------------------
 def test_cache_prior_reads_the_kernels_tuned_entries_on_other_devices(tmp_path, tileauto_env):
-    from tileauto.cache.priors import cache_prior, export_prior, prior_trials
+    from tileauto.cache.priors import cache_prior, export_prior
     from tileauto.errors import CacheError
 
     space = [{"block": b} for b in (8, 16, 32)]
@@ -273,7 +273,7 @@ def test_the_same_call_on_other_devices_comes_first_in_the_cache_prior(tmp_path,
     """Other problem sizes tuned since never crowd out the same call measured elsewhere."""
     import cache_fakes
 
-    from tileauto.cache.priors import MAX_ENTRIES, prior_trials
+    from tileauto.cache.priors import MAX_ENTRIES
     from tileauto.cache.remote import family_of
 
     space = [{"block": b} for b in (8, 16, 32)]
@@ -316,6 +316,14 @@ def test_the_same_call_on_other_devices_comes_first_in_the_cache_prior(tmp_path,
     ]  # fmt: skip
 
 
+def prior_trials(root, kernel: str, **where):
+    """Every entry the cache prior reads, the same call's first."""
+    from tileauto.cache.priors import prior_groups
+
+    same, others = prior_groups(root, kernel, **where)
+    return same + others
+
+
 def _best(trials) -> int:
     return min((t for t in trials if t.ok), key=lambda t: t.latency_ms).config["block"]
 
@@ -335,7 +343,7 @@ def _namesake(module: str):
 
 def test_a_prior_is_the_same_modules_kernel_of_that_name(tmp_path, tileauto_env, capsys):
     from tileauto.cache.key import factory_module
-    from tileauto.cache.priors import export_prior, prior_trials
+    from tileauto.cache.priors import export_prior
     from tileauto.cli import main
 
     space = [{"block": b} for b in (8, 16, 32)]
