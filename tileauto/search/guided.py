@@ -18,7 +18,14 @@ from tileauto.records import Trial
 from tileauto.search._features import Encoder
 from tileauto.search._sampling import Untried
 from tileauto.search.base import SearchStrategy, SpaceLike
-from tileauto.search.prior import Prior, PriorSource, agreement, check_prior, match
+from tileauto.search.prior import (
+    Prior,
+    PriorSource,
+    SameProblem,
+    agreement,
+    check_prior,
+    match,
+)
 
 EXTRA = "search"  # pip install "tileauto[search]"
 _MAX_FEATURES = 0.3  # the share of feature columns each split of a tree chooses among
@@ -518,7 +525,11 @@ def _prior_text(prior: Any) -> str:
         return repr(prior)
     if callable(prior):
         return "callable"
+    if isinstance(prior, SameProblem):
+        return f"SameProblem({_prior_text(list(prior.records))})"
     try:
-        return f"{len(prior)} records"
+        same = sum(len(p.records) for p in prior if isinstance(p, SameProblem))
+        count = len(prior) + same - sum(isinstance(p, SameProblem) for p in prior)
     except TypeError:
         return type(prior).__name__
+    return f"{count} records" + (f", {same} of the same problem" if same else "")

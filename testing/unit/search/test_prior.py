@@ -164,6 +164,11 @@ def test_the_same_problems_records_and_the_rest_take_turns_in_the_first_batch():
     # all of one kind: the mean, as before
     alone = match(space, SameProblem(other_problems)).ranked(np.random.default_rng(0))
     assert list(alone) == list(match(space, other_problems).ranked(np.random.default_rng(0)))
+    assert "prior=4 records, 1 of the same problem)" in GuidedSearch(prior=prior).describe()
+    assert (
+        "prior=SameProblem(3 records))"
+        in GuidedSearch(prior=SameProblem(other_problems)).describe()
+    )
     with pytest.raises(TypeError, match="SameProblem records must be a list .* got str"):
         SameProblem("records/")
 
