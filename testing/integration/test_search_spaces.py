@@ -7,6 +7,7 @@ function of the config, so the winner is known and the tests do not depend on th
 from __future__ import annotations
 
 import math
+import platform
 import types
 
 import pytest
@@ -204,6 +205,44 @@ def test_a_tuning_of_the_same_kernel_elsewhere_in_the_cache_is_the_prior():
     helped = tune(1024, 8)
     alone = tune(2048, 8, search=AutoSearch(prior=None))
     assert helped.latency <= first.latency < alone.latency
+
+
+def shape_valley(func, args, *, warmup, rep, config, device):
+    """A scripted timer whose floor depends on the problem size: at n=512, vec=32 and
+    repeat=40; at every other size, vec=2 and repeat=5."""
+    func(*args)
+    best_vec, best_repeat = (32, 40) if args[0].numel() == 512 else (2, 5)
+    vec, repeat = config.get("vec", 8), config.get("repeat", 1)
+    ms = 1.0 + abs(math.log2(vec / best_vec)) + abs(repeat - best_repeat) / 8
+    return [ms * 1e6] * rep
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"),
+    reason="the other device is this kernel compiled for a generic x86-64 CPU",
+)
+def test_the_same_problem_on_another_target_leads_the_first_batch_among_other_sizes():
+    """The cache prior: the same call tuned for another CPU, and two other sizes tuned here
+    since, that agree with each other and not with it. The first batch tries the same
+    problem's best, which the other sizes' consensus would outvote."""
+    pytest.importorskip("sklearn", reason="the guided search needs the search extra")
+    from tileauto.search import GuidedSearch
+
+    space = product(vec=[2, 4, 8, 16, 32, 64], repeat=[1, 5, 10, 20, 40, 60])  # 36 configs
+
+    def tune(n, trials=None, target="auto", search="auto"):
+        tuned = tileauto.autotune(
+            configs=space, max_trials=trials, timer=shape_valley, search=search, **FAST
+        )(tileauto.jit(out_idx=[-1], target=target)(slow_scale))
+        tuned(n)
+        return tuned.get_tuner_result(n)
+
+    elsewhere = tune(512, target={"kind": "llvm", "mcpu": "x86-64"})  # every config measured
+    assert elsewhere.config == {"vec": 32, "repeat": 40}
+    for n in (1024, 2048):  # other sizes here, since: their floor is elsewhere
+        assert tune(n).config == {"vec": 2, "repeat": 5}
+    here = tune(512, trials=4, search=GuidedSearch())
+    assert here.config == {"vec": 32, "repeat": 40} and here.latency == 1.0
 
 
 def test_a_kernel_of_the_same_name_in_another_module_is_not_the_prior(tileauto_env):
