@@ -16,19 +16,19 @@ from typing import Any
 
 from tileauto.records import Trial
 from tileauto.search._features import Encoder
+from tileauto.search._forest import Forest, p_true
 from tileauto.search._sampling import Untried
 from tileauto.search.base import SearchStrategy, SpaceLike
 from tileauto.search.prior import (
     Prior,
     PriorSource,
-    SameProblem,
     agreement,
     check_prior,
+    describe_prior,
     match,
 )
 
 EXTRA = "search"  # pip install "tileauto[search]"
-_MAX_FEATURES = 0.3  # the share of feature columns each split of a tree chooses among
 _STALL_TOP = 8  # when stuck, the neighbourhoods of this many best configs are avoided:
 _STALL_RADIUS = 2  # the configs within this many parameters of one of them
 _STALL_FACTOR = 0.1  # score this much
@@ -139,7 +139,7 @@ class GuidedSearch(SearchStrategy):
 
     def describe(self) -> str:
         seed = "" if self.own_seed is None else f", seed={self.own_seed}"
-        prior = "" if self.prior == "auto" else f", prior={_prior_text(self.prior)}"
+        prior = "" if self.prior == "auto" else f", prior={describe_prior(self.prior)}"
         cross = f", crossover={self.crossover}" if self.crossover else ""
         cross += f", parzen={self.parzen}" if self.parzen else ""
         cross += f", prior_order={self.prior_order!r}" if self.prior_order != "mean" else ""
@@ -242,8 +242,8 @@ class GuidedSearch(SearchStrategy):
         cand_rows = self._encoder.rows(cand_codes)
         if weights is not None:
             cand_rows = np.concatenate([cand_rows, self._prior_column(cand_codes, weights)], axis=1)
-        score = _positive(good_model, cand_rows)
-        passes = _positive(fail_model, cand_rows) if fail_model is not None else None
+        score = p_true(good_model, cand_rows)
+        passes = p_true(fail_model, cand_rows) if fail_model is not None else None
         if passes is not None:
             score = score * passes
         score = score + 1e-9 * self._rng.random(len(score))  # ties broken at random, seeded
@@ -437,68 +437,8 @@ class GuidedSearch(SearchStrategy):
         both = np.union1d(sample, near)
         return both[~self._untried.mask(both)]
 
-    def _forest(self) -> _Forest:
-        return _Forest(self.trees, int(self._rng.integers(2**31 - 1)))
-
-
-class _Forest:
-    """scikit-learn's ``RandomForestClassifier(max_features=0.3, n_jobs=1)``, grown tree by
-    tree in this thread: the same seeds and bootstrap samples, without its per-tree dispatch,
-    which cost about as much as the trees on a few hundred rows. Each tree is a regression
-    tree of the 0/1 label: for two classes its squared error is half the Gini impurity, so it
-    makes the same splits and its leaves hold the same P(True) (checked to the last digit),
-    without the classifier's per-tree check of the labels (a third of its fit time here).
-    """
-
-    def __init__(self, trees: int, seed: int) -> None:
-        self.trees, self.seed = trees, seed
-        self.estimators: list[Any] = []
-        self.classes_: list[Any] = []
-
-    def fit(self, rows: Any, labels: Any, sample_weight: Any = None) -> _Forest:
-        import numpy as np
-
-        tree = importlib.import_module("sklearn.tree")  # the search extra
-        n = len(rows)
-        self.classes_ = sorted(set(labels.tolist()))
-        share = None
-        if sample_weight is not None:  # drawn in proportion to its weight, as scikit-learn does
-            weight = np.asarray(sample_weight, dtype=np.float64)
-            share = weight / weight.sum()
-        x = np.ascontiguousarray(rows, dtype=np.float32)
-        y = np.asarray(labels, dtype=np.float64)
-        forest = np.random.RandomState(self.seed)  # as the forest seeds its trees
-        for seed in [forest.randint(np.iinfo(np.int32).max) for _ in range(self.trees)]:
-            draw = np.random.RandomState(seed)
-            drawn = draw.randint(0, n, n) if share is None else draw.choice(n, n, p=share)
-            model = tree.DecisionTreeRegressor(max_features=_MAX_FEATURES, random_state=seed)
-            counts = np.bincount(drawn.astype(np.int32), minlength=n).astype(np.float64)
-            # our rows are float32 and finite: the per-tree input checks are skipped
-            self.estimators.append(model.fit(x, y, sample_weight=counts, check_input=False))
-        return self
-
-    def predict_proba(self, rows: Any) -> Any:
-        """P(False), P(True) per row: the trees' leaf means, averaged."""
-        import numpy as np
-
-        x = np.ascontiguousarray(rows, dtype=np.float32)
-        true = np.zeros(len(x))
-        for model in self.estimators:
-            true += model.tree_.predict(x).reshape(len(x))
-        true /= max(len(self.estimators), 1)
-        return np.stack([1.0 - true, true], axis=1)
-
-
-def _positive(model: Any, rows: Any) -> Any:
-    """P(class True) from a fitted classifier (1 or 0 when it saw one class only)."""
-    import numpy as np
-
-    classes = list(model.classes_)
-    if True not in classes:
-        return np.zeros(len(rows))
-    if len(classes) == 1:
-        return np.ones(len(rows))
-    return model.predict_proba(rows)[:, classes.index(True)]
+    def _forest(self) -> Forest:
+        return Forest(self.trees, int(self._rng.integers(2**31 - 1)))
 
 
 def _neighbours(space: Any, codes: Any) -> Any:
@@ -517,19 +457,3 @@ def _neighbours(space: Any, codes: Any) -> Any:
         return np.zeros(0, dtype=np.int64)
     every = np.concatenate(found)
     return np.unique(every[every >= 0])
-
-
-def _prior_text(prior: Any) -> str:
-    """The prior in describe(): stable, and short (records by their number, not their text)."""
-    if prior is None or isinstance(prior, str):
-        return repr(prior)
-    if callable(prior):
-        return "callable"
-    if isinstance(prior, SameProblem):
-        return f"SameProblem({_prior_text(list(prior.records))})"
-    try:
-        same = sum(len(p.records) for p in prior if isinstance(p, SameProblem))
-        count = len(prior) + same - sum(isinstance(p, SameProblem) for p in prior)
-    except TypeError:
-        return type(prior).__name__
-    return f"{count} records" + (f", {same} of the same problem" if same else "")

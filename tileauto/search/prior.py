@@ -440,3 +440,20 @@ def check_prior(prior: PriorSource, owner: str) -> None:
             f'{owner} prior must be "auto", None, records, a callable, or the path of a '
             f"recorded space or of a folder of them; {str(prior)!r} is not a file or folder"
         )
+
+
+def describe_prior(prior: Any) -> str:
+    """A prior in a strategy's describe(): stable, and short (records by their number, not
+    their text)."""
+    if prior is None or isinstance(prior, str):
+        return repr(prior)
+    if callable(prior):
+        return "callable"
+    if isinstance(prior, SameProblem):
+        return f"SameProblem({describe_prior(list(prior.records))})"
+    try:
+        same = sum(len(p.records) for p in prior if isinstance(p, SameProblem))
+        count = len(prior) + same - sum(isinstance(p, SameProblem) for p in prior)
+    except TypeError:
+        return type(prior).__name__
+    return f"{count} records" + (f", {same} of the same problem" if same else "")

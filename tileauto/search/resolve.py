@@ -93,9 +93,9 @@ class AutoSearch(SearchStrategy):
     def describe(self) -> str:
         if self.prior == "auto":
             return f"auto(budget={self.budget})"
-        from tileauto.search.guided import _prior_text
+        from tileauto.search.prior import describe_prior
 
-        return f"auto(budget={self.budget}, prior={_prior_text(self.prior)})"
+        return f"auto(budget={self.budget}, prior={describe_prior(self.prior)})"
 
 
 def resolve_search(search: Any) -> SearchStrategy:

@@ -149,7 +149,7 @@ def test_the_forest_scores_as_scikit_learns_random_forest():
     # same P(True) to the last digit; weighted, the same but for ties between equal splits
     np = pytest.importorskip("numpy")
     ensemble = pytest.importorskip("sklearn.ensemble")
-    from tileauto.search.guided import _Forest
+    from tileauto.search._forest import Forest
 
     rng = np.random.default_rng(1)
     x = rng.integers(0, 8, size=(200, 12)).astype(np.float32)
@@ -157,7 +157,7 @@ def test_the_forest_scores_as_scikit_learns_random_forest():
     weight = rng.random(200) + 0.1
     test = rng.integers(0, 8, size=(500, 12)).astype(np.float32)
     for sample_weight, tolerance in ((None, 1e-12), (weight, 0.05)):
-        ours = _Forest(20, 7).fit(x, y, sample_weight=sample_weight).predict_proba(test)
+        ours = Forest(20, 7).fit(x, y, sample_weight=sample_weight).predict_proba(test)
         forest = ensemble.RandomForestClassifier(20, max_features=0.3, random_state=7)
         theirs = forest.fit(x, y, sample_weight=sample_weight).predict_proba(test)
         assert np.abs(ours - theirs).mean() < tolerance
