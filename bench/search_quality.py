@@ -162,6 +162,11 @@ class Timed(SearchStrategy):
         if callable(hand_in):
             hand_in(source)
 
+    def use_family(self, family: str | None) -> None:
+        tell = getattr(self.inner, "use_family", None)
+        if callable(tell):
+            tell(family)
+
     def describe(self) -> str:
         return self.inner.describe()
 

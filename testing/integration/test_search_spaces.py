@@ -221,12 +221,16 @@ def shape_valley(func, args, *, warmup, rep, config, device):
     platform.machine() not in ("x86_64", "AMD64"),
     reason="the other device is this kernel compiled for a generic x86-64 CPU",
 )
-def test_the_same_problem_on_another_target_leads_the_first_batch_among_other_sizes():
+def test_the_same_problem_on_another_target_leads_the_first_batch_among_other_sizes(
+    tileauto_env, tmp_path, monkeypatch
+):
     """The cache prior: the same call tuned for another CPU, and two other sizes tuned here
     since, that agree with each other and not with it. The first batch tries the same
-    problem's best, which the other sizes' consensus would outvote."""
+    problem's best, which the other sizes' consensus would outvote. The same holds on another
+    machine, from what `tileauto cache prior` exported (its files name the call's family)."""
     pytest.importorskip("sklearn", reason="the guided search needs the search extra")
-    from tileauto.search import GuidedSearch
+    from tileauto.cache.priors import export_prior
+    from tileauto.search import GuidedSearch, RecordedSpace
 
     space = product(vec=[2, 4, 8, 16, 32, 64], repeat=[1, 5, 10, 20, 40, 60])  # 36 configs
 
@@ -243,6 +247,13 @@ def test_the_same_problem_on_another_target_leads_the_first_batch_among_other_si
         assert tune(n).config == {"vec": 2, "repeat": 5}
     here = tune(512, trials=4, search=GuidedSearch())
     assert here.config == {"vec": 32, "repeat": 40} and here.latency == 1.0
+
+    exported = export_prior(tileauto_env, "slow_scale", tmp_path / "priors")
+    families = {RecordedSpace.load(p).family for p in exported}
+    assert len(exported) == 4 and len(families) == 3 and "" not in families  # 512 twice
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "another machine"))
+    there = tune(512, trials=4, search=GuidedSearch(prior=str(tmp_path / "priors")))
+    assert there.config == {"vec": 32, "repeat": 40}  # its family's records, apart
 
 
 def test_a_kernel_of_the_same_name_in_another_module_is_not_the_prior(tileauto_env):

@@ -304,6 +304,7 @@ def trials_document(info: EntryInfo) -> dict[str, Any]:
         "key": info.key,
         "kind": info.kind,
         "problem_key": manifest.get("problem_key"),
+        "family": info.family,
         "target": manifest.get("target"),
         "device": manifest.get("device"),
         "versions": {k: manifest.get(k) for k in ("tileauto", "tvm", "format")},

@@ -136,6 +136,7 @@ class GuidedSearch(SearchStrategy):
         check_prior(prior, "GuidedSearch")
         self.prior = prior
         self._given: PriorSource = None  # what use_prior() handed in, for prior="auto"
+        self._family: str | None = None  # what use_family() handed in
 
     def describe(self) -> str:
         seed = "" if self.own_seed is None else f", seed={self.own_seed}"
@@ -155,6 +156,12 @@ class GuidedSearch(SearchStrategy):
         its own, or ``prior=None``."""
         self._given = source
 
+    def use_family(self, family: str | None) -> None:
+        """The tuned call on every target and device (the tuner's; a replay's record's): the
+        prior's records of the same family (a trial export's ``family``) are read as
+        :class:`~tileauto.search.SameProblem`."""
+        self._family = family
+
     def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
         require_sklearn("search='guided'")
         import numpy as np
@@ -171,7 +178,9 @@ class GuidedSearch(SearchStrategy):
         self._logs: list[float] = []  # log latency, NaN for a failed config
         self._bests: list[float] = []  # the best log latency at each model-guided batch
         source = self._given if self.prior == "auto" else self.prior
-        self.matched: Prior | None = match(self.space, source) if source is not None else None
+        self.matched: Prior | None = (
+            match(self.space, source, family=self._family) if source is not None else None
+        )
         if self.matched is not None and not len(self.matched):
             self.matched = None
         self._queue: Any = None  # the prior's configs, most promising first

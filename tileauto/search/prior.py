@@ -228,14 +228,15 @@ def _ranks(x: Any) -> Any:
     return sums[first] / counts[first]  # ties share their mean rank
 
 
-def match(space: Space, prior: PriorSource) -> Prior:
+def match(space: Space, prior: PriorSource, family: str | None = None) -> Prior:
     """The records of ``prior`` matched to ``space`` (see the module's docstring).
 
     ``prior`` is a :class:`~tileauto.search.RecordedSpace`, the path of a file that
     :meth:`RecordedSpace.load` reads (or of a folder of them), a list of :class:`~tileauto.records.Trial` (or of
     ``{"config": ..., "latency_ms": ...}`` dicts), a list of any of these (some of them
     grouped as :class:`SameProblem`), or a callable returning one of these (called once
-    here; it may return ``[]``).
+    here; it may return ``[]``). With ``family`` (the tuned call's), a recorded space of that
+    family counts as the same problem too, as if given in a :class:`SameProblem`.
 
     Raises:
         TypeError: ``prior`` is none of these (the message says what came).
@@ -257,7 +258,9 @@ def match(space: Space, prior: PriorSource) -> Prior:
         if src is None:
             out.dropped.append(f"{name}: {why}")
         else:
-            src.same_problem = same_problem
+            src.same_problem = same_problem or (
+                bool(family) and getattr(item, "family", "") == family
+            )
             out.sources.append(src)
     return out
 

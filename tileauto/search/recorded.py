@@ -47,6 +47,9 @@ class RecordedSpace:
         device: the device it was measured on, when the record says.
         source: where it was loaded from ("" when built in memory).
         left_out: configs of the record that are not in the space, and why.
+        family: the tuned call on every target and device, when the record says (a tileauto
+            export: :func:`tileauto.cache.key.family_digest`): records of one family are the
+            same problem measured elsewhere.
     """
 
     space: Space
@@ -55,6 +58,7 @@ class RecordedSpace:
     device: str = ""
     source: str = ""
     left_out: dict[str, int] = field(default_factory=dict)
+    family: str = ""
 
     def __post_init__(self) -> None:
         if len(self.trials) != len(self.space):
@@ -383,6 +387,7 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
         device=_device_name(data.get("device")),
         source=source,
         left_out=left_out,
+        family=data["family"] if isinstance(data.get("family"), str) else "",
     )
 
 

@@ -96,6 +96,9 @@ def replay(
     hand_in = getattr(chosen, "use_prior", None)
     if prior is not None and callable(hand_in):
         hand_in(prior)
+    family = getattr(chosen, "use_family", None)
+    if record.family and callable(family):  # the prior's records of it: the same problem
+        family(record.family)
     spent = [0.0]
 
     def measure(indices: list[int]) -> Any:

@@ -41,6 +41,7 @@ class AutoSearch(SearchStrategy):
         self.budget = budget
         self.prior = prior  # as GuidedSearch takes it
         self._given: Any = None
+        self._family: str | None = None
         self.limit: int | None = None  # the loop's max_trials (see within)
         self.inner: SearchStrategy = Exhaustive()
 
@@ -60,6 +61,7 @@ class AutoSearch(SearchStrategy):
                 )
                 guided = GuidedSearch(budget, prior=self.prior)
                 guided.use_prior(self._given)
+                guided.use_family(self._family)
                 self.inner = guided
             except ImportError as exc:
                 if not AutoSearch.warned:
@@ -83,6 +85,10 @@ class AutoSearch(SearchStrategy):
     def use_prior(self, source: Any) -> None:
         """Records for the guided search's ``prior="auto"`` (see :class:`GuidedSearch`)."""
         self._given = source
+
+    def use_family(self, family: str | None) -> None:
+        """The tuned call's family, for the guided search (see :meth:`GuidedSearch.use_family`)."""
+        self._family = family
 
     def ask(self) -> list[int]:
         return self.inner.ask()

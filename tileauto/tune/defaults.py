@@ -82,14 +82,19 @@ def with_cache_prior(
     the disk cache, and from the fleet's Redis when the store has one (the entries of the same
     factory and call on other targets or devices). Those of the same call are handed in as
     :class:`~tileauto.search.SameProblem`. ``TILEAUTO_SEARCH_PRIOR=0`` turns this off;
-    ``GuidedSearch(prior=None)`` and ``AutoSearch(prior=None)`` ignore them."""
+    ``GuidedSearch(prior=None)`` and ``AutoSearch(prior=None)`` ignore them. Whatever the
+    prior, the strategy is told the call's family (``use_family``): a record of it in a prior
+    of the user's (a ``tileauto cache prior`` export) is the same problem too."""
     hand_in = getattr(search, "use_prior", None)
     s = problem.settings
+    tell_family = getattr(search, "use_family", None)
+    family = getattr(store, "family", None)  # this call's entries elsewhere come first
+    if callable(tell_family) and family is not None:  # records of it, in any prior: the same
+        tell_family(family)  # problem (a `tileauto cache prior` export's `family`)
     if callable(hand_in) and s.tuning_cache_enabled and s.search_prior:
         kernel = getattr(problem.factory, "__qualname__", problem.name)  # as the cache names it
         root = problem.settings.cache_dir
         elsewhere = getattr(store, "trials_elsewhere", None)  # a FleetStore's remote level
-        family = getattr(store, "family", None)  # this call's entries elsewhere come first
 
         def read() -> Any:  # imported when the search starts: a cache hit never pays for it
             from tileauto.cache.key import factory_module

@@ -161,6 +161,15 @@ def test_the_same_problems_records_and_the_rest_take_turns_in_the_first_batch():
         target, GuidedSearch(), budget=8, seed=0, prior=[same_problem, *other_problems]
     )
     assert flat_score.score < 0.6
+    # a record of the tuned call's family (a `tileauto cache prior` export) is the same too
+    tagged = RecordedSpace.from_latencies(
+        space, [t.latency_ms for t in same_problem.trials], family="call"
+    )
+    by_family = match(space, [tagged, *other_problems], family="call")
+    assert [s.same_problem for s in by_family.sources] == [True, False, False, False]
+    assert not any(s.same_problem for s in match(space, [tagged, *other_problems]).sources)
+    on_target = RecordedSpace(target.space, target.trials, family="call")  # replay tells it
+    assert replay(on_target, GuidedSearch(), budget=8, prior=[tagged, *other_problems]).score > 0.95
     # all of one kind: the mean, as before
     alone = match(space, SameProblem(other_problems)).ranked(np.random.default_rng(0))
     assert list(alone) == list(match(space, other_problems).ranked(np.random.default_rng(0)))
