@@ -21,7 +21,7 @@ from cache_kernels import (
 )
 
 import tileauto
-from tileauto.cache import disk
+from tileauto.cache import disk, folders
 from tileauto.cache.tuning import TuningStore
 from tileauto.jit import compiler
 from tileauto.records import TrialStatus
@@ -160,14 +160,14 @@ def test_disable_cache_turns_every_cache_off(tileauto_env, monkeypatch):
 
 def test_a_read_only_cache_still_returns_the_tuned_kernel(tileauto_env, monkeypatch):
     """Every write under the cache dir fails as on a read-only file system: one warning."""
-    real = disk.make_private_dir
+    real = folders.make_private_dir
 
     def read_only(path):
         if Path(path).resolve().is_relative_to(tileauto_env.resolve()):
             raise OSError(errno.EROFS, "Read-only file system", str(path))
         return real(path)
 
-    monkeypatch.setattr(disk, "make_private_dir", read_only)
+    monkeypatch.setattr(folders, "make_private_dir", read_only)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = tune_scale_add()
@@ -207,18 +207,18 @@ def test_a_full_disk_still_returns_the_tuned_kernel(tileauto_env, monkeypatch):
 _READ_ONLY_CHILD = """
 import errno, sys
 from pathlib import Path
-from tileauto.cache import disk
+from tileauto.cache import folders
 import torch
 from cache_kernels import ref_scale_add, tune_scale_add
 
-cache, real = Path(sys.argv[1]).resolve(), disk.make_private_dir
+cache, real = Path(sys.argv[1]).resolve(), folders.make_private_dir
 
 def read_only(path):
     if Path(path).resolve().is_relative_to(cache):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
     return real(path)
 
-disk.make_private_dir = read_only
+folders.make_private_dir = read_only
 for n in (1024, 2048):  # two tunings in one process
     a = torch.rand(n)
     torch.testing.assert_close(tune_scale_add(n).kernel(a), ref_scale_add(a))

@@ -9,7 +9,8 @@ fleet's Redis can stand behind it as a second level (``remote.py``).
     _installed.py  which installed code a module belongs to (named by version, not walked)
     _memo.py     small JSON memos of a key's slow parts (installed/, sources/)
     args.py      call arguments as in-process keys (the @jit and @autotune memos)
-    disk.py      private folders, sealing, atomic publish, verification
+    disk.py      sealing, staging, atomic publish, verification of an entry's folder
+    folders.py   private folders: this user's own, nobody else can write or swap them
     locks.py     per-key locks between processes; staging when the cache is read-only
     entry.py     the files of one entry, written and read
     tuning.py    TuningStore: tuned results and per-config measurements

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tileauto.cache import disk
+from tileauto.cache import folders
 from tileauto.cache.key import digest
 from tileauto.records import TrialStatus
 
@@ -77,5 +77,5 @@ def describe_checks(checks: dict[str, Any]) -> str:
 
 def read_checks(path: Path) -> dict[str, Any] | None:
     """A checks record of this user's (a plain file nobody else can write), or None."""
-    data = disk.read_own_json(path)
+    data = folders.read_own_json(path)
     return data if isinstance(data, dict) else None

@@ -60,7 +60,7 @@ class Memo:
 
 def read(path: Path) -> dict[str, Any]:
     """The answers in ``path``; nothing when it is missing, unsafe, foreign or malformed."""
-    from tileauto.cache.disk import read_own_json
+    from tileauto.cache.folders import read_own_json
 
     data = read_own_json(path, check_folder=True)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -71,7 +71,7 @@ def read(path: Path) -> dict[str, Any]:
 
 def write(path: Path, answers: dict[str, Any]) -> None:
     """Write ``answers`` to ``path`` whole (a private folder, a file of mode 600)."""
-    from tileauto.cache.disk import make_private_dir
+    from tileauto.cache.folders import make_private_dir
 
     make_private_dir(path.parent)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"

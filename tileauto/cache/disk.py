@@ -1,4 +1,4 @@
-"""Entry folders on disk: private directories, staged writes, atomic publish, checks.
+"""Entry folders on disk: staged writes, atomic publish, checks.
 
 Writing an entry: fill a staging folder, :func:`seal` it (permissions, then ``manifest.json``
 with the sha256 of every file, written last), and :func:`publish` it: every file and folder is
@@ -27,122 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
+from tileauto.cache import folders
 
 log = get_logger("cache")
 
 MANIFEST = "manifest.json"
 KNOWN_FORMATS = ("1", "2", "3")  # formats this code can read: an older one is stale, not unknown
 STALE_S = 3600.0  # staging leftovers older than this belong to dead writers
-MIN_FREE_BYTES = 1 << 20  # a staging folder with less room than this would fail half-way
 _STAGE_PREFIXES = (".stage-", ".trash-", "stage-")
-_FIX = (
-    "make it yours and private (chown, chmod 700), or point TILEAUTO_CACHE_DIR or "
-    "TILEAUTO_TMP_DIR at a folder of your own"
-)
-
-
-class UnsafeDirError(PermissionError):
-    """A cache folder another user could write, or swap for one of theirs: it is not used."""
-
-
-def folder_problem(path: Path, *, holder: bool = False) -> str | None:
-    """Why ``path`` is not a safe folder for this user's cache, or None when it is.
-
-    Decided by ownership and mode, never by trying to write (root may write anywhere). A
-    cache folder must be owned by this user and not writable by group or others; a
-    symbolic link counts as its owner and its target. With ``holder`` (the folder that holds
-    the cache root, such as ``/tmp``), root may own it and a sticky bit makes it safe.
-    """
-    me = os.getuid()
-    link = os.lstat(path)
-    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
-        return f"{path} is a symbolic link owned by uid {link.st_uid}, not by this user"
-    st = os.stat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a folder"
-    if st.st_uid != me and not (holder and st.st_uid == 0):
-        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {me})"
-    sticky = holder and st.st_mode & stat.S_ISVTX
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
-
-
-def check_private(path: Path, *, holder: bool = False) -> None:
-    """Raise :class:`UnsafeDirError` unless ``path`` is a safe folder (see :func:`folder_problem`)."""
-    reason = folder_problem(path, holder=holder)
-    if reason is not None:
-        raise UnsafeDirError(errno.EACCES, f"refusing {reason}: {_FIX}", str(path))
-
-
-def make_private_dir(path: Path, *, min_free_bytes: int = MIN_FREE_BYTES) -> Path:
-    """Create ``path`` and every missing parent with mode 0700 (``mkdir -p`` would use 0755).
-
-    Raises:
-        UnsafeDirError: ``path`` is foreign-owned, writable by others or a foreign link, or
-            the folder holding it lets others swap it (see :func:`folder_problem`).
-        OSError: ``path`` cannot be created, is not a folder, or its file system has less
-            than ``min_free_bytes`` free (ENOSPC: writes there would fail half-way).
-    """
-    path = Path(path)
-    missing = []
-    probe = path
-    while not os.path.lexists(probe) and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:
-            pass
-    if not path.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
-    check_private(path)
-    if path.parent != path:
-        check_private(path.parent, holder=True)
-    if min_free_bytes > 0:
-        try:
-            vfs = os.statvfs(path)
-        except OSError:
-            return path
-        if vfs.f_bavail * vfs.f_frsize < min_free_bytes:
-            free_kib = vfs.f_bavail * vfs.f_frsize // 1024
-            raise OSError(errno.ENOSPC, f"No space left on device ({free_kib} KiB free)", str(path))
-    return path
-
-
-def private_fallback_dir(purpose: str) -> Path:
-    """A folder of this user's own in the system temp dir, for when the cache's is unusable.
-
-    ``<tmp>/tileauto-<uid>/<purpose>`` is shared by this user's processes (so locks still
-    exclude each other); if someone else holds that name, a new private temp folder is used.
-    """
-    base = Path(tempfile.gettempdir()) / f"tileauto-{os.getuid()}" / purpose
-    try:
-        return make_private_dir(base)
-    except OSError:
-        return Path(tempfile.mkdtemp(prefix=f"tileauto-{purpose}-"))
-
-
-def read_own_json(path: Path, *, check_folder: bool = False) -> Any:
-    """The JSON in ``path``, or None when it is missing, malformed or not safe to trust: not a
-    regular file of this user's that nobody else can write (opened without following a link
-    and checked through its descriptor), or, with ``check_folder``, in a folder that is not
-    private (:func:`folder_problem`)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with open(fd) as f:
-            st = os.fstat(f.fileno())
-            if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_uid != os.getuid()
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-                or (check_folder and folder_problem(Path(path).parent) is not None)
-            ):
-                return None
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def sha256_file(path: Path) -> str:
@@ -191,14 +83,14 @@ def seal(entry_dir: Path, meta: dict[str, Any], *, shared: bool = False) -> dict
         UnsafeDirError: the staging folder, or something in it, is not this user's own.
     """
     file_mode, dir_mode = (0o644, 0o755) if shared else (0o600, 0o700)
-    check_private(entry_dir)
+    folders.check_private(entry_dir)
     files = {}
     for path in sorted(entry_dir.rglob("*")):
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode):
             raise ValueError(f"{path} is a symbolic link: cache entries hold plain files only")
         if st.st_uid != os.getuid():
-            raise UnsafeDirError(
+            raise folders.UnsafeDirError(
                 errno.EACCES, f"refusing to seal {path}: it is owned by uid {st.st_uid}", str(path)
             )
         if path.is_dir():
@@ -246,8 +138,8 @@ def verify(
     """Check an entry: safe, complete, of a known format, every hash matching.
 
     With the default ``trusted_uids`` (an entry of this user's cache, ``<root>/<kind>/<key>``)
-    the two folders above it must be safe too (:func:`folder_problem`): otherwise another
-    user could swap the entry between this check and the load.
+    the two folders above it must be safe too (:func:`~tileauto.cache.folders.folder_problem`):
+    otherwise another user could swap the entry between this check and the load.
 
     Returns what is wrong (one line), or None when the entry can be loaded.
     """
@@ -266,7 +158,7 @@ def verify(
         reason = None
         if trusted_uids is None:
             for folder in (entry_dir.parent, entry_dir.parent.parent):
-                reason = reason or folder_problem(folder)
+                reason = reason or folders.folder_problem(folder)
         reason = reason or unsafe_reason(entry_dir, trusted_uids)
     except OSError as exc:
         return f"unreadable ({exc})"
@@ -328,14 +220,14 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     private fallback): it is then copied next to ``final`` first, so the last step is still
     a rename; a copy that fails (a full disk) is removed, not left to fill the disk.
     ``private`` (cache entries, ``<root>/<kind>/<key>``): the kind folder and the root must
-    be this user's own (:func:`folder_problem`).
+    be this user's own (:func:`~tileauto.cache.folders.folder_problem`).
     """
     fsync_tree(staged)
     if private:
         root = final.parent.parent
         if os.path.lexists(root):
-            check_private(root)  # before anything is created in it
-        parent = make_private_dir(final.parent)
+            folders.check_private(root)  # before anything is created in it
+        parent = folders.make_private_dir(final.parent)
     else:
         parent = final.parent
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -406,10 +298,11 @@ def stage_dir(tmp_root: Path) -> Path:
     """A new private staging folder under ``tmp_root`` (which must be this user's own).
 
     Raises:
-        UnsafeDirError: ``tmp_root`` is not this user's own (see :func:`make_private_dir`).
+        UnsafeDirError: ``tmp_root`` is not this user's own
+            (see :func:`~tileauto.cache.folders.make_private_dir`).
         OSError: it cannot be created, or its file system is (nearly) full.
     """
-    make_private_dir(tmp_root)
+    folders.make_private_dir(tmp_root)
     path = Path(tmp_root) / f"stage-{uuid.uuid4().hex[:12]}"
     path.mkdir(mode=0o700)
     return path

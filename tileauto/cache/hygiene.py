@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.cache import disk
+from tileauto.cache import disk, folders
 
 log = get_logger("cache")
 
@@ -93,10 +93,10 @@ def claim_scratch_dir(parent: Path, prefix: str) -> ScratchDir:
     folder is returned unclaimed; cleaners then go by its age and process id.
 
     Raises:
-        UnsafeDirError: ``parent`` is not this user's own (see ``disk.make_private_dir``).
+        UnsafeDirError: ``parent`` is not this user's own (see ``folders.make_private_dir``).
         OSError: the folder cannot be created.
     """
-    disk.make_private_dir(Path(parent))
+    folders.make_private_dir(Path(parent))
     record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()})
     for _ in range(_CLAIM_TRIES):
         path = Path(parent) / f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.cache import disk
+from tileauto.cache import disk, folders
 
 log = get_logger("cache")
 
@@ -39,7 +39,7 @@ def key_lock(
     """
     from filelock import FileLock, Timeout
 
-    disk.make_private_dir(lock_dir)
+    folders.make_private_dir(lock_dir)
     lock = FileLock(str(Path(lock_dir) / f"{name}.lock"), mode=0o600)
     try:
         lock.acquire(timeout=0)
@@ -76,7 +76,7 @@ def best_effort_lock(
                 "(remove or fix that folder: it should be a folder of yours, mode 700)"
             )
         try:
-            lock = key_lock(disk.private_fallback_dir("locks"), name, on_wait)
+            lock = key_lock(folders.private_fallback_dir("locks"), name, on_wait)
             lock.__enter__()
         except OSError as again:
             log.info("cannot lock %s in the fallback either (%s); going on without", name, again)
@@ -90,7 +90,7 @@ def best_effort_lock(
 
 def _whole_cache_unwritable(exc: OSError, lock_dir: Path) -> bool:
     """Whether a lock failure is the cache's as a whole (read-only, full), not ``.locks``'s."""
-    if isinstance(exc, disk.UnsafeDirError) and str(lock_dir) not in str(exc):
+    if isinstance(exc, folders.UnsafeDirError) and str(lock_dir) not in str(exc):
         return True  # the cache root itself is refused: the save says so
     if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):
         return True
@@ -105,7 +105,7 @@ def fallback_staging_dir() -> Path:
     that name is someone else's, one private temp folder per process, removed at exit.
     """
     try:
-        return disk.make_private_dir(
+        return folders.make_private_dir(
             Path(tempfile.gettempdir()) / f"tileauto-{os.getuid()}" / "staging"
         )
     except OSError:
@@ -135,7 +135,7 @@ def writable_staging(settings: Any) -> Any:
     """
     staging = settings.staging_dir
     try:
-        disk.make_private_dir(staging)
+        folders.make_private_dir(staging)
         fd, probe = tempfile.mkstemp(dir=staging, prefix=".probe-")
         try:
             os.write(fd, b"\0" * 4096)  # an empty file fits on a full disk; a kernel does not
@@ -145,7 +145,7 @@ def writable_staging(settings: Any) -> Any:
         return settings
     except OSError as exc:
         fallback = fallback_staging_dir()
-        if isinstance(exc, disk.UnsafeDirError):
+        if isinstance(exc, folders.UnsafeDirError):
             disk.warn_once(f"{exc.strerror}; staging in {fallback} instead")
         else:  # not warned: the cache write that follows fails and says so, once
             log.info("%s is not writable (%s); staging in %s instead", staging, exc, fallback)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
-from tileauto.cache import disk
+from tileauto.cache import disk, folders
 from tileauto.cache._checks import (
     CHECK_FREE,
     CHECK_OPTIONS,
@@ -363,9 +363,9 @@ class TuningStore:
                 yield config_id(config), config, path
 
     def _unsafe_measurements(self) -> str | None:
-        """Why the measurement folders cannot be trusted (see ``disk.folder_problem``), or None."""
+        """Why the measurement folders cannot be trusted (see ``folders.folder_problem``), or None."""
         for folder in (self.root, self.base_dir.parent, self.base_dir):
-            reason = disk.folder_problem(folder)
+            reason = folders.folder_problem(folder)
             if reason is not None:
                 return reason
         return disk.unsafe_reason(self.measure_dir) if self.measure_dir.is_dir() else None
@@ -450,9 +450,9 @@ class TuningStore:
         if self._stored.get(identity) == measured:
             return False
         if not self._writable:
-            disk.make_private_dir(self.measure_dir)
+            folders.make_private_dir(self.measure_dir)
             for folder in (self.base_dir, self.base_dir.parent, self.root):  # measurements/
-                disk.check_private(folder)
+                folders.check_private(folder)
             _write_whole(self.measure_dir.with_suffix(".json"), self.checks)
             self._writable = True
         self._write_trial(trial)
@@ -505,7 +505,7 @@ def _read_measurement(path: Path, identity: str) -> Trial | None:
     The file is opened without following a link and checked through its descriptor: a
     regular file of this user's, writable by nobody else.
     """
-    data = disk.read_own_json(path)
+    data = folders.read_own_json(path)
     if not isinstance(data, dict):
         return None
     try:

@@ -328,10 +328,10 @@ def cmd_prior(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from tileauto.cache import catalog, disk
+    from tileauto.cache import catalog, folders
 
     settings = settings_of(args)
-    disk.make_private_dir(settings.cache_dir)
+    folders.make_private_dir(settings.cache_dir)
     from pathlib import Path
 
     done = catalog.import_entries(Path(args.dir), settings.cache_dir, settings.staging_dir)

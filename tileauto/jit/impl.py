@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tileauto._logging import get_logger
 from tileauto.cache.args import CallCache, bind_arguments
-from tileauto.cache.disk import make_private_dir
+from tileauto.cache.folders import make_private_dir
 from tileauto.errors import CompileError
 from tileauto.options import CompileArgs
 from tileauto.settings import Settings

@@ -186,7 +186,7 @@ def _memo_path(directory: Path, payload: dict[str, Any]) -> Path:
 
 def _read(settings: Settings, payload: dict[str, Any]) -> Any:
     """The memo's value for ``payload``, or None (missing, foreign, unsafe or unreadable)."""
-    from tileauto.cache.disk import read_own_json
+    from tileauto.cache.folders import read_own_json
 
     directory = _memo_dir(settings)
     if directory is None:
@@ -199,7 +199,7 @@ def _read(settings: Settings, payload: dict[str, Any]) -> Any:
 
 def _write(settings: Settings, payload: dict[str, Any], value: Any) -> None:
     """Store ``value`` for ``payload``; a failure only costs the next process a compiler import."""
-    from tileauto.cache.disk import make_private_dir
+    from tileauto.cache.folders import make_private_dir
 
     directory = _memo_dir(settings)
     if directory is None:

@@ -193,12 +193,12 @@ class FleetStore:
         )
 
     def _load_private(self, fill: Callable[[Path], None]) -> AutotuneResult | None:
-        from tileauto.cache import disk
+        from tileauto.cache import disk, folders
         from tileauto.cache.entry import read_result
         from tileauto.jit.kernel import JITKernel
 
         store = self.local.entry
-        folder = disk.private_fallback_dir("remote") / f"{self.key}-{uuid.uuid4().hex[:8]}"
+        folder = folders.private_fallback_dir("remote") / f"{self.key}-{uuid.uuid4().hex[:8]}"
         folder.mkdir(mode=0o700)
         fill(folder)
         manifest = disk.seal(folder, store.meta)

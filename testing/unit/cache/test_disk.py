@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tileauto.cache import disk, locks
+from tileauto.cache import disk, folders, locks
 from tileauto.settings import Settings
 
 REQUIRED = ("kernel/kernel.so",)
@@ -48,7 +48,7 @@ def test_make_private_dir_creates_every_missing_parent_0700(tmp_path):
     target = tmp_path / "a" / "b" / "c"
     old = os.umask(0o002)
     try:
-        disk.make_private_dir(target)
+        folders.make_private_dir(target)
     finally:
         os.umask(old)
     for p in (tmp_path / "a", tmp_path / "a" / "b", target):
@@ -58,7 +58,7 @@ def test_make_private_dir_creates_every_missing_parent_0700(tmp_path):
 def test_make_private_dir_on_a_file_raises(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(OSError):
-        disk.make_private_dir(tmp_path / "f")
+        folders.make_private_dir(tmp_path / "f")
 
 
 def test_sealed_entry_verifies_and_is_private_whatever_the_umask(tmp_path):
@@ -315,8 +315,8 @@ def test_a_writer_killed_between_any_two_steps_leaves_old_or_complete_new(tmp_pa
 
     def fresh() -> None:  # the folders exist from earlier writers: every run takes one path
         disk.remove_tree(final)
-        disk.make_private_dir(final.parent)
-        disk.make_private_dir(tmp_path / "stage")
+        folders.make_private_dir(final.parent)
+        folders.make_private_dir(tmp_path / "stage")
         if replace:
             make_entry(tmp_path, text="old")
 
@@ -372,7 +372,7 @@ def test_writable_staging_falls_back_to_the_system_temp_dir(tmp_path, monkeypatc
     def refuse(path):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
 
-    monkeypatch.setattr(disk, "make_private_dir", refuse)
+    monkeypatch.setattr(folders, "make_private_dir", refuse)
     moved = locks.writable_staging(settings)
     assert moved.staging_dir != settings.staging_dir and moved.staging_dir.is_dir()
     assert moved.cache_dir == settings.cache_dir
@@ -380,12 +380,12 @@ def test_writable_staging_falls_back_to_the_system_temp_dir(tmp_path, monkeypatc
 
 _REFUSED_STAGING_CHILD = """
 import errno
-from tileauto.cache import disk, locks
+from tileauto.cache import folders, locks
 
 def refuse(path):
     raise OSError(errno.EEXIST, "someone else's", str(path))
 
-disk.make_private_dir = refuse
+folders.make_private_dir = refuse
 first, again = locks.fallback_staging_dir(), locks.fallback_staging_dir()
 assert first == again and first.is_dir(), (first, again)
 print(first)

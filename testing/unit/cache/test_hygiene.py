@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tileauto.cache import disk, hygiene
+from tileauto.cache import disk, folders, hygiene
 from tileauto.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -66,7 +66,7 @@ class Claimant:
 
 @pytest.fixture
 def staging(tmp_path):
-    return disk.make_private_dir(tmp_path / "tmp")
+    return folders.make_private_dir(tmp_path / "tmp")
 
 
 def no_such_pid() -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from second_user import OTHER_UID, as_second_user, needs_root
 
-from tileauto.cache import catalog, disk, locks
+from tileauto.cache import catalog, disk, folders, locks
 from tileauto.records import Trial, TrialStatus
 
 
@@ -38,25 +38,25 @@ def test_a_world_writable_folder_is_refused_by_mode_not_by_trying(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     root.chmod(0o777)
-    with pytest.raises(disk.UnsafeDirError, match="writable by group or others"):
-        disk.make_private_dir(root / "tmp")  # its holder, the root, lets others swap it
-    with pytest.raises(disk.UnsafeDirError, match="writable by group or others"):
-        disk.make_private_dir(root)
-    assert "writable" in disk.folder_problem(root)
+    with pytest.raises(folders.UnsafeDirError, match="writable by group or others"):
+        folders.make_private_dir(root / "tmp")  # its holder, the root, lets others swap it
+    with pytest.raises(folders.UnsafeDirError, match="writable by group or others"):
+        folders.make_private_dir(root)
+    assert "writable" in folders.folder_problem(root)
     sticky = tmp_path / "sticky"
     sticky.mkdir()
     sticky.chmod(0o1777)
-    assert disk.folder_problem(sticky) is not None  # a cache folder: no sticky exemption
-    assert disk.folder_problem(sticky, holder=True) is None  # a holder like /tmp: fine
+    assert folders.folder_problem(sticky) is not None  # a cache folder: no sticky exemption
+    assert folders.folder_problem(sticky, holder=True) is None  # a holder like /tmp: fine
 
 
 @needs_root
 def test_a_foreign_tmp_dir_is_refused_and_staging_falls_back(tmp_path):
-    root = disk.make_private_dir(tmp_path / "cache")
+    root = folders.make_private_dir(tmp_path / "cache")
     tmp = root / "tmp"
     tmp.mkdir(mode=0o700)
     os.chown(tmp, OTHER_UID, OTHER_UID)  # another user created tmp/ first
-    with pytest.raises(disk.UnsafeDirError, match=f"owned by uid {OTHER_UID}"):
+    with pytest.raises(folders.UnsafeDirError, match=f"owned by uid {OTHER_UID}"):
         disk.stage_dir(tmp)
     final = root / "autotuner" / ("a" * 32)
     disk.write_entry(final, fill, {"format": "1"}, tmp)  # staged privately elsewhere
@@ -65,18 +65,18 @@ def test_a_foreign_tmp_dir_is_refused_and_staging_falls_back(tmp_path):
 
 
 def test_a_symlinked_kind_folder_to_a_foreign_folder_is_refused(tmp_path):
-    root = disk.make_private_dir(tmp_path / "cache")
+    root = folders.make_private_dir(tmp_path / "cache")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     elsewhere.chmod(0o777)
     (root / "autotuner").symlink_to(elsewhere)
-    with pytest.raises(disk.UnsafeDirError):
+    with pytest.raises(folders.UnsafeDirError):
         disk.write_entry(root / "autotuner" / ("b" * 32), fill, {"format": "1"}, root / "tmp")
     assert list(elsewhere.iterdir()) == []
 
 
 def test_an_entry_under_an_unsafe_root_is_refused(tmp_path):
-    root = disk.make_private_dir(tmp_path / "cache")
+    root = folders.make_private_dir(tmp_path / "cache")
     final = root / "autotuner" / ("c" * 32)
     disk.write_entry(final, fill, {"format": "1"}, root / "tmp")
     assert disk.verify(final) is None
@@ -89,7 +89,7 @@ def test_seal_refuses_files_another_user_planted(tmp_path):
     staged = disk.stage_dir(tmp_path / "stage")
     fill(staged)
     os.chown(staged / "kernel" / "kernel.so", OTHER_UID, OTHER_UID)
-    with pytest.raises(disk.UnsafeDirError, match=f"owned by uid {OTHER_UID}"):
+    with pytest.raises(folders.UnsafeDirError, match=f"owned by uid {OTHER_UID}"):
         disk.seal(staged, {"format": "1"})
 
 
@@ -99,7 +99,7 @@ def test_a_second_user_cannot_write_anything_the_cache_wrote(tmp_path):
     shared = Path(tempfile.mkdtemp(prefix="tileauto-hostile-"))
     shared.chmod(0o755)
     try:
-        _attack_a_cache(disk.make_private_dir(shared / "cache"))
+        _attack_a_cache(folders.make_private_dir(shared / "cache"))
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
@@ -174,7 +174,7 @@ def small_disk(tmp_path):
 
 
 def test_a_failed_cross_filesystem_copy_leaves_no_partial_stage(tmp_path, small_disk):
-    root = disk.make_private_dir(small_disk / "cache")
+    root = folders.make_private_dir(small_disk / "cache")
     (small_disk / "ballast").write_bytes(b"\0" * (2 << 20))  # about 2 MiB left
 
     def big(out: Path) -> None:
@@ -189,7 +189,7 @@ def test_a_failed_cross_filesystem_copy_leaves_no_partial_stage(tmp_path, small_
 
 
 def test_staging_on_a_full_disk_falls_back_to_a_private_temp_dir(tmp_path, small_disk):
-    staging = disk.make_private_dir(small_disk / "tmp")
+    staging = folders.make_private_dir(small_disk / "tmp")
     with open(small_disk / "ballast", "wb") as f:
         try:
             while True:
@@ -200,19 +200,19 @@ def test_staging_on_a_full_disk_falls_back_to_a_private_temp_dir(tmp_path, small
     disk.write_entry(final, fill, {"format": "1"}, staging)
     assert disk.verify(final) is None
     with pytest.raises(OSError, match="No space left"):
-        disk.make_private_dir(staging)  # what process-wide scratch folders fall back on
+        folders.make_private_dir(staging)  # what process-wide scratch folders fall back on
 
 
 # -- 4. entries that never healed --------------------------------------------------------------
 @pytest.mark.parametrize("stray", ["file", "symlink", "dangling"])
 def test_a_stray_file_or_link_at_an_entry_path_is_reported_and_replaced(tmp_path, stray):
-    root = disk.make_private_dir(tmp_path / "cache")
-    kind = disk.make_private_dir(root / "autotuner")
+    root = folders.make_private_dir(tmp_path / "cache")
+    kind = folders.make_private_dir(root / "autotuner")
     final = kind / ("0" * 32)
     if stray == "file":
         final.write_text("not an entry")
     elif stray == "symlink":
-        target = disk.make_private_dir(tmp_path / "target")
+        target = folders.make_private_dir(tmp_path / "target")
         final.symlink_to(target)
     else:
         final.symlink_to(tmp_path / "nowhere")
@@ -226,12 +226,12 @@ def test_a_stray_file_or_link_at_an_entry_path_is_reported_and_replaced(tmp_path
 
 
 def test_an_unusable_locks_folder_warns_once_and_still_locks(tmp_path):
-    root = disk.make_private_dir(tmp_path / "cache")
+    root = folders.make_private_dir(tmp_path / "cache")
     (root / ".locks").write_text("a file where the lock folder should be")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with locks.best_effort_lock(root / ".locks", "autotuner-x"):
-            fallback = disk.private_fallback_dir("locks")
+            fallback = folders.private_fallback_dir("locks")
             assert (fallback / "autotuner-x.lock").exists()  # a real lock, elsewhere
         with locks.best_effort_lock(root / ".locks", "autotuner-y"):
             pass
