@@ -1,7 +1,7 @@
 """How well each search strategy finds the optimum of recorded spaces it was never tuned on.
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
-        [--strategies guided,guided+prior,guided+prior-flat,guided+prior-turns,guided+misfit,guided+unlike,
+        [--strategies guided,guided+prior,guided+prior-flat,guided+prior-turns,guided+prior-mean,guided+misfit,guided+unlike,
                       guided+device,tpe,genetic,pso,random]
         [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
         [--prior-extra DIR [--prior-extra DIR2 ...]]
@@ -51,7 +51,9 @@ Everything is reported held out:
 
 Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``,
 ``guided+prior-flat``, ``guided+prior-turns`` (the same prior, its first batch filled by the records taking turns:
-``GuidedSearch(prior_order="turns")``), ``guided+misfit``, ``guided+unlike``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
+``GuidedSearch(prior_order="turns")``), ``guided+prior-mean`` (the same prior, its first batch
+in the records' order without keeping its configs apart: ``prior_order="mean"``, the default
+before the tenth test), ``guided+misfit``, ``guided+unlike``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
 driven through ``OptunaSearch``), ``genetic`` and ``pso`` (Kernel Tuner's genetic algorithm
 and particle swarm with its defaults: ``tileauto.search.baselines``), ``random``. One replay
 per seed runs to the largest budget; the smaller budgets read its best-so-far trace, which is
@@ -118,6 +120,7 @@ ALL = [
     "guided+prior",
     "guided+prior-flat",
     "guided+prior-turns",
+    "guided+prior-mean",
     "guided+misfit",
     "guided+unlike",
     "guided+device",
@@ -234,11 +237,8 @@ def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
     prior = None
     if strategy.startswith("guided"):
         settings = CANDIDATES[candidate]
-        inner: SearchStrategy = (
-            guided({**settings, "prior_order": "turns"})
-            if strategy == "guided+prior-turns"
-            else guided(settings)
-        )
+        order = {"guided+prior-turns": "turns", "guided+prior-mean": "mean"}.get(strategy)
+        inner: SearchStrategy = guided({**settings, "prior_order": order} if order else settings)
         if strategy != "guided":
             kind = {
                 "guided+misfit": "misfit",

@@ -130,8 +130,33 @@ def test_a_record_that_disagrees_with_the_others_still_has_its_best_tried_first(
     turns = replay(target, GuidedSearch(prior_order="turns"), budget=8, seed=0, prior=prior)
     assert turns.score == 1.0 and "prior_order='turns'" in turns.strategy
     assert replay(target, GuidedSearch(), budget=8, seed=0, prior=prior).score < 0.5
-    with pytest.raises(ValueError, match='prior_order must be "mean" or "turns", got \'best\''):
+    with pytest.raises(ValueError, match='prior_order must be "mean", "turns" or "apart", got'):
         GuidedSearch(prior_order="best")
+
+
+def test_apart_spreads_the_first_batch_over_the_region_the_records_agree_on():
+    """Records of another problem agree on one corner; this problem's optimum is off it.
+    By the mean percentile the first batch is that corner and its neighbours; "apart" takes
+    the records' order too, each config three parameters away from those taken."""
+    space = product(a=list(range(4)), b=list(range(4)), c=list(range(4)), d=list(range(4)))
+
+    def record(best: tuple[int, ...], noise: int) -> RecordedSpace:
+        values = [1.0 + sum(abs(c[k] - v) for k, v in zip("abcd", best)) for c in space]
+        values = [v * (1 + 0.01 * ((i * noise) % 7)) for i, v in enumerate(values)]
+        return RecordedSpace.from_latencies(space, values, device=f"{best} {noise}")
+
+    prior = [record((0, 0, 0, 0), 1), record((0, 0, 0, 0), 2)]
+    strategy = GuidedSearch(prior=prior)  # prior_order="apart", the default
+    strategy.start(space, parallelism=8, seed=0)
+    picks = [space.config(i) for i in strategy.ask()[:6]]  # the prior's six, then two at random
+    assert picks[0] == {"a": 0, "b": 0, "c": 0, "d": 0}  # the records' best comes first
+    for i, one in enumerate(picks):
+        for other in picks[:i]:
+            assert sum(one[k] != other[k] for k in "abcd") >= 3, (one, other)
+    target = record((1, 1, 1, 1), 3)
+    mean = replay(target, GuidedSearch(prior_order="mean"), budget=6, seed=0, prior=prior)
+    apart = replay(target, GuidedSearch(), budget=6, seed=0, prior=prior)  # the default
+    assert apart.score > 2 * mean.score and "prior_order='mean'" in mean.strategy
 
 
 def test_the_same_problems_records_and_the_rest_take_turns_in_the_first_batch():
