@@ -6,12 +6,12 @@
 
 For each ``MxNxK`` shape it tunes ``examples/gemm_cpu.py``'s GEMM exhaustively over
 ``gemm_cpu.space(M, N, K)`` (every valid config compiled, checked against ``torch.matmul`` and
-timed: ``search="exhaustive"``), each shape in a cache folder of its own under ``--cache-dir``
-(kept: a killed run resumes where it stopped, every measurement is in the cache as it is
-made). Then it runs ``tileauto cache prior gemm DIR``, the command a user runs to turn what one
-machine has tuned into a prior for another, and copies each shape's trial file (gzipped) to
-``--out/tileauto_gemmcpu_<M>x<N>x<K>.json.gz``. ``bench/search_quality.py --holdout
-bench/spaces`` replays them (the kernel is ``tileauto_gemmcpu``, the "device" the shape).
+timed: ``search="exhaustive"``), each shape (and ``--mcpu``) in a cache folder of its own
+under ``--cache-dir`` (kept: a killed run resumes where it stopped, every measurement is in the
+cache as it is made). Then it runs ``tileauto cache prior gemm DIR``, the command a user runs
+to turn what one machine has tuned into a prior for another, and copies each shape's trial
+file (gzipped) to ``--out/tileauto_gemmcpu_<M>x<N>x<K>.json.gz``. ``bench/search_quality.py
+--holdout bench/spaces`` replays them (the kernel is ``tileauto_gemmcpu``, the "device" the shape).
 
 Why: every recorded space in ``../shared/data/tuning-spaces`` was seen while the guided
 search's defaults were designed (issue 36), so none of them gives a clean held-out figure.
@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for m, n, k in shapes:
         shape = f"{m}x{n}x{k}"
-        cache = args.cache_dir / shape  # one tuned entry per folder: its export is this shape's
+        # one tuned entry per folder, so that its export is this shape's on this target
+        cache = args.cache_dir / (shape if args.mcpu is None else f"{shape}-{args.mcpu}")
         os.environ["TILEAUTO_CACHE_DIR"] = str(cache)  # read at each tuning
         space = space_of(m, n, k)
         start = time.perf_counter()
