@@ -11,7 +11,8 @@ under ``--cache-dir`` (kept: a killed run resumes where it stopped, every measur
 cache as it is made). Then it runs ``tileauto cache prior gemm DIR``, the command a user runs
 to turn what one machine has tuned into a prior for another, and copies each shape's trial
 file (gzipped) to ``--out/tileauto_gemmcpu_<M>x<N>x<K>.json.gz``. ``bench/search_quality.py
---holdout bench/spaces`` replays them (the kernel is ``tileauto_gemmcpu``, the "device" the shape).
+--holdout bench/spaces`` replays them (the kernel is ``tileauto_gemmcpu``, the "device" the
+shape).
 
 Why: every recorded space in ``../shared/data/tuning-spaces`` was seen while the guided
 search's defaults were designed (issue 36), so none of them gives a clean held-out figure.

@@ -192,7 +192,7 @@ def test_priors_come_from_the_pool_by_folder_and_name(tmp_path):
 
 
 def test_a_shape_of_the_same_output_size_finds_the_optimum_past_the_other_shapes():
-    """The tenth test's spaces (bench/spaces/cuda-h100-10): on an H100 the 128x128 tiles of the
+    """The tenth test's spaces (bench/spaces/cuda-h100-10): on an H100 the best configs of the
     fifth and seventh tests' shapes are 1.8x the optimum at 1024x1024x4096; with those four
     records and the record of another shape of the same output size, the first batch holds
     the optimum, where without a prior 8 trials are a lottery; with the four alone, the first
@@ -216,8 +216,9 @@ def test_a_shape_of_the_same_output_size_finds_the_optimum_past_the_other_shapes
     assert all(r.score == 1.0 for r in with_prior)
     without = [replay(here, GuidedSearch(), budget=8, seed=s).score for s in seeds]
     assert sum(without) / len(without) < 0.9  # 6 configs in 970 within 5%
-    # the four unlike shapes alone agree on the 128x128 corner: in their order the first
-    # batch is that corner (1.8x the optimum); kept apart, it reaches the 64x64 tiles
+    # the four unlike shapes alone agree on one corner (a 16x8 register tile in large blocks):
+    # in their order the first batch is that corner (1.8x the optimum); kept apart, it
+    # reaches the 64x64 blocks
     crowded = [
         replay(here, GuidedSearch(prior_order="mean"), budget=8, seed=s, prior=others).score
         for s in seeds

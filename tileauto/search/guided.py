@@ -73,8 +73,8 @@ class GuidedSearch(SearchStrategy):
         prior_order: how the prior's configs fill the first batch: ``"apart"`` (default) in
             the order of the records' mean percentile, each next config at least three
             parameters away from those taken (in a space of fewer than four parameters, all
-            but one; a hedge against records of problems unlike this
-            one, whose best configs crowd one region: docs/search.md, "A tenth test");
+            but one): a hedge against records of problems unlike this one, whose best configs
+            crowd one region (docs/search.md, "A tenth test");
             ``"mean"``: in that order alone; ``"turns"``: the best on average, then each
             record's own best in turn (records that disagree each get their optimum tried; on
             spaces recorded after the design it was level with or below ``"mean"``:
