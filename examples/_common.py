@@ -14,6 +14,7 @@ through a module attribute such as ``_common.row_reduce``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -161,11 +162,20 @@ def time_configs(
     """
     name, ms = baseline
     print(f"{name:>{width}}: {ms:8.3f} ms {rate(ms)}")
+    precompile(kernel, sizes, cfgs)
     for cfg in cfgs:
         kern = kernel(*sizes, **cfg)
         torch.testing.assert_close(kern(*inputs), ref, **tol)
         ms = bench(kern, *inputs)
         print(f"{label(cfg):>{width}}: {ms:8.3f} ms {rate(ms)}")
+
+
+def precompile(kernel: Callable, sizes: Sequence[int], cfgs: list[dict]) -> None:
+    """Compile ``kernel(*sizes, **cfg)`` for every config at once, in tileauto's parallel
+    compile workers: the calls that follow find them compiled (a config that fails raises
+    its ``CompileError`` at its call, as it would without this)."""
+    names = list(inspect.signature(kernel.factory).parameters)
+    kernel.par_compile([{**dict(zip(names, sizes)), **cfg} for cfg in cfgs])
 
 
 def cpu_args(

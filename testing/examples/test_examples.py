@@ -280,6 +280,24 @@ def test_gemm_cuda_space_holds_only_configs_the_kernel_accepts():
     assert "sm_90" in bytes(mod.ptx_of(mod.compile_cuda_source(func))).decode(errors="replace")
 
 
+def test_cuda_kernels_precompile_in_parallel_without_a_gpu():
+    """The build half of the gpu tests: every config of the CUDA GEMM through ``par_compile``
+    (compile workers, sm_90, exported and loaded), then the calls compile nothing."""
+    ex = _example("gemm", "cuda")
+    size = ex.spec.sizes[1]
+    cfgs = [{}] + ex.mod.configs(*size)
+    jit = ex.jit.with_compile_args(target=dict(ex.mod.COMPILE_TARGET))
+    defaults = {n: p.default for n, p in inspect.signature(ex.factory).parameters.items()}
+    distinct = {tuple(sorted({**defaults, **cfg}.items())) for cfg in cfgs}
+    assert len(distinct) == len(cfgs) - 1  # the default is among the configs: compiled once
+    _module("_common").precompile(jit, size, cfgs)
+    assert jit.compile_count == len(distinct)
+    kernels = [jit(*size, **cfg) for cfg in cfgs]
+    assert jit.compile_count == len(distinct)
+    assert all(k.target.kind.name == "cuda" for k in kernels)
+    assert {k.config["block_M"] for k in kernels} >= {32, 64, 128}
+
+
 def test_cuda_main_compiles_without_a_gpu(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     mod = _module("softmax_cuda")
@@ -298,7 +316,9 @@ def test_cuda_configs_match_torch_on_gpu(name):
         args, _ = ex.kernel.inputs(*size)
         args = [a.cuda() for a in args]
         ref = ex.kernel.ref(*args)
-        for cfg in [{}] + ex.mod.configs(*size):
+        cfgs = [{}] + ex.mod.configs(*size)
+        _module("_common").precompile(ex.jit, size, cfgs)  # in parallel; the calls load them
+        for cfg in cfgs:
             out = ex.jit(*size, **cfg)(*args)
             torch.testing.assert_close(
                 out, ref, **ex.spec.tol, msg=lambda m, cfg=cfg: f"{cfg}: {m}"

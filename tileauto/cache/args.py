@@ -168,3 +168,17 @@ class CallCache:
         if fast is not None:
             self._fast[fast] = value
         return value
+
+    def peek(self, args: tuple, kwargs: dict[str, Any]) -> Any | None:
+        """The value made for this call, or None when there is none yet (nothing is made).
+
+        Raises:
+            TypeError: the call does not fit the function's signature.
+        """
+        args, kwargs = plain_arguments(args, kwargs)
+        fast = fast_key(args, kwargs)
+        if fast is not None:
+            value = self._fast.get(fast)
+            if value is not None:
+                return value
+        return self.by_key.get(call_key(self.fn, args, kwargs))

@@ -156,11 +156,11 @@ class KernelStore:
         ``load`` turns an artifact into a kernel; when it fails on a stored artifact (the
         library does not load here) that is a warned miss and the kernel is built again.
         """
-        hit = self._load_with(load)
+        hit = self.load_with(load)
         if hit is not None:
             return hit, False
         with self.locked():
-            hit = self._load_with(load)  # another process may have built it meanwhile
+            hit = self.load_with(load)  # another process may have built it meanwhile
             if hit is not None:
                 return hit, False
             artifact = build()
@@ -168,7 +168,9 @@ class KernelStore:
             self.save(artifact)
             return kernel, True
 
-    def _load_with(self, load: Callable[[KernelArtifact], K]) -> K | None:
+    def load_with(self, load: Callable[[KernelArtifact], K]) -> K | None:
+        """The stored kernel made by ``load``, or None on a miss (a library that does not load
+        here is a miss, warned once)."""
         artifact = self.load()
         if artifact is None:
             return None

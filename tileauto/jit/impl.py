@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import os
 import shutil
@@ -12,10 +13,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tileauto._logging import get_logger
-from tileauto.cache.args import CallCache, bind_arguments
+from tileauto.cache.args import CallCache, bind_arguments, call_key
 from tileauto.cache.folders import make_private_dir
 from tileauto.errors import CompileError
 from tileauto.options import CompileArgs
@@ -24,6 +25,7 @@ from tileauto.settings import Settings
 # Decorating a factory imports neither torch nor TVM: the kernel (torch), the builder and the
 # compiler (TVM) are imported by the calls that need them.
 if TYPE_CHECKING:
+    from tileauto.cache.kernels import KernelStore
     from tileauto.jit.kernel import JITKernel
     from tileauto.records import BuildResult, BuildStatus
 
@@ -100,9 +102,6 @@ class JITImpl:
         return self._kernels.get(args, kwargs, self._compile)
 
     def _compile(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
-        from tileauto.cache import disk
-        from tileauto.cache.kernels import KernelStore
-        from tileauto.jit import target_memo
         from tileauto.jit.kernel import JITKernel
 
         settings = Settings.from_env()
@@ -127,27 +126,37 @@ class JITImpl:
                 )
             return artifact
 
-        store = None
-        if settings.kernel_cache_enabled:
-            ca = self.compile_args
-            resolved = target_memo.resolve(ca.target, ca.target_host, settings)
-            try:
-                store = KernelStore.open(
-                    settings,
-                    self.factory,
-                    bound,
-                    self.compile_args,
-                    target=resolved.json,
-                    device=resolved.device,
-                )
-            except Exception as exc:  # noqa: BLE001 - no key: compile without the disk cache
-                disk.warn(f"cannot key {self.__name__} ({exc}); compiling without the disk cache")
+        store = self._store(settings, bound)
         if store is None:
             kernel = JITKernel(build())
         else:
             kernel, _ = store.get_or_build(build, JITKernel)
         kernel.origin = (self, args, dict(kwargs))
         return kernel
+
+    def _store(self, settings: Settings, bound: dict[str, Any]) -> KernelStore | None:
+        """The disk cache entry of a call (``bound``: its arguments, defaults applied); None
+        when the kernel cache is off or the call cannot be keyed (warned)."""
+        from tileauto.cache import disk
+        from tileauto.cache.kernels import KernelStore
+        from tileauto.jit import target_memo
+
+        if not settings.kernel_cache_enabled:
+            return None
+        ca = self.compile_args
+        resolved = target_memo.resolve(ca.target, ca.target_host, settings)
+        try:
+            return KernelStore.open(
+                settings,
+                self.factory,
+                bound,
+                self.compile_args,
+                target=resolved.json,
+                device=resolved.device,
+            )
+        except Exception as exc:  # noqa: BLE001 - no key: compile without the disk cache
+            disk.warn(f"cannot key {self.__name__} ({exc}); compiling without the disk cache")
+            return None
 
     def par_compile(
         self,
@@ -161,28 +170,75 @@ class JITImpl:
         Each config is a dict of keyword arguments for the factory (or a tuple of positional
         ones). A config that fails to compile comes back as a :class:`CompileFailure`.
         ``num_workers`` defaults to the CPU-fraction settings (``TILEAUTO_AUTO_TUNING_*``).
+
+        The kernels are those a call with the same arguments returns: a config already
+        compiled in this process, or found in the disk cache, is not compiled again, and each
+        new kernel is kept for later calls (in memory and in the disk cache). A config given
+        twice is compiled once.
         """
-        from tileauto.build.builder import Builder
         from tileauto.jit.kernel import JITKernel
-        from tileauto.records import BuildRequest
 
         settings = Settings.from_env()
         items = list(configs)
-        requests = []
-        for i, cfg in enumerate(items):
-            if isinstance(cfg, dict):
-                requests.append(BuildRequest(index=i, config=dict(cfg)))
-            elif isinstance(cfg, (tuple, list)):
-                requests.append(BuildRequest(index=i, config={}, args=tuple(cfg)))
+        calls = [_as_call(i, cfg) for i, cfg in enumerate(items)]
+        out: list[JITKernel | CompileFailure | None] = [None] * len(calls)
+        todo: dict[Any, _Pending] = {}  # one compile per distinct call
+        for i, (args, kwargs) in enumerate(calls):
+            try:
+                key: Any = call_key(self.factory, args, kwargs)
+                bound = bind_arguments(self.factory, args, kwargs)
+            except TypeError:  # the compile reports it, naming the factory's signature
+                key, bound = ("unbound", i), None
+            if key in todo:
+                todo[key].indices.append(i)
+                continue
+            kernel = self._kernels.peek(args, kwargs) if bound is not None else None
+            store = self._store(settings, bound) if bound is not None and kernel is None else None
+            if kernel is None and store is not None:
+                kernel = store.load_with(JITKernel)
+                if kernel is not None:
+                    kernel.origin = (self, args, dict(kwargs))
+                    kernel = self._kernels.get(args, kwargs, lambda *_, k=kernel: k)
+            if kernel is not None:
+                out[i] = kernel
             else:
-                raise TypeError(
-                    f"configs[{i}] must be a dict of keyword arguments or a tuple, got {type(cfg).__name__}"
+                todo[key] = _Pending([i], args, kwargs, bound, store)
+
+        pending = list(todo.values())
+        results = self._build(pending, settings, num_workers, timeout_s) if pending else {}
+        for n, p in enumerate(pending):
+            kept = self._keep(p, results[n])
+            for i in p.indices:
+                out[i] = (
+                    kept
+                    if isinstance(kept, JITKernel)
+                    else dataclasses.replace(kept, index=i, config=items[i])
                 )
+        missing = [i for i, k in enumerate(out) if k is None]
+        if missing:  # every config is a hit, a kernel or a failure: a bug if not
+            raise RuntimeError(f"par_compile lost configs {missing}")
+        return cast("list[JITKernel | CompileFailure]", out)
+
+    def _build(
+        self,
+        pending: list[_Pending],
+        settings: Settings,
+        num_workers: int | None,
+        timeout_s: float | None,
+    ) -> dict[int, BuildResult]:
+        """Compile each of ``pending`` in the tuner's worker processes: results by position."""
+        from tileauto.build.builder import Builder
+        from tileauto.records import BuildRequest
+
+        requests = [
+            BuildRequest(index=n, config={}, args=p.args, kwargs=p.kwargs)
+            for n, p in enumerate(pending)
+        ]
         workers = num_workers if num_workers is not None else settings.compile_workers()
         builder = Builder(
             self.factory,
             self.compile_args,
-            workers=max(1, min(workers, len(requests) or 1)),
+            workers=max(1, min(workers, len(requests))),
             isolation=settings.compile_isolation,
             timeout_s=timeout_s or settings.compile_timeout_s,
             staging_dir=process_scratch_dir(settings),
@@ -197,18 +253,21 @@ class JITImpl:
             builder.build(requests, collect)
         finally:
             builder.close()
-        out: list[JITKernel | CompileFailure] = []
-        for request in requests:
-            result = results[request.index]
-            if result.ok and result.artifact is not None:
-                out.append(JITKernel(result.artifact))
-            else:
-                out.append(
-                    CompileFailure(
-                        result.index, items[result.index], result.status, result.error or ""
-                    )
-                )
-        return out
+        self.compile_count += len(requests)
+        return results
+
+    def _keep(self, p: _Pending, result: BuildResult) -> JITKernel | CompileFailure:
+        """The kernel of one ``par_compile`` build, stored as a call's would be; or its failure."""
+        from tileauto.jit.kernel import JITKernel
+
+        if not (result.ok and result.artifact is not None) or p.bound is None:
+            return CompileFailure(0, None, result.status, result.error or "")
+        artifact = dataclasses.replace(result.artifact, config=_tunables(self.factory, p.bound))
+        kernel = JITKernel(artifact)
+        kernel.origin = (self, p.args, dict(p.kwargs))
+        if p.store is not None:
+            p.store.save(artifact)
+        return self._kernels.get(p.args, p.kwargs, lambda *_: kernel)
 
     def with_compile_args(self, **changes: Any) -> JITImpl:
         """A copy of this JITImpl with some compile arguments replaced."""
@@ -233,6 +292,28 @@ def _tunables(factory: Callable[..., Any], bound: dict[str, Any]) -> dict[str, A
                 value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
             )
     return out
+
+
+@dataclass
+class _Pending:
+    """A distinct call of ``par_compile`` to build, and the indices of the configs that ask it."""
+
+    indices: list[int]
+    args: tuple
+    kwargs: dict[str, Any]
+    bound: dict[str, Any] | None  # None: the call does not fit the signature
+    store: KernelStore | None
+
+
+def _as_call(i: int, cfg: Any) -> tuple[tuple, dict[str, Any]]:
+    """``configs[i]`` of ``par_compile`` as a call: keyword arguments, or positional ones."""
+    if isinstance(cfg, dict):
+        return (), dict(cfg)
+    if isinstance(cfg, (tuple, list)):
+        return tuple(cfg), {}
+    raise TypeError(
+        f"configs[{i}] must be a dict of keyword arguments or a tuple, got {type(cfg).__name__}"
+    )
 
 
 def jit(

@@ -937,6 +937,43 @@ def test_par_compile_positional_configs_and_factory_errors(monkeypatch, isolatio
     assert "argument" in fails.error  # TypeError: too many positional arguments
 
 
+def test_par_compile_kernels_are_the_calls_kernels(no_disk_cache):
+    """A later call with the same arguments returns the par_compile kernel, compiling nothing;
+    a config given twice, or already called, is compiled once."""
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    first = impl(64, block=4)
+    k8, k8_again, k4, k32 = impl.par_compile(
+        [{"n": 64, "block": 8}, (64, 8), {"n": 64, "block": 4}, {"n": 64, "block": 32}],
+        num_workers=2,
+    )
+    assert impl.compile_count == 3  # the call, then blocks 8 and 32
+    assert k8 is k8_again and k4 is first
+    assert impl(64, block=8) is k8 and impl(n=64, block=32) is k32
+    assert impl.compile_count == 3
+    assert k8.config == impl(64, block=8).config == {"block": 8, "dtype": "float32"}
+    a, b = torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(k32(a, b), a + b)
+
+
+def test_par_compile_fills_and_reads_the_disk_cache():
+    """Another process (a fresh JITImpl here) loads what par_compile compiled, and par_compile
+    loads what a call compiled."""
+    configs = [{"n": 64, "block": 8}, {"n": 64, "block": 32}]
+    first = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    first.par_compile(configs, num_workers=2)
+    first(64, block=4)
+    assert first.compile_count == 3
+
+    second = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    assert second(64, block=8).config == {"block": 8, "dtype": "float32"}
+    kernels_ = second.par_compile(configs + [{"n": 64, "block": 4}], num_workers=2)
+    assert second.compile_count == 0
+    assert [k.config["block"] for k in kernels_] == [8, 32, 4]
+    a, b = torch.randn(64), torch.randn(64)
+    for k in kernels_:
+        torch.testing.assert_close(k(a, b), a + b)
+
+
 def test_par_compile_of_a_non_kernel_factory():
     impl = tileauto.jit(kernels.not_a_kernel)
     (failure,) = impl.par_compile([{"n": 3}], num_workers=1)
