@@ -5,7 +5,8 @@ lock, with a manifest of sha256 hashes that is checked on every load. A corrupt,
 foreign or unsafe entry is a miss (one warning), never a crash and never a wrong kernel. A
 fleet's Redis can stand behind it as a second level (``remote.py``).
 
-    key.py       what goes into a key (normalized source, closures, arguments, versions)
+    walk.py      a value described by everything it reaches (source, closures, data, tensors)
+    key.py       keys from those descriptions: digest, versions, fingerprints, arguments
     _installed.py  which installed code a module belongs to (named by version, not walked)
     _memo.py     small JSON memos of a key's slow parts (installed/, sources/)
     args.py      call arguments as in-process keys (the @jit and @autotune memos)

@@ -11,7 +11,8 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from tileauto.cache.key import UnkeyableError, describe_key_value, is_tensor, tensor_layout
+from tileauto.cache.key import describe_key_value
+from tileauto.cache.walk import UnkeyableError, is_tensor, tensor_layout
 
 
 def describe_value(value: Any) -> Any:
