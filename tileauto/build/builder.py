@@ -40,8 +40,8 @@ from tileauto.workers.procs import (
     WorkerCrashed,
     WorkerTimeout,
     fork_unsafe_reason,
-    kill_workers_on_sigterm,
 )
+from tileauto.workers.safety import kill_workers_on_sigterm
 
 log = get_logger("builder")
 
@@ -106,7 +106,7 @@ class Builder(SlotStage):
         Forks the compile workers from this process when :meth:`fork_unsafe_reason` allows
         (otherwise they start from the forkserver with their first job), and until
         :meth:`close` makes a SIGTERM kill the workers and what they started before the
-        process ends (see :func:`tileauto.workers.procs.kill_workers_on_sigterm`).
+        process ends (see :func:`tileauto.workers.safety.kill_workers_on_sigterm`).
         """
         self.start_workers()
 

@@ -63,7 +63,7 @@ def process_scratch_dir(settings: Settings) -> Path:
     with _PROCESS_DIR_LOCK:
         if _PROCESS_DIR is None or not _PROCESS_DIR.exists():
             from tileauto.cache.hygiene import claim_scratch_dir
-            from tileauto.workers.procs import remove_on_sigterm
+            from tileauto.workers.safety import remove_on_sigterm
 
             base = settings.staging_dir
             try:

@@ -191,7 +191,7 @@ class TuningSession:
             )
 
     def _tune(self) -> AutotuneResult:
-        from tileauto.workers.procs import kill_workers_on_sigterm
+        from tileauto.workers.safety import kill_workers_on_sigterm
 
         # a SIGTERM kills the workers and removes this run's scratch folder, as Ctrl-C does
         with kill_workers_on_sigterm():
@@ -563,7 +563,7 @@ def _claim_staging(staging_dir: Path) -> Any:
     import tempfile
 
     from tileauto.cache.hygiene import ScratchDir, claim_scratch_dir
-    from tileauto.workers.procs import remove_on_sigterm
+    from tileauto.workers.safety import remove_on_sigterm
 
     try:
         scratch = claim_scratch_dir(staging_dir, "tune")

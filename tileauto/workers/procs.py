@@ -4,9 +4,9 @@ A worker is forked from the caller where :func:`fork_unsafe_reason` finds nothin
 (``fork_ok`` workers, with everything the caller imported), else from the forkserver
 (:mod:`tileauto.workers.forkserver`); its side is :mod:`tileauto.workers.entry`. It leads its
 own process group, so a kill ends whatever the job started, and dies with its parent. A kill
-never waits for the job (:meth:`Worker.kill`, from any thread). The process-wide state is the
-safety net: the live workers, killed at exit and on SIGTERM, and the scratch folders a SIGTERM
-removes. Why each of these: docs/architecture.md ("Worker processes").
+never waits for the job (:meth:`Worker.kill`, from any thread). Each worker is registered in
+the process-wide safety net (:mod:`tileauto.workers.safety`), which kills the live ones at exit
+and on SIGTERM. Why each of these: docs/architecture.md ("Worker processes").
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import sys
 import threading
 import time
 import warnings
-import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
@@ -41,6 +39,7 @@ from tileauto.workers._process_tree import (
 )
 from tileauto.workers.entry import CPUS_KEY, RemoteError, child_main, run_child
 from tileauto.workers.forkserver import ForkServer
+from tileauto.workers.safety import NET, shutdown_all
 
 log = get_logger("procs")
 
@@ -52,9 +51,6 @@ __all__ = [
     "WorkerCrashed",
     "WorkerTimeout",
     "fork_unsafe_reason",
-    "kill_workers_on_sigterm",
-    "remove_on_sigterm",
-    "shutdown_all",
 ]
 
 _PROBE_TIMEOUT_S = 10.0
@@ -65,43 +61,14 @@ _POLL_S = 0.05  # how often a running job is checked (result, death, memory, dea
 _REAP_S = 2.0  # a SIGKILLed process is gone at once; this only bounds a stuck one
 
 
-class _SafetyNet:
-    """What the whole process shares: its live workers (killed at exit and on SIGTERM), and
-    whether forking still works here (a forked worker's probe can prove it does not)."""
-
-    def __init__(self) -> None:
-        self.live: weakref.WeakSet[Worker] = weakref.WeakSet()
-        self.fork_broken: str | None = None
-        self.scratch: weakref.WeakSet[Any] = weakref.WeakSet()  # removed on SIGTERM
-
-    def kill_everything(self) -> None:
-        """Kill every live worker and the forkserver, now; takes no lock (a signal handler)."""
-        for worker in list(self.live):
-            handle = worker._proc
-            if handle is not None and handle.exitcode is None:
-                kill_tree(handle.pid)
-        ForkServer.stop_shared()
-
-    def remove_scratch(self) -> None:
-        """Remove every registered scratch folder (after the workers that wrote in it died)."""
-        for folder in list(self.scratch):
-            try:
-                folder.remove()
-            except Exception:  # noqa: BLE001 - best effort: the process is about to die
-                pass
-
-
-_NET = _SafetyNet()
-
-
 def fork_unsafe_reason() -> str | None:
     """Why a worker cannot be forked from this process now; None when it can."""
     from tileauto.settings import Settings
 
     if Settings.from_env().worker_start == "forkserver":
         return "TILEAUTO_WORKER_START=forkserver"
-    if _NET.fork_broken is not None:
-        return _NET.fork_broken
+    if NET.fork_broken is not None:
+        return NET.fork_broken
     if threading.current_thread() is not threading.main_thread():
         return "not called from the main thread"
     if threading.active_count() > 1:
@@ -160,15 +127,15 @@ def _forked_child(conn: Connection, caller_end: Connection, env: dict[str, str],
     see the end of file when the caller closes its end.
     """
     ForkServer.forget_in_child()
-    for end in [caller_end, *(worker._conn for worker in list(_NET.live))]:
+    for end in [caller_end, *(worker._conn for worker in list(NET.live))]:
         if end is not None:
             try:
                 end.close()
             except OSError:
                 pass
-    for worker in list(_NET.live):
+    for worker in list(NET.live):
         worker._proc, worker._conn = None, None
-    _NET.live.clear()
+    NET.live.clear()
     atexit.unregister(shutdown_all)
     child_main(conn, env, out, own_thread=True)
 
@@ -208,7 +175,7 @@ class Worker:
         self._killed = False  # kill() was called while the job ran: it was cancelled
         self.restarts = 0
         self.output_path: str | None = None
-        _NET.live.add(self)
+        NET.live.add(self)
 
     @property
     def pid(self) -> int | None:
@@ -236,7 +203,7 @@ class Worker:
                 self._start_forked()
                 if self._probe_ok():
                     return self
-                reason = _NET.fork_broken
+                reason = NET.fork_broken
             log.debug("worker %s starts from the forkserver: %s", self.name, reason)
             proc, conn = ForkServer.shared().spawn(
                 self.name, self._child_env(), self._output_file()
@@ -292,8 +259,8 @@ class Worker:
             self._exchange(_probe_threads, (threads,), _PROBE_TIMEOUT_S, None)
             return True
         except WorkerError as exc:
-            _NET.fork_broken = f"a worker forked from this process failed its OpenMP probe ({exc})"
-            log.warning("%s; workers start from the forkserver from now on", _NET.fork_broken)
+            NET.fork_broken = f"a worker forked from this process failed its OpenMP probe ({exc})"
+            log.warning("%s; workers start from the forkserver from now on", NET.fork_broken)
             self.kill()
             self.restarts -= 1  # not a job's failure
             return False
@@ -501,58 +468,3 @@ class Worker:
                 f"crashed with signal {name}{hint}{where}", signal_name=name, out_of_memory=oom
             )
         return WorkerCrashed(f"worker exited with code {code}{where}")
-
-
-# -- the safety net --------------------------------------------------------------------------
-def shutdown_all() -> None:
-    """Kill every live worker and the forkserver (at exit, and on SIGTERM). Never waits."""
-    try:
-        _NET.kill_everything()
-    except Exception:  # noqa: BLE001 - best effort at exit
-        pass
-
-
-def remove_on_sigterm(folder: Any) -> None:
-    """Have a SIGTERM remove ``folder`` (an object with ``remove()``, a claimed scratch folder)
-    while :func:`kill_workers_on_sigterm` is in effect, once the workers are killed: the
-    clean-up an interrupted run does on Ctrl-C, which a SIGTERM's default action skips.
-
-    Held weakly (a folder object that is gone is forgotten); ``remove`` must be harmless on a
-    folder that was removed already.
-    """
-    _NET.scratch.add(folder)
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    shutdown_all()
-    _NET.remove_scratch()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
-
-
-@contextmanager
-def kill_workers_on_sigterm() -> Iterator[None]:
-    """While inside, a SIGTERM first kills every worker and what its jobs started, removes the
-    scratch folders of :func:`remove_on_sigterm`, then ends the process as the default action
-    would (exit status: killed by SIGTERM, no traceback).
-
-    Without it the workers die with the process anyway (``PR_SET_PDEATHSIG``), but what their
-    jobs started (a ``g++``) would outlive it. Installed only from the main thread and when
-    SIGTERM has its default action (a program's own handler is left alone).
-    """
-    installed = False
-    if threading.current_thread() is threading.main_thread():
-        try:
-            installed = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-            if installed:
-                signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):  # pragma: no cover - no signals here
-            installed = False
-    try:
-        yield
-    finally:
-        if installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-atexit.register(shutdown_all)

@@ -432,7 +432,8 @@ def test_no_worker_or_job_child_outlives_its_caller(tmp_path, reports, how):
         f"""
         import threading
         import jobs
-        from tileauto.workers.procs import Worker, kill_workers_on_sigterm
+        from tileauto.workers.procs import Worker
+        from tileauto.workers.safety import kill_workers_on_sigterm
         from tileauto.workers.forkserver import ForkServer
 
         w = Worker("doomed")

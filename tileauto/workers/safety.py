@@ -1,0 +1,105 @@
+"""The safety net of worker processes: what the whole process shares about them.
+
+The live workers (killed at exit and on SIGTERM, with what their jobs started), whether forking
+still works here, and the scratch folders a SIGTERM removes. :mod:`tileauto.workers.procs`
+registers each worker it starts; why each of these: docs/architecture.md ("Worker processes").
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tileauto.workers._process_tree import kill_tree
+from tileauto.workers.forkserver import ForkServer
+
+__all__ = ["NET", "kill_workers_on_sigterm", "remove_on_sigterm", "shutdown_all"]
+
+
+class SafetyNet:
+    """What the whole process shares: its live workers (killed at exit and on SIGTERM), and
+    whether forking still works here (a forked worker's probe can prove it does not)."""
+
+    def __init__(self) -> None:
+        self.live: weakref.WeakSet[Any] = weakref.WeakSet()  # procs.Worker objects
+        self.fork_broken: str | None = None
+        self.scratch: weakref.WeakSet[Any] = weakref.WeakSet()  # removed on SIGTERM
+
+    def kill_everything(self) -> None:
+        """Kill every live worker and the forkserver, now; takes no lock (a signal handler)."""
+        for worker in list(self.live):
+            handle = worker._proc
+            if handle is not None and handle.exitcode is None:
+                kill_tree(handle.pid)
+        ForkServer.stop_shared()
+
+    def remove_scratch(self) -> None:
+        """Remove every registered scratch folder (after the workers that wrote in it died)."""
+        for folder in list(self.scratch):
+            try:
+                folder.remove()
+            except Exception:  # noqa: BLE001 - best effort: the process is about to die
+                pass
+
+
+NET = SafetyNet()
+
+
+def shutdown_all() -> None:
+    """Kill every live worker and the forkserver (at exit, and on SIGTERM). Never waits."""
+    try:
+        NET.kill_everything()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+
+
+def remove_on_sigterm(folder: Any) -> None:
+    """Have a SIGTERM remove ``folder`` (an object with ``remove()``, a claimed scratch folder)
+    while :func:`kill_workers_on_sigterm` is in effect, once the workers are killed: the
+    clean-up an interrupted run does on Ctrl-C, which a SIGTERM's default action skips.
+
+    Held weakly (a folder object that is gone is forgotten); ``remove`` must be harmless on a
+    folder that was removed already.
+    """
+    NET.scratch.add(folder)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    shutdown_all()
+    NET.remove_scratch()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
+
+
+@contextmanager
+def kill_workers_on_sigterm() -> Iterator[None]:
+    """While inside, a SIGTERM first kills every worker and what its jobs started, removes the
+    scratch folders of :func:`remove_on_sigterm`, then ends the process as the default action
+    would (exit status: killed by SIGTERM, no traceback).
+
+    Without it the workers die with the process anyway (``PR_SET_PDEATHSIG``), but what their
+    jobs started (a ``g++``) would outlive it. Installed only from the main thread and when
+    SIGTERM has its default action (a program's own handler is left alone).
+    """
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        try:
+            installed = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            if installed:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):  # pragma: no cover - no signals here
+            installed = False
+    try:
+        yield
+    finally:
+        if installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+atexit.register(shutdown_all)
