@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         tuned(m, n, k)
         result = tuned.get_tuner_result(m, n, k)
         ok = sum(t.ok for t in result.trials)
+        how = "a cache hit" if result.cache_hit else "tuned"
         print(f"{shape}: {len(space):,} configs, {ok:,} passed, best {result.latency:.4f} ms "
-              f"{result.config}; {time.perf_counter() - start:.0f} s (0 s: a cache hit)",
+              f"{result.config}; {time.perf_counter() - start:.0f} s ({how})",
               flush=True)  # fmt: skip
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(

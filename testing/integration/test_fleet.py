@@ -272,7 +272,8 @@ def test_a_forged_winner_is_a_miss_never_a_wrong_kernel(tmp_path, redis):
     victim = Child(tmp_path, "victim", tmp_path / "b", env)
     result = victim.result()
     assert not result["cache_hit"] and result["ok"]
-    assert result["config"] == first["config"]
+    # tuned again: a passing config wins (8 or 16, whichever timed faster this time)
+    assert result["config"] in ({"block": 8, "wrong": False}, {"block": 16, "wrong": False})
     assert victim.stderr().count("fails the check here") == 1
     # a winner outside the space is refused before anything is compiled
     body["files"]["best_config.json"]["config"] = {"block": 999}
