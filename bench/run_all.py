@@ -58,6 +58,7 @@ QUICK_ARGS = {
     "tune_time": ["--size", "256", "--rep", "20", "--rounds", "2"],
     "warm_start": ["--runs", "1", "--size", "256"],
     "torch_op": ["--rounds", "3", "--configs", "1"],
+    "par_compile": ["--quick"],
 }
 
 
