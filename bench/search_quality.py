@@ -476,6 +476,12 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write every number to FILE")
     parser.add_argument("--no-scale", action="store_true", help="skip the 10^6 product timing")
     parser.add_argument(
+        "--candidate", default=None, choices=list(CANDIDATES),
+        help="with --holdout: the guided search's settings as given, not chosen on --spaces "
+        "again (a choice depends only on --spaces, --seeds, --budgets and --select: an "
+        "earlier run's printed choice is this run's)",
+    )  # fmt: skip
+    parser.add_argument(
         "--select", choices=["1se", "best"], default="1se",
         help="how a split chooses its candidate (see held_out); 1se: the default unless beaten "
         "by more than one standard error",
@@ -509,7 +515,12 @@ def main() -> None:
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     chosen: dict[str, str] = {}
     trained: dict[str, dict[str, float]] = {}
-    if args.holdout and "guided" in strategies:
+    if args.candidate is not None and not args.holdout:
+        sys.exit(f"--candidate is for --holdout runs, got --candidate {args.candidate} alone")
+    if args.holdout and args.candidate is not None:
+        chosen = dict.fromkeys(sorted({kernel_of(n) for n in names}), args.candidate)
+        print(f"the guided search's settings as given (--candidate): {args.candidate}\n")
+    elif args.holdout and "guided" in strategies:
         # the guided search's settings, chosen on every space of --spaces
         train, _ = _names(args.spaces, "")
         train_budgets = {

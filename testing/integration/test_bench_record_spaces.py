@@ -102,6 +102,19 @@ def test_record_then_score_held_out(tmp_path):
         # the prior holds the space's own shape from both other folders: with the records
         # taking turns, its best is in the first batch
         assert row["guided+prior-turns"][-1] == 1.0, row
+    # the choice given (--candidate) instead of chosen again: the same replays, no choosing
+    again = _run(
+        str(ROOT / "bench" / "search_quality.py"), "--spaces", str(train), "--holdout", str(out),
+        "--prior-extra", str(others[0]), "--prior-extra", str(others[1]),
+        "--seeds", "2", "--budgets", "10,20", "--strategies", "guided,guided+prior",
+        "--candidate", choice, "--no-scale", "--jobs", "1", "--json", str(tmp_path / "again.json"),
+        env=env,
+    )  # fmt: skip
+    assert "choosing" not in again and f"(--candidate): {choice}" in again
+    table = json.loads((tmp_path / "again.json").read_text())["table"]
+    for name, row in table.items():
+        for strategy in ("guided", "guided+prior"):
+            assert row[strategy] == data["table"][name][strategy], (name, strategy)
 
 
 def test_record_for_another_cpu_fits_its_registers_and_names_its_target(tmp_path):
