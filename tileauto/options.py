@@ -218,6 +218,33 @@ def _threads(name: str, value: Any) -> int | None:
     return value
 
 
+def check_workers(name: str, value: Any) -> int | None:
+    """``value`` as a count of compile workers: None (the settings' count) or an int from 1 to
+    the CPUs this process may use; else a ValueError naming ``name``."""
+    if value is None:
+        return None
+    if not _is_int(value) or value < 1:
+        raise ValueError(
+            f"{name} must be None (the settings' worker count) or an int >= 1, got {value!r}"
+        )
+    from tileauto.settings import too_many_threads
+
+    too_many = too_many_threads(int(value), "compile workers")
+    if too_many is not None:
+        raise ValueError(f"{name}={value!r}: {too_many}")
+    return int(value)
+
+
+def check_seconds(name: str, value: Any) -> float | None:
+    """``value`` as a time limit: None (the settings' limit) or a positive finite number of
+    seconds; else a ValueError naming ``name``."""
+    if value is None:
+        return None
+    if not _is_real(value) or not math.isfinite(value):
+        raise ValueError(f"{name} must be None or a positive number of seconds, got {value!r}")
+    return float(_seconds(name, value))
+
+
 def _prune_configs_by(name: str, value: Any) -> Any:
     from tileauto.space import check_prune_configs_by
 

@@ -68,16 +68,18 @@ def _parse_tvm_threads(raw: str) -> int:
     return value if value > 0 else -1
 
 
-def too_many_threads(count: int) -> str | None:
-    """Why ``count`` threads are too many for this process, or None when they are not.
+def too_many_threads(count: int, what: str = "threads") -> str | None:
+    """Why ``count`` threads (or worker processes: ``what``) are too many for this process, or
+    None when they are not.
 
-    More threads than CPUs only wait for each other (and can exhaust the machine's threads).
+    More threads or compile workers than CPUs only wait for each other (and can exhaust the
+    machine's threads or memory).
     """
     cpus = available_cpus()
     if count <= cpus:
         return None
     return (
-        f"{count} threads are more than the {cpus} CPUs this process may use "
+        f"{count} {what} are more than the {cpus} CPUs this process may use "
         f"(os.sched_getaffinity): expected at most {cpus}"
     )
 
@@ -239,7 +241,8 @@ class Settings:
         "TILEAUTO_AUTO_TUNING_CPU_COUNTS",
         -1,
         lambda n, r: _parse_int(n, r, 1),
-        "Exact number of compile workers; `-1` derives it from the CPU fraction.",
+        "Exact number of compile workers, at most the CPUs this process may use; `-1` derives "
+        "it from the CPU fraction.",
     )
     max_cpu_count: int = _var(
         "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT",
@@ -412,11 +415,24 @@ class Settings:
         return not self.disable_cache
 
     def compile_workers(self, cpu_count: int | None = None) -> int:
-        """Number of compile workers the settings allow on a machine with ``cpu_count`` CPUs."""
+        """Number of compile workers the settings allow on a machine with ``cpu_count`` CPUs
+        (default: the CPUs this process may use).
+
+        Raises:
+            SettingsError: ``TILEAUTO_AUTO_TUNING_CPU_COUNTS`` is more than those CPUs (checked
+                here, where the workers start, not where the variable is read: a Ray node with
+                fewer cores reads the driver's variables too).
+        """
+        cpus = cpu_count if cpu_count is not None else available_cpus()
+        if self.cpu_counts > cpus:
+            raise SettingsError(
+                f"TILEAUTO_AUTO_TUNING_CPU_COUNTS={self.cpu_counts}: {self.cpu_counts} compile "
+                f"workers are more than the {cpus} CPUs this process may use: expected at most "
+                f"{cpus} (or -1: TILEAUTO_AUTO_TUNING_CPU_UTILITIES of them)"
+            )
         if self.cpu_counts > 0:
             workers = self.cpu_counts
         else:
-            cpus = cpu_count if cpu_count is not None else available_cpus()
             workers = max(1, round(cpus * self.cpu_utilities))
         if self.max_cpu_count > 0:
             workers = min(workers, self.max_cpu_count)

@@ -324,7 +324,6 @@ def test_unrelated_variables_are_ignored():
         ({"TILEAUTO_AUTO_TUNING_CPU_UTILITIES": "0.1"}, 2, 1),  # never below one worker
         ({"TILEAUTO_AUTO_TUNING_CPU_UTILITIES": "1"}, 16, 16),
         ({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "3"}, 64, 3),  # an exact count wins
-        ({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "8"}, 2, 8),  # even above the CPU count
         ({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "-1"}, 10, 9),
         ({"TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "4"}, 64, 4),
         ({"TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "4"}, 2, 2),
@@ -346,6 +345,16 @@ def test_unrelated_variables_are_ignored():
 )
 def test_compile_workers(env, cpus, expected):
     assert settings(**env).compile_workers(cpus) == expected
+
+
+def test_more_compile_workers_than_cpus_is_an_error_naming_the_variable():
+    s = settings(TILEAUTO_AUTO_TUNING_CPU_COUNTS="8")  # read anywhere: a node may have fewer
+    with pytest.raises(SettingsError, match="TILEAUTO_AUTO_TUNING_CPU_COUNTS=8: 8 compile work"):
+        s.compile_workers(2)  # checked where the workers start
+    assert s.compile_workers(8) == 8
+    too_many = settings(TILEAUTO_AUTO_TUNING_CPU_COUNTS=str(available_cpus() + 1))
+    with pytest.raises(SettingsError, match="more than the"):
+        too_many.compile_workers()
 
 
 def test_compile_workers_defaults_to_available_cpus():

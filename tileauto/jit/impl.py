@@ -19,7 +19,7 @@ from tileauto._logging import get_logger
 from tileauto.cache.args import CallCache, bind_arguments, call_key
 from tileauto.cache.folders import make_private_dir
 from tileauto.errors import CompileError
-from tileauto.options import CompileArgs
+from tileauto.options import CompileArgs, check_seconds, check_workers
 from tileauto.settings import Settings
 
 # Decorating a factory imports neither torch nor TVM: the kernel (torch), the builder and the
@@ -169,7 +169,8 @@ class JITImpl:
 
         Each config is a dict of keyword arguments for the factory (or a tuple of positional
         ones). A config that fails to compile comes back as a :class:`CompileFailure`.
-        ``num_workers`` defaults to the CPU-fraction settings (``TILEAUTO_AUTO_TUNING_*``).
+        ``num_workers`` (at most the CPUs this process may use) defaults to the CPU-fraction
+        settings (``TILEAUTO_AUTO_TUNING_*``); ``timeout_s`` to ``TILEAUTO_COMPILE_TIMEOUT``.
 
         The kernels are those a call with the same arguments returns: a config already
         compiled in this process, or found in the disk cache, is not compiled again, and each
@@ -178,6 +179,8 @@ class JITImpl:
         """
         from tileauto.jit.kernel import JITKernel
 
+        check_workers("num_workers", num_workers)
+        check_seconds("timeout_s", timeout_s)
         settings = Settings.from_env()
         items = list(configs)
         calls = [_as_call(i, cfg) for i, cfg in enumerate(items)]

@@ -987,6 +987,35 @@ def test_par_compile_rejects_bad_config_entries():
         impl.par_compile([8])
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("num_workers", 0, "num_workers must be None .* or an int >= 1, got 0"),
+        ("num_workers", 2.5, "num_workers must be None .* or an int >= 1, got 2.5"),
+        ("num_workers", True, "num_workers must be None .* or an int >= 1, got True"),
+        ("num_workers", 10**6, "num_workers=1000000: .* more than the .* CPUs"),
+        ("timeout_s", -5, "timeout_s must be a positive number of seconds, got -5"),
+        ("timeout_s", float("nan"), "timeout_s must be None or a positive number"),
+    ],
+)
+def test_par_compile_checks_its_options_before_compiling(option, value, said):
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    with pytest.raises(ValueError, match=said):
+        impl.par_compile([{"n": 64, "block": 8}], **{option: value})
+    assert impl.compile_count == 0
+
+
+def test_par_compile_refuses_more_workers_by_the_settings_than_cpus(monkeypatch):
+    from tileauto.errors import SettingsError
+    from tileauto.settings import available_cpus
+
+    monkeypatch.setenv("TILEAUTO_AUTO_TUNING_CPU_COUNTS", str(available_cpus() + 1))
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    with pytest.raises(SettingsError, match="TILEAUTO_AUTO_TUNING_CPU_COUNTS=.* compile workers"):
+        impl.par_compile([{"n": 64, "block": 8}, {"n": 64, "block": 4}])
+    assert impl.compile_count == 0
+
+
 def test_par_compile_empty():
     assert tileauto.jit(kernels.vector_add).par_compile([]) == []
 
