@@ -769,20 +769,24 @@ def _plot(
 
     kernels = sorted({kernel_of(n) for n in names})
     panels: list[str | None] = [*kernels, None] if len(kernels) > 1 else kernels
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 1.2, 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 2.4, 3.4), squeeze=False)
     axes = axes[0]
     xs = [100 * s for s in shares]
+    markers = "osD^vP*Xh<>p"
     for ax, kernel in zip(axes, panels):
         part = [n for n in names if kernel is None or kernel_of(n) == kernel]
-        for s in strategies:
+        for i, s in enumerate(strategies):  # more lines than colours: marker and dash tell them
             ys = [statistics.fmean(table[n][s][k] for n in part) for k in range(len(shares))]
-            ax.plot(xs, ys, marker="o", label=s)
+            ax.plot(
+                xs, ys, label=s, color=f"C{i % 10}", marker=markers[i % len(markers)],
+                linestyle="--" if s in BASELINES else "-", markersize=5,
+            )  # fmt: skip
         ax.set_title(f"{kernel} ({len(part)} spaces)" if kernel else "all spaces", fontsize=9)
         ax.set_xlabel("budget, % of the space")
         ax.set_xticks(xs)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("held out: mean of per-space medians")
-    axes[-1].legend(fontsize=7)
+    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
