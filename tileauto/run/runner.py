@@ -17,7 +17,8 @@ from tileauto.jit.thread_pool import SPIN_VAR
 from tileauto.options import ProfileArgs
 from tileauto.records import RunOutcome, TrialStatus
 from tileauto.run import worker as run_worker
-from tileauto.run.worker import RunRequest, SessionSpec, spec_signature
+from tileauto.run.session import RunRequest, SessionSpec
+from tileauto.run.worker import spec_signature
 from tileauto.utils.threads import background_thread
 from tileauto.workers.procs import (
     RemoteJobError,

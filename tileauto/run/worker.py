@@ -9,76 +9,26 @@ user's tensors are never touched (every config gets fresh clones of the worker's
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.jit import launcher
-from tileauto.options import ProfileArgs
 from tileauto.records import NOT_COMPARED_NOTE, RunOutcome, TrialStatus
 from tileauto.run._busy import busy_note, runqueue_wait_s
 from tileauto.run.buffers import canaries_intact, interleave, padded_clones, padded_outputs
+from tileauto.run.check import check_outputs, clones, own_work
 from tileauto.run.inputs import make_inputs
-from tileauto.run.timing import Timer, default_timer, iterations
-from tileauto.run.validate import Verdict, as_list, check_bool, compare, unwritten
-
-
-@dataclass
-class SessionSpec:
-    """Everything the run worker needs once per kernel signature (picklable).
-
-    ``profile`` is the tuning's :class:`~tileauto.options.ProfileArgs` as the worker sees it
-    (``ProfileArgs.for_worker``): a new profile option reaches the worker without a copy here.
-    The other fields are what the parent resolved for this signature.
-    """
-
-    params: tuple[ParamSpec, ...]
-    out_pos: tuple[int, ...]
-    device: str
-    profile: ProfileArgs = field(default_factory=ProfileArgs)
-    captured: list[torch.Tensor] | None = None
-    inplace_args: tuple[int, ...] | None = None  # input positions, checked by the runner
-    flush: bool | None = None  # resolved: L2 flush on CUDA unless turned off
-    timer: Timer | None = None
-    threads: int = 1
-    reference: list[torch.Tensor] | None = None
-    reference_inplace: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """Run one compiled config: validate it, then time it."""
-
-    artifact: KernelArtifact
-    config: dict[str, Any]
-    is_reference: bool = False
-    time_it: bool = True
-
-
-@dataclass
-class _Session:
-    """One kernel signature's inputs, reference and loaded libraries."""
-
-    spec: SessionSpec
-    inputs: list[torch.Tensor]
-    in_pos: tuple[int, ...]
-    expected: Any = None  # ref_prog's outputs (reference mode)
-    ref_checker: bool = False  # ref_prog is called with inputs and results, returns bool
-    reference: list[torch.Tensor] | None = None
-    inplace: tuple[int, ...] | None = None
-    timer: Timer | None = None
-    ref_error: str | None = None
-    modules: dict[str, Any] = field(default_factory=dict)
-    iters: dict[str, tuple[int, int]] = field(default_factory=dict)  # per config: warm-up, rep
+from tileauto.run.session import RunRequest, RunSession, SessionSpec
+from tileauto.run.timing import default_timer, iterations
+from tileauto.run.validate import Verdict
 
 
 def signature(params: Sequence[ParamSpec], out_pos: Sequence[int]) -> str:
@@ -143,7 +93,7 @@ class RunWorker:
     """
 
     def __init__(self) -> None:
-        self.sessions: dict[str, _Session] = {}
+        self.sessions: dict[str, RunSession] = {}
         self.reference_key: str | None = None  # the signature of the default config's run
 
     def setup(self, spec: SessionSpec, reference: bool = True) -> None:
@@ -170,7 +120,7 @@ class RunWorker:
         inputs = [
             t.to(spec.device).contiguous() if isinstance(t, torch.Tensor) else t for t in inputs
         ]
-        session = _Session(
+        session = RunSession(
             spec=spec,
             inputs=inputs,
             in_pos=in_pos,
@@ -200,7 +150,7 @@ class RunWorker:
         if session.ref_checker:
             return
         try:
-            session.expected = spec.profile.ref_prog(*_clones(inputs))
+            session.expected = spec.profile.ref_prog(*clones(inputs))
             _sync(spec.device)
         except Exception as exc:  # noqa: BLE001 - reported in every trial, tuning goes on
             session.ref_error = f"ref_prog raised {type(exc).__name__}: {exc}"
@@ -210,7 +160,7 @@ class RunWorker:
         session = self._require(key)
         if session.spec.profile.ref_prog is None or session.ref_checker:
             return None
-        args = _clones(session.inputs)
+        args = clones(session.inputs)
         samples = []
         for i in range(warmup + rep):
             start = time.perf_counter_ns()
@@ -235,7 +185,7 @@ class RunWorker:
             spec = session.spec
             func = _with_hooks(self._load(session, request.artifact), spec, request.artifact)
             with own_work(spec.device):
-                ins = _clones(session.inputs)
+                ins = clones(session.inputs)
                 outs, _ = padded_outputs(
                     request.artifact.params, request.artifact.out_idx, ins, spec.device
                 )
@@ -273,7 +223,7 @@ class RunWorker:
         outcome = self._check_and_time(session, request)
         return RunOutcome(**{**outcome.__dict__, "run_s": time.perf_counter() - start})
 
-    def _check_and_time(self, session: _Session, request: RunRequest) -> RunOutcome:
+    def _check_and_time(self, session: RunSession, request: RunRequest) -> RunOutcome:
         spec = session.spec
         try:
             func = _with_hooks(self._load(session, request.artifact), spec, request.artifact)
@@ -325,12 +275,12 @@ class RunWorker:
             reference, reference_inplace = [r.cpu() for r in results], inplace
             # the default config is its own reference; a manual check still sees its results
             verdict = (
-                _check(session, ins, results, names, mutated)
+                check_outputs(session, ins, results, names, mutated)
                 if spec.profile.manual_check_prog is not None
                 else Verdict(True)
             )
         else:
-            verdict = _check(session, ins, results, names, mutated)
+            verdict = check_outputs(session, ins, results, names, mutated)
         if not verdict.ok:
             return RunOutcome(TrialStatus.MISMATCH, error=verdict.message, notes=notes)
         samples: tuple[float, ...] = ()
@@ -345,7 +295,7 @@ class RunWorker:
             reference_inplace=reference_inplace,
         )
 
-    def _reference_signature_differs(self, session: _Session) -> str | None:
+    def _reference_signature_differs(self, session: RunSession) -> str | None:
         """A note when the default config ran with other buffers: no reference for these."""
         key = self.reference_key
         if key is None or key == spec_signature(session.spec):
@@ -363,7 +313,7 @@ class RunWorker:
             "for unwritten outputs; give a ref_prog to check it"
         )
 
-    def _require(self, key: str | None = None) -> _Session:
+    def _require(self, key: str | None = None) -> RunSession:
         """The session of signature ``key`` (the only one when ``key`` is None)."""
         if key is None and len(self.sessions) == 1:
             return next(iter(self.sessions.values()))
@@ -373,7 +323,7 @@ class RunWorker:
         return session
 
     @staticmethod
-    def _load(session: _Session, artifact: KernelArtifact) -> Any:
+    def _load(session: RunSession, artifact: KernelArtifact) -> Any:
         """The kernel's function, its library loaded once per session with TVM's runtime
         alone: a run worker started without the compiler (a Ray run actor) stays without it."""
         from tileauto.jit import runtime
@@ -387,7 +337,7 @@ class RunWorker:
 
 
 def _time(
-    session: _Session, func: Any, full: list, config: dict[str, Any]
+    session: RunSession, func: Any, full: list, config: dict[str, Any]
 ) -> tuple[tuple[float, ...], tuple[str, ...]]:
     """Time one checked config: its samples (ns) and a busy-machine note, if it earned one."""
     spec, timer = session.spec, session.timer
@@ -400,106 +350,6 @@ def _time(
     )
     note = busy_note(waited, time.perf_counter() - start)
     return samples, (() if note is None else (note,))
-
-
-def _check(
-    session: _Session, ins: list, results: list, names: list[str], mutated: tuple[int, ...]
-) -> Verdict:
-    spec = session.spec
-    if spec.profile.skip_check:
-        return Verdict(True)
-    if session.inplace is not None and spec.inplace_args is None:
-        extra = [k for k in mutated if k not in session.inplace]
-        if extra:
-            bad = ", ".join(repr(spec.params[session.in_pos[k]].name) for k in extra)
-            return Verdict(
-                False, f"writes into input {bad}, which the reference config leaves unchanged"
-            )
-    expected: Any = None
-    checked: Verdict | None = None  # the verdict of a ref_prog that checks (takes the results)
-    if spec.profile.ref_prog is not None:
-        if session.ref_checker:
-            try:
-                value = spec.profile.ref_prog(*_clones(session.inputs), *results)
-            except Exception as exc:  # noqa: BLE001
-                checked = Verdict(False, f"ref_prog raised {type(exc).__name__}: {exc}")
-            else:
-                checked = check_bool(value)
-        else:
-            expected = session.expected
-            if session.ref_error is not None:
-                return Verdict(False, f"no reference: {session.ref_error}")
-            if isinstance(expected, bool):
-                return Verdict(
-                    False,
-                    "ref_prog(*inputs) returned a bool without seeing the outputs: to check with a "
-                    "bool, make ref_prog take the inputs followed by the results",
-                )
-            if expected is None:
-                return Verdict(False, "ref_prog returned None: return the expected outputs")
-    else:
-        expected = session.reference
-    expected_list = None if expected is None else as_list(expected)
-    with own_work(spec.device):
-        missing = _first_unwritten(names, results, expected_list)
-    if missing is not None:  # missing work fails whatever the tolerances or the checker
-        return missing
-    if checked is not None and not checked.ok:
-        return checked
-    if spec.profile.manual_check_prog is not None:
-        try:
-            # always lists, as TileLang passes them, whatever ref_prog returned
-            value = spec.profile.manual_check_prog(list(results), expected_list)
-        except Exception as exc:  # noqa: BLE001
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            return Verdict(False, f"manual_check_prog raised {type(exc).__name__}: {first}")
-        return Verdict(value is not False, "manual_check_prog returned False")
-    if expected is None or session.ref_checker:
-        return Verdict(True)
-    with own_work(spec.device):
-        return compare(
-            results,
-            expected,
-            rtol=spec.profile.rtol,
-            atol=spec.profile.atol,
-            max_mismatched_ratio=spec.profile.max_mismatched_ratio,
-            names=names,
-        )
-
-
-def _first_unwritten(names: list[str], results: list, expected_list: list | None) -> Verdict | None:
-    """The verdict on the first result with elements the kernel never wrote (None if none)."""
-    for k, (name, r) in enumerate(zip(names, results)):
-        want = expected_list[k] if expected_list is not None and k < len(expected_list) else None
-        if not isinstance(want, torch.Tensor) or want.numel() != r.numel():
-            want = None  # compare() reports a reference of another size
-        else:
-            want = want.reshape(r.shape).to(r.device)
-        missing = unwritten(name, r, want)
-        if missing is not None:
-            return missing
-    return None
-
-
-@contextlib.contextmanager
-def own_work(device: str) -> Iterator[None]:
-    """tileauto's own tensor work around a kernel call (copies, canaries, comparisons) on one
-    torch thread, whatever the tuning's thread count.
-
-    The work is a few passes over memory; split over torch's OpenMP threads, each operation
-    waits at a barrier for every thread, which on a busy machine costs a time slice (see
-    docs/performance.md, "run worker"). The user's own programs (``ref_prog``, ``supply_prog``,
-    hooks) keep the tuning's threads.
-    """
-    before = torch.get_num_threads() if device == "cpu" else 1
-    if before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _with_hooks(func: Any, spec: SessionSpec, artifact: KernelArtifact) -> Any:
@@ -545,10 +395,6 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
         p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
         for p in params
     )
-
-
-def _clones(tensors: Sequence[Any]) -> list[Any]:
-    return [t.clone() if isinstance(t, torch.Tensor) else t for t in tensors]
 
 
 def _same(a: Any, b: Any) -> bool:

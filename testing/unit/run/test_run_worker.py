@@ -11,8 +11,10 @@ from scale_builds import build_modes  # noqa: E402
 
 from tileauto.options import ProfileArgs
 from tileauto.records import TrialStatus
+from tileauto.run import check as run_check
 from tileauto.run import worker as run_worker
-from tileauto.run.worker import RunRequest, RunWorker, SessionSpec
+from tileauto.run.session import RunRequest, SessionSpec
+from tileauto.run.worker import RunWorker
 
 N = 256
 
@@ -103,7 +105,7 @@ def test_a_fresh_process_checks_and_times_a_kernel_without_importing_the_compile
     script = (
         "import sys, cloudpickle\n"
         "from tileauto.run import worker as run_worker\n"
-        "from tileauto.run.worker import RunRequest\n"
+        "from tileauto.run.session import RunRequest\n"
         f"spec, artifact = cloudpickle.loads(open({str(job)!r}, 'rb').read())\n"
         "run_worker.setup(spec, reference=False)\n"
         "first = run_worker.check_and_time(RunRequest(artifact, dict(artifact.config), "
@@ -138,7 +140,7 @@ def test_own_work_runs_on_one_torch_thread_and_the_users_programs_on_the_tunings
 
         return wrapped
 
-    monkeypatch.setattr(run_worker, "compare", spy("compare", run_worker.compare))
+    monkeypatch.setattr(run_check, "compare", spy("compare", run_check.compare))
     monkeypatch.setattr(run_worker, "padded_clones", spy("clones", run_worker.padded_clones))
     monkeypatch.setattr(run_worker, "canaries_intact", spy("canaries", run_worker.canaries_intact))
 

@@ -171,7 +171,7 @@ def _remove_stale_scratch(parent: Path) -> None:
 
 def _map_artifacts(value: Any, fn: Callable[[KernelArtifact], KernelArtifact]) -> Any:
     """``value`` with every artifact in it (alone, in a RunRequest, in a list) mapped."""
-    from tileauto.run.worker import RunRequest
+    from tileauto.run.session import RunRequest
 
     if isinstance(value, KernelArtifact):
         return fn(value)

@@ -1,0 +1,122 @@
+"""The verdict on one config's outputs: which check applies, and what the kernel left unwritten.
+
+The outputs are compared with the reference config's, or ``ref_prog``'s, or judged by a
+``ref_prog`` that takes the results or by ``manual_check_prog``; a config may not write into an
+input the reference config leaves unchanged, and elements no check would catch (never written)
+fail it whatever the tolerances.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from tileauto.run.session import RunSession
+from tileauto.run.validate import Verdict, as_list, check_bool, compare, unwritten
+
+
+def check_outputs(
+    session: RunSession, ins: list, results: list, names: list[str], mutated: tuple[int, ...]
+) -> Verdict:
+    spec = session.spec
+    if spec.profile.skip_check:
+        return Verdict(True)
+    if session.inplace is not None and spec.inplace_args is None:
+        extra = [k for k in mutated if k not in session.inplace]
+        if extra:
+            bad = ", ".join(repr(spec.params[session.in_pos[k]].name) for k in extra)
+            return Verdict(
+                False, f"writes into input {bad}, which the reference config leaves unchanged"
+            )
+    expected: Any = None
+    checked: Verdict | None = None  # the verdict of a ref_prog that checks (takes the results)
+    if spec.profile.ref_prog is not None:
+        if session.ref_checker:
+            try:
+                value = spec.profile.ref_prog(*clones(session.inputs), *results)
+            except Exception as exc:  # noqa: BLE001
+                checked = Verdict(False, f"ref_prog raised {type(exc).__name__}: {exc}")
+            else:
+                checked = check_bool(value)
+        else:
+            expected = session.expected
+            if session.ref_error is not None:
+                return Verdict(False, f"no reference: {session.ref_error}")
+            if isinstance(expected, bool):
+                return Verdict(
+                    False,
+                    "ref_prog(*inputs) returned a bool without seeing the outputs: to check with a "
+                    "bool, make ref_prog take the inputs followed by the results",
+                )
+            if expected is None:
+                return Verdict(False, "ref_prog returned None: return the expected outputs")
+    else:
+        expected = session.reference
+    expected_list = None if expected is None else as_list(expected)
+    with own_work(spec.device):
+        missing = first_unwritten(names, results, expected_list)
+    if missing is not None:  # missing work fails whatever the tolerances or the checker
+        return missing
+    if checked is not None and not checked.ok:
+        return checked
+    if spec.profile.manual_check_prog is not None:
+        try:
+            # always lists, as TileLang passes them, whatever ref_prog returned
+            value = spec.profile.manual_check_prog(list(results), expected_list)
+        except Exception as exc:  # noqa: BLE001
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return Verdict(False, f"manual_check_prog raised {type(exc).__name__}: {first}")
+        return Verdict(value is not False, "manual_check_prog returned False")
+    if expected is None or session.ref_checker:
+        return Verdict(True)
+    with own_work(spec.device):
+        return compare(
+            results,
+            expected,
+            rtol=spec.profile.rtol,
+            atol=spec.profile.atol,
+            max_mismatched_ratio=spec.profile.max_mismatched_ratio,
+            names=names,
+        )
+
+
+def first_unwritten(names: list[str], results: list, expected_list: list | None) -> Verdict | None:
+    """The verdict on the first result with elements the kernel never wrote (None if none)."""
+    for k, (name, r) in enumerate(zip(names, results)):
+        want = expected_list[k] if expected_list is not None and k < len(expected_list) else None
+        if not isinstance(want, torch.Tensor) or want.numel() != r.numel():
+            want = None  # compare() reports a reference of another size
+        else:
+            want = want.reshape(r.shape).to(r.device)
+        missing = unwritten(name, r, want)
+        if missing is not None:
+            return missing
+    return None
+
+
+@contextlib.contextmanager
+def own_work(device: str) -> Iterator[None]:
+    """tileauto's own tensor work around a kernel call (copies, canaries, comparisons) on one
+    torch thread, whatever the tuning's thread count.
+
+    The work is a few passes over memory; split over torch's OpenMP threads, each operation
+    waits at a barrier for every thread, which on a busy machine costs a time slice (see
+    docs/performance.md, "run worker"). The user's own programs (``ref_prog``, ``supply_prog``,
+    hooks) keep the tuning's threads.
+    """
+    before = torch.get_num_threads() if device == "cpu" else 1
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def clones(tensors: Sequence[Any]) -> list[Any]:
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in tensors]
