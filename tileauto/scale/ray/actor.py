@@ -1,4 +1,4 @@
-"""The run actor (the run worker in Ray) and the memory watcher beside it.
+"""The run actor: the run worker in Ray, with a memory watcher beside it (``watch``).
 
 :class:`RayWorker` stands in for :class:`tileauto.workers.procs.Worker` in a runner: a config
 that segfaults kills the actor (a crash), one that hangs is killed past the timeout, one that
@@ -42,6 +42,7 @@ from tileauto.scale.ray.cluster import (
 )
 from tileauto.scale.ray.node import local_hardware, use_path
 from tileauto.scale.ray.nodes import not_loaded
+from tileauto.scale.ray.watch import VERDICT_S, MemoryWatch, grown, out_of_memory
 from tileauto.utils.imports import collector_paused
 from tileauto.workers import pickling
 from tileauto.workers.procs import RemoteError, RemoteJobError, WorkerCrashed, WorkerTimeout
@@ -183,89 +184,6 @@ def _map_artifacts(value: Any, fn: Callable[[KernelArtifact], KernelArtifact]) -
     return value
 
 
-_WATCH_POLL_S = 0.05  # how often a run actor's memory is looked at (as a local worker's)
-_WATCH_SCAN_S = 1.0  # how often for new children (a scan of every process of the node)
-_VERDICT_S = 5.0  # a dead actor's watcher answers within a poll; this only bounds a lost one
-
-
-def _memory_watch_class() -> type:
-    """The memory watcher's actor class, made in a function so that Ray ships it by value:
-    its process imports psutil, not this module (torch, TVM), so it may use only the standard
-    library, psutil and itself."""
-
-    class _MemoryWatch:
-        """An actor beside a run actor (pinned to its node, no CPU): kills it when it grows
-        past its memory limit. The driver may be on another machine, where the actor's
-        process cannot be seen."""
-
-        def __init__(self) -> None:
-            import psutil  # noqa: F401 - once, while the run actor starts
-
-        def ready(self) -> int:
-            return os.getpid()
-
-        def watch(self, pid: int, baseline: int, limit: int) -> int | None:
-            """Poll the resident set of ``pid`` and its children until it is more than
-            ``limit`` bytes above ``baseline``: then kill them and return the growth. None
-            once ``pid`` is gone (it died of something else)."""
-            import psutil
-
-            try:
-                proc = psutil.Process(pid)
-            except psutil.Error:
-                return None
-            children: list[psutil.Process] = []
-            scan_at = 0.0
-            while True:
-                try:
-                    if time.monotonic() >= scan_at:
-                        children = proc.children(recursive=True)
-                        scan_at = time.monotonic() + _WATCH_SCAN_S
-                    rss = proc.memory_info().rss
-                    if rss == 0 and proc.status() == psutil.STATUS_ZOMBIE:
-                        return None  # dead, not reaped yet
-                except psutil.Error:
-                    return None
-                for child in children:
-                    try:
-                        rss += child.memory_info().rss
-                    except psutil.Error:
-                        pass  # ended since the scan
-                if rss - baseline > limit:
-                    for victim in (proc, *children):
-                        try:
-                            victim.kill()
-                        except psutil.Error:
-                            pass
-                    return rss - baseline
-                time.sleep(_WATCH_POLL_S)
-
-    return _MemoryWatch
-
-
-_MemoryWatch = _memory_watch_class()
-
-
-def _grown(ray: Any, watch: Any, wait_s: float) -> int | None:
-    """What the watcher ``watch`` (its answer's ref) says within ``wait_s``: how much the
-    actor grew when it was killed for it; None when it was not (gone otherwise, the watcher
-    lost, or no answer yet)."""
-    if not ray.wait([watch], timeout=wait_s)[0]:
-        return None
-    try:
-        grown: int | None = ray.get(watch)
-    except ray.exceptions.RayError:
-        return None
-    return grown
-
-
-def _out_of_memory(limit: int) -> WorkerCrashed:
-    return WorkerCrashed(
-        f"out of memory: the Ray run actor took more than {limit / 2**30:.1f} GiB and was killed",
-        out_of_memory=True,
-    )
-
-
 class RayWorker:
     """A run actor that stands in for :class:`tileauto.workers.procs.Worker` in a Runner.
 
@@ -284,7 +202,7 @@ class RayWorker:
         self.memory_limit_bytes = 0  # the current actor's limit (known once it started)
         self.name = f"ray-run-{device}"
         self.actor: Any = None
-        self.watcher: Any = None  # the actor's memory watcher (see _MemoryWatch)
+        self.watcher: Any = None  # the actor's memory watcher (see tileauto.scale.ray.watch)
         self._watch: Any = None  # its answer: the actor was killed for its memory, or died
         self.node: str | None = None
         self.pid: int | None = None
@@ -336,7 +254,7 @@ class RayWorker:
             )
             # no CPU: a hold of the node's cores does not keep the watcher from starting
             watcher = (
-                actor_class(ray, _MemoryWatch)
+                actor_class(ray, MemoryWatch)
                 .options(
                     num_cpus=0,
                     scheduling_strategy=on_node(ray, node),
@@ -453,9 +371,9 @@ class RayWorker:
                     )
                 if ref in ready:
                     break
-                if _grown(ray, watch, 0) is not None:
+                if grown(ray, watch, 0) is not None:
                     self.kill()
-                    raise _out_of_memory(limit)
+                    raise out_of_memory(limit)
                 waiting = [ref]  # the actor died otherwise (its job says how), or the watcher
             try:
                 status, value = ray.get(ref)
@@ -468,10 +386,10 @@ class RayWorker:
                     self.kill()  # the watcher (the actor is gone with its node)
                     self._lost()
                     raise NodeLost(f"node {str(node)[:12]} was lost during {fn.__name__}") from exc
-                killed_for_memory = _grown(ray, watch, _VERDICT_S) is not None
+                killed_for_memory = grown(ray, watch, VERDICT_S) is not None
                 self.kill()
                 if killed_for_memory:
-                    raise _out_of_memory(limit) from None
+                    raise out_of_memory(limit) from None
                 oom = "memory" in str(exc).lower() and "OutOfMemory" in type(exc).__name__
                 raise WorkerCrashed(
                     f"crashed: the Ray run actor died ({_actor_reason(exc)})",
