@@ -123,10 +123,12 @@ class KernelStore:
         return None
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold this key's lock (skipped, with a warning, where it cannot be created)."""
-        with best_effort_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}"):
-            yield
+    def locked(self, *, wait: bool = True) -> Iterator[bool]:
+        """Hold this key's lock (skipped, with a warning, where it cannot be created); yields
+        whether it is held: False only with ``wait=False`` while another process holds it
+        (building this kernel, most likely)."""
+        with best_effort_lock(self.root / ".locks", f"{KIND_KERNEL}-{self.key}", wait=wait) as held:
+            yield held
 
     def save(self, artifact: KernelArtifact, *, warn: bool = True) -> bool:
         """Store a compiled kernel. A failed write is a warning (a log line without ``warn``),

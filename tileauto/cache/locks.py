@@ -28,9 +28,11 @@ log = get_logger("cache")
 
 @contextlib.contextmanager
 def key_lock(
-    lock_dir: Path, name: str, on_wait: Callable[[], None] | None = None
-) -> Iterator[None]:
-    """Hold the inter-process lock ``name`` (the OS releases it if the holder dies).
+    lock_dir: Path, name: str, on_wait: Callable[[], None] | None = None, *, wait: bool = True
+) -> Iterator[bool]:
+    """Hold the inter-process lock ``name`` (the OS releases it if the holder dies); yields
+    True. With ``wait=False``, where another process holds it, yields False at once, holding
+    nothing.
 
     ``on_wait`` is called once when another process holds the lock, before waiting for it.
 
@@ -44,20 +46,25 @@ def key_lock(
     try:
         lock.acquire(timeout=0)
     except Timeout:
+        if not wait:
+            yield False
+            return
         if on_wait is not None:
             on_wait()
         lock.acquire()
     try:
-        yield
+        yield True
     finally:
         lock.release()
 
 
 @contextlib.contextmanager
 def best_effort_lock(
-    lock_dir: Path, name: str, on_wait: Callable[[], None] | None = None
-) -> Iterator[None]:
-    """:func:`key_lock`, in a private fallback folder where ``lock_dir`` cannot be used.
+    lock_dir: Path, name: str, on_wait: Callable[[], None] | None = None, *, wait: bool = True
+) -> Iterator[bool]:
+    """:func:`key_lock`, in a private fallback folder where ``lock_dir`` cannot be used; yields
+    whether this process holds it (False only with ``wait=False``; True where no lock can be
+    taken at all: the caller goes on as if it held it).
 
     An unusable ``.locks`` (a file, foreign-owned, writable by others, not writable) is warned
     about once per process, and the lock is taken in ``<tmp>/tileauto-<uid>/locks``, which
@@ -65,8 +72,8 @@ def best_effort_lock(
     is read-only or full as a whole is not warned about here: its save warns, once.
     """
     try:
-        lock = key_lock(lock_dir, name, on_wait)
-        lock.__enter__()
+        lock = key_lock(lock_dir, name, on_wait, wait=wait)
+        held = lock.__enter__()
     except OSError as exc:
         if _whole_cache_unwritable(exc, Path(lock_dir)):
             log.info("cannot lock %s in %s (%s); locking in a private folder", name, lock_dir, exc)
@@ -76,14 +83,14 @@ def best_effort_lock(
                 "(remove or fix that folder: it should be a folder of yours, mode 700)"
             )
         try:
-            lock = key_lock(folders.private_fallback_dir("locks"), name, on_wait)
-            lock.__enter__()
+            lock = key_lock(folders.private_fallback_dir("locks"), name, on_wait, wait=wait)
+            held = lock.__enter__()
         except OSError as again:
             log.info("cannot lock %s in the fallback either (%s); going on without", name, again)
-            yield
+            yield True
             return
     try:
-        yield
+        yield held
     finally:
         lock.__exit__(None, None, None)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import os
@@ -198,19 +199,16 @@ class JITImpl:
             kernel = self._kernels.peek(args, kwargs) if bound is not None else None
             store = self._store(settings, bound) if bound is not None and kernel is None else None
             if kernel is None and store is not None:
-                kernel = store.load_with(JITKernel)
-                if kernel is not None:
-                    kernel.origin = (self, args, dict(kwargs))
-                    kernel = self._kernels.get(args, kwargs, lambda *_, k=kernel: k)
+                loaded = store.load_with(JITKernel)
+                kernel = None if loaded is None else self._adopt(args, kwargs, loaded)
             if kernel is not None:
                 out[i] = kernel
             else:
                 todo[key] = _Pending([i], args, kwargs, bound, store)
 
         pending = list(todo.values())
-        results = self._build(pending, settings, num_workers, timeout_s) if pending else {}
-        for n, p in enumerate(pending):
-            kept = self._keep(p, results[n])
+        built = self._compile_pending(pending, settings, num_workers, timeout_s)
+        for p, kept in zip(pending, built):
             for i in p.indices:
                 out[i] = (
                     kept
@@ -221,6 +219,75 @@ class JITImpl:
         if missing:  # every config is a hit, a kernel or a failure: a bug if not
             raise RuntimeError(f"par_compile lost configs {missing}")
         return cast("list[JITKernel | CompileFailure]", out)
+
+    def _adopt(self, args: tuple, kwargs: dict[str, Any], kernel: JITKernel) -> JITKernel:
+        """A kernel loaded from the disk cache, kept as the call's (the first one kept wins)."""
+        kernel.origin = (self, args, dict(kwargs))
+        return self._kernels.get(args, kwargs, lambda *_: kernel)
+
+    def _compile_pending(
+        self,
+        pending: list[_Pending],
+        settings: Settings,
+        num_workers: int | None,
+        timeout_s: float | None,
+    ) -> list[JITKernel | CompileFailure]:
+        """Build ``pending`` with the other processes that build the same kernels.
+
+        Each config's kernel-cache lock is tried without waiting: the configs this process
+        holds are built in parallel and stored while it holds them; a config another process
+        holds (it is building that kernel) is waited for afterwards and loaded, and built here
+        only if that process stored nothing. Processes that par_compile the same configs at
+        once so share the work instead of each doing all of it. At most ``_LOCKS_AT_ONCE``
+        locks are held at a time (each is an open file).
+        """
+        out: dict[int, JITKernel | CompileFailure] = {}
+        items = list(enumerate(pending))
+        for start in range(0, len(items), _LOCKS_AT_ONCE):
+            chunk = items[start : start + _LOCKS_AT_ONCE]
+            held_elsewhere = self._build_locked(chunk, out, settings, num_workers, timeout_s)
+            if held_elsewhere:  # waited for in one order, so that waiting processes never cycle
+                held_elsewhere.sort(key=lambda item: item[1].store.key if item[1].store else "")
+                self._build_locked(held_elsewhere, out, settings, num_workers, timeout_s, True)
+        return [out[n] for n in range(len(pending))]
+
+    def _build_locked(
+        self,
+        items: list[tuple[int, _Pending]],
+        out: dict[int, JITKernel | CompileFailure],
+        settings: Settings,
+        num_workers: int | None,
+        timeout_s: float | None,
+        wait: bool = False,
+    ) -> list[tuple[int, _Pending]]:
+        """Take the lock of each of ``items`` (waiting only with ``wait``), load those another
+        process stored meanwhile, build and store the rest while the locks are held; each
+        kernel or failure goes to ``out`` by position. Returns the items whose lock another
+        process held (none with ``wait``)."""
+        from tileauto.jit.kernel import JITKernel
+
+        elsewhere: list[tuple[int, _Pending]] = []
+        mine: list[tuple[int, _Pending]] = []
+        with contextlib.ExitStack() as locks:
+            taken: set[str] = set()
+            for n, p in items:
+                if p.store is not None:
+                    if p.store.key in taken or not locks.enter_context(p.store.locked(wait=wait)):
+                        elsewhere.append((n, p))  # being built elsewhere (or twice here)
+                        continue
+                    taken.add(p.store.key)
+                    loaded = p.store.load_with(JITKernel)  # stored since the first look
+                    if loaded is not None:
+                        out[n] = self._adopt(p.args, p.kwargs, loaded)
+                        continue
+                mine.append((n, p))
+            if mine:
+                results = self._build([p for _, p in mine], settings, num_workers, timeout_s)
+                for k, (n, p) in enumerate(mine):
+                    out[n] = self._keep(p, results[k])
+        if wait and elsewhere:  # one key twice: its first item is built, then loaded here
+            return self._build_locked(elsewhere, out, settings, num_workers, timeout_s, True)
+        return elsewhere
 
     def _build(
         self,
@@ -306,6 +373,9 @@ class _Pending:
     kwargs: dict[str, Any]
     bound: dict[str, Any] | None  # None: the call does not fit the signature
     store: KernelStore | None
+
+
+_LOCKS_AT_ONCE = 256  # kernel-cache locks a par_compile holds at a time (one open file each)
 
 
 def _as_call(i: int, cfg: Any) -> tuple[tuple, dict[str, Any]]:

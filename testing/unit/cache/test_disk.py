@@ -365,6 +365,17 @@ def test_key_lock_excludes_and_reports_waiting(tmp_path):
     assert mode(tmp_path / "locks") == 0o700
 
 
+def test_key_lock_without_waiting_says_whether_it_holds_the_lock(tmp_path):
+    with locks.key_lock(tmp_path / "locks", "k") as held:
+        assert held is True
+        with locks.key_lock(tmp_path / "locks", "k", wait=False) as second:
+            assert second is False  # held by another open file: not waited for
+        with locks.best_effort_lock(tmp_path / "locks", "k", wait=False) as third:
+            assert third is False
+    with locks.key_lock(tmp_path / "locks", "k", wait=False) as free:
+        assert free is True
+
+
 def test_writable_staging_falls_back_to_the_system_temp_dir(tmp_path, monkeypatch):
     settings = Settings(cache_dir=tmp_path / "cache")
     assert locks.writable_staging(settings) is settings

@@ -974,6 +974,70 @@ def test_par_compile_fills_and_reads_the_disk_cache():
         torch.testing.assert_close(k(a, b), a + b)
 
 
+_BUILDS_ELSEWHERE = textwrap.dedent(
+    """
+    import sys, tempfile
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    import kernels, tileauto
+    from tileauto.cache.args import bind_arguments
+    from tileauto.jit.compiler import compile_to_dir
+    from tileauto.jit.impl import _tunables
+    from tileauto.settings import Settings
+
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    call = {"n": 64, "block": 8}
+    bound = bind_arguments(impl.factory, (), call)
+    store = impl._store(Settings.from_env(), bound)
+    with store.locked() as held:  # as a process building this kernel holds it
+        print("locked", held, flush=True)
+        sys.stdin.readline()  # until the test's par_compile has started
+        out = Path(tempfile.mkdtemp()) / "k"
+        artifact = compile_to_dir(impl.factory, (), call, impl.compile_args, out,
+                                  config=_tunables(impl.factory, bound))
+        store.save(artifact)
+    print("stored", flush=True)
+    """
+)
+
+
+def test_par_compile_waits_for_a_kernel_another_process_is_building(tmp_path):
+    """Another process holds the lock of one config (it is building that kernel): par_compile
+    builds the other config, waits for that one and loads it, compiling it not a second time.
+    Whenever the other process gets to store it (before par_compile looks or after), the
+    outcome is the same."""
+    import threading
+
+    other = subprocess.Popen(
+        [sys.executable, "-c", _BUILDS_ELSEWHERE, str(HERE)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        assert other.stdout.readline().split() == ["locked", "True"]
+        impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+        results: list = []
+        worker = threading.Thread(
+            target=lambda: results.extend(
+                impl.par_compile([{"n": 64, "block": 8}, {"n": 64, "block": 4}], num_workers=1)
+            )
+        )
+        worker.start()
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        assert other.stdout.readline().strip() == "stored"
+        worker.join()
+        assert other.wait() == 0
+    finally:
+        if other.poll() is None:
+            other.kill()
+    k8, k4 = results
+    assert impl.compile_count == 1  # block 4 here; block 8 by the other process
+    assert k8.config == {"block": 8, "dtype": "float32"} and impl(64, block=8) is k8
+    a, b = torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(k8(a, b), a + b)
+    torch.testing.assert_close(k4(a, b), a + b)
+
+
 def test_par_compile_of_a_non_kernel_factory():
     impl = tileauto.jit(kernels.not_a_kernel)
     (failure,) = impl.par_compile([{"n": 3}], num_workers=1)
