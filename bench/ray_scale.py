@@ -34,7 +34,9 @@ a sampler process), and the wall time Ray's extra CPU costs were all of it to wa
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -128,12 +130,9 @@ def tune_local(size: int, n: int, workers: int, profile: bool = False) -> dict:
 def tune_ray_session(p: TuningProblem, rc, per_node: int, profile: bool = False) -> dict:
     from tileauto.scale.ray import RayBuilder, RayRunner
 
-    builder = RayBuilder(
-        p.factory,
-        p.compile_args,
-        staging_dir=Path(tempfile.mkdtemp(prefix="tileauto-bench-ray-")),
-        cluster=rc,
-    )
+    staging = Path(tempfile.mkdtemp(prefix="tileauto-bench-ray-"))
+    atexit.register(shutil.rmtree, staging, ignore_errors=True)
+    builder = RayBuilder(p.factory, p.compile_args, staging_dir=staging, cluster=rc)
     runner = RayRunner(p.profile_args, threads=per_node, timer=p.timer, cluster=rc)
     session = defaults.session(p, builder=builder, runner=runner)
     if not profile:

@@ -48,8 +48,10 @@ compiled (a compile time of its own) and the measurements it took from the first
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,11 +90,13 @@ def _space(size: int) -> list[dict]:
 def compile_phase(size: int, workers: int) -> dict[str, float | list[float]]:
     """Compile the space with ``workers`` workers and nothing else: wall, CPU and per-config s."""
     space = _space(size)
+    staging = Path(tempfile.mkdtemp(prefix="tileauto-bench-"))
+    atexit.register(shutil.rmtree, staging, ignore_errors=True)  # the build's folders with it
     builder = Builder(
         gemm_cpu.gemm,
         gemm_cpu.matmul.compile_args,
         workers=workers,
-        staging_dir=Path(tempfile.mkdtemp(prefix="tileauto-bench-")),
+        staging_dir=staging,
     )
     builder.start()
     pool = compile_workers(workers)
@@ -113,6 +117,7 @@ def compile_phase(size: int, workers: int) -> dict[str, float | list[float]]:
     results = build_all(builder, requests)
     wall, cpu_s = time.perf_counter() - start, cpu() - cpu0
     builder.close()
+    shutil.rmtree(staging, ignore_errors=True)
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     return {
         "wall": wall,

@@ -976,7 +976,7 @@ def test_par_compile_fills_and_reads_the_disk_cache():
 
 _BUILDS_ELSEWHERE = textwrap.dedent(
     """
-    import sys, tempfile
+    import sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     import kernels, tileauto
@@ -992,7 +992,7 @@ _BUILDS_ELSEWHERE = textwrap.dedent(
     with store.locked() as held:  # as a process building this kernel holds it
         print("locked", held, flush=True)
         sys.stdin.readline()  # until the test's par_compile has started
-        out = Path(tempfile.mkdtemp()) / "k"
+        out = Path(sys.argv[2]) / "k"
         artifact = compile_to_dir(impl.factory, (), call, impl.compile_args, out,
                                   config=_tunables(impl.factory, bound))
         store.save(artifact)
@@ -1009,7 +1009,7 @@ def test_par_compile_waits_for_a_kernel_another_process_is_building(tmp_path):
     import threading
 
     other = subprocess.Popen(
-        [sys.executable, "-c", _BUILDS_ELSEWHERE, str(HERE)],
+        [sys.executable, "-c", _BUILDS_ELSEWHERE, str(HERE), str(tmp_path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ),
     )  # fmt: skip
     try:
