@@ -189,6 +189,39 @@ def test_a_worker_that_fails_its_probe_falls_back_to_the_forkserver():
     assert seen["restarts"] == 0
 
 
+def test_a_forked_worker_has_a_temp_folder_its_caller_removes():
+    """The folder is made and claimed before the fork: made in the child, it was the child's,
+    and every forked worker left one behind."""
+    staging = Path(os.environ["TILEAUTO_CACHE_DIR"]) / "tmp"
+    before = set(staging.glob("work-*"))
+    seen = _run(
+        """
+        import jobs
+        import tileauto
+        from tileauto.workers.procs import Worker
+
+        w = Worker("forked-tmp", fork_ok=True).start()
+        own = w.call(jobs.temp_folders)[0]
+        mine = str(w._tmp.path)
+        w.kill()
+        second = w.call(jobs.temp_folders)[0]
+        print(json.dumps({
+            "method": w.start_method,
+            "own": own,
+            "mine": mine,
+            "gone": not os.path.exists(own),
+            "second": second,
+            "pid": os.getpid(),
+        }))
+        """
+    )
+    assert seen["method"] == "fork"
+    assert seen["own"] == seen["mine"] and f"work-{seen['pid']}-" in seen["own"]
+    assert seen["gone"] and seen["second"] != seen["own"]
+    assert not os.path.exists(seen["second"]), "left behind at the caller's exit"
+    assert set(staging.glob("work-*")) == before
+
+
 @pytest.mark.slow
 def test_a_forked_worker_drops_the_pipes_of_the_others():
     """Closing one worker's pipe ends it (EOF) although a sibling was forked after it."""

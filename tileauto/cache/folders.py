@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tileauto.utils.tmp import shared_tempdir
+
 MIN_FREE_BYTES = 1 << 20  # a staging folder with less room than this would fail half-way
 _FIX = (
     "make it yours and private (chown, chmod 700), or point TILEAUTO_CACHE_DIR or "
@@ -94,14 +96,17 @@ def make_private_dir(path: Path, *, min_free_bytes: int = MIN_FREE_BYTES) -> Pat
 def private_fallback_dir(purpose: str) -> Path:
     """A folder of this user's own in the system temp dir, for when the cache's is unusable.
 
+    The temp dir this user's processes share (:func:`~tileauto.utils.tmp.shared_tempdir`): in a
+    worker too, whose own temp folder is removed with it.
+
     ``<tmp>/tileauto-<uid>/<purpose>`` is shared by this user's processes (so locks still
     exclude each other); if someone else holds that name, a new private temp folder is used.
     """
-    base = Path(tempfile.gettempdir()) / f"tileauto-{os.getuid()}" / purpose
+    base = Path(shared_tempdir()) / f"tileauto-{os.getuid()}" / purpose
     try:
         return make_private_dir(base)
     except OSError:
-        return Path(tempfile.mkdtemp(prefix=f"tileauto-{purpose}-"))
+        return Path(tempfile.mkdtemp(prefix=f"tileauto-{purpose}-", dir=shared_tempdir()))
 
 
 def read_own_json(path: Path, *, check_folder: bool = False) -> Any:

@@ -35,7 +35,7 @@ IN_USE_S = 60.0  # a log written this recently may be written again: kept
 PRUNE_MAX = 100  # logs deleted at most by one prune_logs, so that a tuning's start stays cheap
 _CLAIM_TRIES = 8
 # Children of the staging dir that tileauto makes; anything else there is left alone.
-_SCRATCH = re.compile(r"^(?:tune|proc)-(?:(?P<pid>\d+)-)?[0-9a-z_]+$")
+_SCRATCH = re.compile(r"^(?P<kind>tune|proc|work)-(?:(?P<pid>\d+)-)?[0-9a-z_]+$")
 _AGED = re.compile(r"^(?:stage-|\.stage-|\.probe-)[0-9a-z_]+$")  # short writes: age rule
 _TRASH = re.compile(r"^\.trash-[0-9a-f]+$")  # a delete in progress or interrupted: no reader
 _RUN_LOG = re.compile(r"^autotune-.*-\d{8}-\d{6}-(?P<pid>\d+)(?:-\d+)?\.(?:log|jsonl)$")
@@ -163,14 +163,17 @@ class Cleanup:
         return sum(item.size_bytes for item in self.removed)
 
 
-def remove_leftovers(staging: Path, *, dry_run: bool = False, now: float | None = None) -> Cleanup:
+def remove_leftovers(
+    staging: Path, *, dry_run: bool = False, now: float | None = None, only: str | None = None
+) -> Cleanup:
     """Remove what killed runs left in the staging dir ``staging``; keep what is in use.
 
-    Scratch folders (``tune-*``, ``proc-*``) go when no process holds their claim (see the
-    module's docstring); interrupted writes (``stage-*``, ``.stage-*``, ``.probe-*``) once
-    older than ``disk.STALE_S``; interrupted deletes (``.trash-*``) at once. Other names are
-    never touched: the staging dir may be a folder of yours with other things in it.
-    ``dry_run`` decides the same way and removes nothing.
+    Scratch folders (``tune-*``, ``proc-*``, a worker's temp folder ``work-*``) go when no
+    process holds their claim (see the module's docstring); interrupted writes (``stage-*``,
+    ``.stage-*``, ``.probe-*``) once older than ``disk.STALE_S``; interrupted deletes
+    (``.trash-*``) at once. Other names are never touched: the staging dir may be a folder of
+    yours with other things in it. ``dry_run`` decides the same way and removes nothing;
+    ``only`` (such as ``"work"``) looks at the scratch folders of that kind alone.
     """
     now = time.time() if now is None else now
     removed: list[Leftover] = []
@@ -187,7 +190,10 @@ def remove_leftovers(staging: Path, *, dry_run: bool = False, now: float | None 
             continue
         if st.st_uid != os.getuid():
             continue  # not ours to judge (a private staging dir holds none of these)
-        if _SCRATCH.match(name) and stat.S_ISDIR(st.st_mode):
+        scratch = _SCRATCH.match(name)
+        if only is not None and (scratch is None or scratch.group("kind") != only):
+            continue
+        if scratch and stat.S_ISDIR(st.st_mode):
             item = _scratch_leftover(child, now, dry_run)
         elif _TRASH.match(name):
             item = Leftover(child, disk.dir_size(child), "an interrupted delete")

@@ -22,6 +22,7 @@ from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.cache import disk, folders
+from tileauto.utils.tmp import shared_tempdir
 
 log = get_logger("cache")
 
@@ -113,7 +114,7 @@ def fallback_staging_dir() -> Path:
     """
     try:
         return folders.make_private_dir(
-            Path(tempfile.gettempdir()) / f"tileauto-{os.getuid()}" / "staging"
+            Path(shared_tempdir()) / f"tileauto-{os.getuid()}" / "staging"
         )
     except OSError:
         return _private_staging_dir()
@@ -121,7 +122,7 @@ def fallback_staging_dir() -> Path:
 
 @functools.cache
 def _private_staging_dir() -> Path:
-    path = Path(tempfile.mkdtemp(prefix="tileauto-staging-"))
+    path = Path(tempfile.mkdtemp(prefix="tileauto-staging-", dir=shared_tempdir()))
     owner = os.getpid()
 
     def remove() -> None:

@@ -2,4 +2,5 @@
 
 threads.py   background threads that end with their owner
 imports.py   heavy imports with the cyclic garbage collector paused
+tmp.py       the temp folder this user's processes share, and a worker's own
 """

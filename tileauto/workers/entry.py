@@ -34,6 +34,8 @@ from typing import Any
 
 import cloudpickle
 
+from tileauto.utils.tmp import use_own_tempdir
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -91,8 +93,10 @@ def _set_torch_threads(env: dict[str, str]) -> None:
         torch.set_num_threads(max(1, int(threads)))
 
 
-# Not a variable: the CPUs a worker runs on, from its caller (removed before the environment is set)
+# Not variables: the CPUs a worker runs on and its own temp folder, from its caller (removed
+# before the environment is set)
 CPUS_KEY = "__tileauto_cpus__"
+TMP_KEY = "__tileauto_tmp__"
 
 
 def child_main(
@@ -106,8 +110,8 @@ def child_main(
     """
     os.setpgid(0, 0)
     set_pdeathsig()
-    cpus = env.get(CPUS_KEY)
-    env = {k: v for k, v in env.items() if k != CPUS_KEY}
+    cpus, tmp = env.get(CPUS_KEY), env.get(TMP_KEY)
+    env = {k: v for k, v in env.items() if k not in (CPUS_KEY, TMP_KEY)}
     if cpus:  # the caller's CPUs, which its thread's mask may have lost (settings.process_cpus)
         try:
             os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
@@ -117,6 +121,8 @@ def child_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])  # a mask inherited from a caller's thread
     os.environ.update(env)
+    if tmp:  # its own, removed by the caller when this worker ends (workers._tmp)
+        use_own_tempdir(tmp)
     redirect_output(output_path)
     if not own_thread:
         serve(conn, env)

@@ -225,3 +225,8 @@ class ForkServer:
             except subprocess.TimeoutExpired:
                 pass
         self._proc, self._control = None, None
+
+
+# A child forked from this process, by a worker start or by the program itself, must not hold
+# the server's socket (the server would outlive this process) nor stop the server at its exit.
+os.register_at_fork(after_in_child=ForkServer.forget_in_child)

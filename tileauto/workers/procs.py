@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 
 from tileauto._logging import get_logger
+from tileauto.cache.hygiene import ScratchDir
 from tileauto.errors import WorkerError
 from tileauto.utils.threads import signals_to_main_thread
 from tileauto.workers import pickling
@@ -37,7 +38,8 @@ from tileauto.workers._process_tree import (
     kill_all,
     kill_tree,
 )
-from tileauto.workers.entry import CPUS_KEY, RemoteError, child_main, run_child
+from tileauto.workers._tmp import worker_temp_dir
+from tileauto.workers.entry import CPUS_KEY, TMP_KEY, RemoteError, child_main, run_child
 from tileauto.workers.forkserver import ForkServer
 from tileauto.workers.safety import NET, shutdown_all
 
@@ -122,20 +124,15 @@ def _settings_env() -> dict[str, str]:
 def _forked_child(conn: Connection, caller_end: Connection, env: dict[str, str], out: Any) -> None:
     """In a worker forked from the caller: drop what belongs to the caller, then serve.
 
-    The caller's ends of this worker's pipe, of the other workers' pipes and of the
-    forkserver's socket were copied by the fork; left open, a worker or the server would not
-    see the end of file when the caller closes its end.
+    The caller's end of this worker's pipe was copied by the fork; left open, the worker would
+    not see the end of file when the caller closes its end. (The other workers' pipes and the
+    forkserver's socket are closed by the fork hooks: ``NET.forget_in_child``,
+    ``ForkServer.forget_in_child``.)
     """
-    ForkServer.forget_in_child()
-    for end in [caller_end, *(worker._conn for worker in list(NET.live))]:
-        if end is not None:
-            try:
-                end.close()
-            except OSError:
-                pass
-    for worker in list(NET.live):
-        worker._proc, worker._conn = None, None
-    NET.live.clear()
+    try:
+        caller_end.close()
+    except OSError:
+        pass
     atexit.unregister(shutdown_all)
     child_main(conn, env, out, own_thread=True)
 
@@ -168,6 +165,7 @@ class Worker:
         self.start_method: str | None = None  # "fork" or "forkserver" once started
         self._proc: ProcessHandle | None = None
         self._conn: Connection | None = None
+        self._tmp: ScratchDir | None = None  # its own temp folder, removed when it ends
         self._rss_at_start = 0
         self._lock = threading.RLock()  # one job (or start) at a time
         self._state = threading.Lock()  # the handles; never held while waiting
@@ -214,6 +212,7 @@ class Worker:
     def _start_forked(self) -> None:
         parent, child = Pipe(duplex=True)
         out = self._output_file()
+        env = self._child_env()  # here: its temp folder is made and claimed by this process
         # the child's collector leaves frozen objects alone, so it copies none of their pages
         gc.freeze()
         try:
@@ -225,7 +224,7 @@ class Worker:
                 )
                 pid = os.fork()
             if pid == 0:
-                run_child(_forked_child, child, parent, self._child_env(), out)
+                run_child(_forked_child, child, parent, env, out)
         finally:
             gc.unfreeze()
         child.close()
@@ -241,14 +240,20 @@ class Worker:
             self._rss_at_start = 0
 
     def _child_env(self) -> dict[str, str]:
-        """The worker's environment, and the CPUs it may use (this process's: see
-        :func:`tileauto.settings.process_cpus`)."""
+        """The worker's environment, the CPUs it may use (this process's: see
+        :func:`tileauto.settings.process_cpus`) and its own temp folder (made here)."""
         from tileauto.settings import process_cpus
 
+        env = dict(self.env)
+        with self._state:
+            if self._tmp is None:
+                self._tmp = worker_temp_dir()
+            if self._tmp is not None:
+                env[TMP_KEY] = str(self._tmp.path)
         cpus = process_cpus()
-        if not cpus:
-            return dict(self.env)
-        return {**self.env, CPUS_KEY: ",".join(map(str, sorted(cpus)))}
+        if cpus:
+            env[CPUS_KEY] = ",".join(map(str, sorted(cpus)))
+        return env
 
     def _probe_ok(self) -> bool:
         """Check a forked worker's OpenMP pool; on a hang, kill it and fork no more."""
@@ -398,8 +403,8 @@ class Worker:
         # kill() from another thread (a cancel) may race the job's thread that saw the worker
         # die: each takes the handles out under the lock, so only one of them closes them
         with self._state:
-            proc, conn = self._proc, self._conn
-            self._proc, self._conn = None, None
+            proc, conn, tmp = self._proc, self._conn, self._tmp
+            self._proc, self._conn, self._tmp = None, None, None
         if conn is not None:
             try:
                 conn.close()
@@ -407,6 +412,8 @@ class Worker:
                 pass
         if proc is not None:
             proc.join(timeout=_REAP_S)
+        if tmp is not None:  # what its jobs left there: a killed compile's object files
+            tmp.remove()
 
     def _over_memory(self, proc: ProcessHandle) -> bool:
         try:

@@ -32,12 +32,18 @@ class SafetyNet:
         self.scratch: weakref.WeakSet[Any] = weakref.WeakSet()  # removed on SIGTERM
 
     def kill_everything(self) -> None:
-        """Kill every live worker and the forkserver, now; takes no lock (a signal handler)."""
-        for worker in list(self.live):
+        """Kill every live worker and the forkserver, now, then remove the workers' temp
+        folders; takes no lock (a signal handler)."""
+        workers = list(self.live)
+        for worker in workers:
             handle = worker._proc
             if handle is not None and handle.exitcode is None:
                 kill_tree(handle.pid)
         ForkServer.stop_shared()
+        for worker in workers:
+            tmp = worker._tmp
+            if tmp is not None:
+                tmp.remove()
 
     def remove_scratch(self) -> None:
         """Remove every registered scratch folder (after the workers that wrote in it died)."""
@@ -47,8 +53,25 @@ class SafetyNet:
             except Exception:  # noqa: BLE001 - best effort: the process is about to die
                 pass
 
+    def forget_in_child(self) -> None:
+        """In a child forked from this process (a worker, or the program's own ``os.fork``):
+        the workers and folders are the parent's, never to be killed or removed from here, and
+        the copies of the workers' pipes are closed (a worker sees the end of file when the
+        parent closes its end, whatever the child does)."""
+        for worker in list(self.live):
+            conn = worker._conn
+            worker._proc, worker._conn, worker._tmp = None, None, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+        self.live = weakref.WeakSet()
+        self.scratch = weakref.WeakSet()
+
 
 NET = SafetyNet()
+os.register_at_fork(after_in_child=NET.forget_in_child)
 
 
 def shutdown_all() -> None:

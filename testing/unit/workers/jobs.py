@@ -69,6 +69,36 @@ def say_and_sleep(fifo, seconds):
     return seconds
 
 
+def leave_temp_files_and_say(fifo, record, seconds):
+    """Leave temp files as a compile killed half-way does (a folder of :mod:`tempfile`, as TVM's
+    export makes; a file a program makes in ``$TMPDIR``, as ``g++`` does), write their paths
+    to ``record``, report, then hang."""
+    import tempfile
+
+    folder = tempfile.mkdtemp()
+    Path(folder, "lib0.o").write_bytes(b"\0" * 4096)
+    made = subprocess.run(["mktemp"], capture_output=True, text=True, check=True).stdout.strip()
+    Path(record).write_text(f"{folder}\n{made}\n")
+    say(fifo, "started")
+    time.sleep(seconds)
+
+
+def temp_folders():
+    """The worker's temp folder (:mod:`tempfile`, ``$TMPDIR``), the shared one, and the
+    fallback lock folder this user's processes share."""
+    import tempfile
+
+    from tileauto.cache.folders import private_fallback_dir
+    from tileauto.utils.tmp import shared_tempdir
+
+    return (
+        tempfile.gettempdir(),
+        os.environ.get("TMPDIR"),
+        shared_tempdir(),
+        str(private_fallback_dir("locks")),
+    )
+
+
 def spawn_grandchild_and_say(fifo, seconds):
     """Start ``sleep 600`` (a grandchild of the test process), report its pid, then hang."""
     child = subprocess.Popen(["sleep", "600"])

@@ -378,6 +378,65 @@ def test_tileauto_threads_leave_ctrl_c_to_the_main_thread():
     }
 
 
+# -- a worker's own temp folder ------------------------------------------------------------------
+def test_a_killed_job_leaves_nothing_in_the_temp_folder(fresh_worker, reports, tmp_path):
+    """A compile killed half-way left TVM's ``/tmp/tmpXXXX/lib0.o`` and g++'s ``/tmp/cc*``
+    behind; in a worker's own temp folder they go with the worker."""
+    record = tmp_path / "made.txt"
+    cancel = threading.Event()
+    thread, out = _call_in_thread(
+        fresh_worker, jobs.leave_temp_files_and_say, reports.path, str(record), 3600, cancel=cancel
+    )
+    reports.next()
+    own = fresh_worker._tmp.path
+    made = [Path(line) for line in record.read_text().split()]
+    assert len(made) == 2 and all(path.exists() for path in made)
+    assert all(path.parent == own for path in made), (made, own)
+    cancel.set()
+    thread.join(GUARD_S)
+    assert isinstance(out[0][1], WorkerCancelled), out
+    assert not own.exists() and not any(path.exists() for path in made)
+    # the worker that replaces it has a folder of its own
+    gettempdir, tmpdir, _, _ = fresh_worker.call(jobs.temp_folders, timeout_s=60)
+    assert gettempdir == tmpdir == str(fresh_worker._tmp.path) != str(own)
+    fresh_worker.close()
+    assert fresh_worker._tmp is None and not Path(gettempdir).exists()
+
+
+def test_a_workers_shared_folders_are_its_callers(worker):
+    """The fallback lock folder must be the same in every process of this user (else the
+    locks exclude nothing): a worker's own temp folder does not move it."""
+    import tempfile
+
+    from tileauto.cache.folders import private_fallback_dir
+
+    own, _, shared, locks = worker.call(jobs.temp_folders, timeout_s=60)
+    assert own != tempfile.gettempdir()
+    assert shared == tempfile.gettempdir()
+    assert locks == str(private_fallback_dir("locks"))
+
+
+def test_temp_folders_of_a_killed_caller_are_removed_by_the_next(tmp_path, monkeypatch):
+    staging = tmp_path / "staging"
+    monkeypatch.setenv("TILEAUTO_TMP_DIR", str(staging))
+    # a caller killed with SIGKILL removes nothing: its claimed folder stays, unlocked
+    code = "from tileauto.cache.hygiene import claim_scratch_dir as c; import sys; print(c(sys.argv[1], 'work').path)"
+    orphan = Path(
+        subprocess.run(
+            [sys.executable, "-c", code, str(staging)], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    (orphan / "lib0.o").write_bytes(b"\0" * 4096)
+    mine = Worker("test-procs-orphans")
+    try:
+        mine.start()
+        assert not orphan.exists()
+        assert mine._tmp.path.parent == staging and mine._tmp.path.exists()
+    finally:
+        mine.close()
+    assert list(staging.glob("work-*")) == []
+
+
 # -- the forkserver and the safety net -----------------------------------------------------------
 def _script(body: str, tmp_path: Path, **env: str) -> subprocess.Popen:
     """A fresh interpreter running ``body`` (a main script without a ``__main__`` guard)."""
@@ -458,3 +517,36 @@ def test_no_worker_or_job_child_outlives_its_caller(tmp_path, reports, how):
     else:
         psutil.Process(grandchild).kill()  # no cleanup after a SIGKILL: only the workers die
     assert _gone(worker) and _gone(server)
+
+
+def test_a_programs_own_fork_leaves_its_parents_workers_alone(tmp_path):
+    """A child the program forks (not a worker) exits through ``atexit``: it killed its
+    parent's workers and forkserver, whose next job then paid for new ones. And the workers'
+    temp folders go at the caller's exit."""
+    proc = _script(
+        """
+        import os
+        import jobs
+        from tileauto.workers.forkserver import ForkServer
+        from tileauto.workers.procs import Worker
+
+        w = Worker("forked-over")
+        before = w.call(jobs.pid, timeout_s=60)
+        server = ForkServer.shared().pid
+        print(w._tmp.path, flush=True)
+        child = os.fork()
+        if child == 0:
+            raise SystemExit(0)  # a normal exit: atexit runs
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        print(w.alive, w.call(jobs.pid, timeout_s=60) == before, flush=True)
+        print(ForkServer.shared().pid == server, w.restarts, flush=True)
+        """,
+        tmp_path,
+    )
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    folder, alive, server = out.splitlines()
+    assert alive == "True True", "the child's exit killed the parent's worker"
+    assert server == "True 0", "the child's exit killed the parent's forkserver"
+    assert not Path(folder).exists(), "the worker's temp folder outlived its caller"
