@@ -147,8 +147,8 @@ def test_clear_older_than_keeps_young_entries(cache, capsys):
 CLAIMANT = """
 import sys
 from pathlib import Path
-from tileauto.cache import hygiene
-claim = hygiene.claim_scratch_dir(Path(sys.argv[1]), sys.argv[2])
+from tileauto.cache import scratch
+claim = scratch.claim_scratch_dir(Path(sys.argv[1]), sys.argv[2])
 (claim.path / "build-0").mkdir()
 (claim.path / "build-0" / "kernel.so").write_bytes(b"k" * 4096)
 print(claim.path, flush=True)

@@ -18,7 +18,8 @@ fleet's Redis can stand behind it as a second level (``remote.py``).
     _checks.py   which checks a measurement passed, and which are at least as strict as which
     kernels.py   KernelStore: plain @jit compiles; ConfigKernels: a tuning's, shared by its checks
     catalog.py   the whole cache for the command line: list, verify, clear, export, import
-    hygiene.py   claimed scratch folders, leftovers of killed runs, log and kernel pruning
+    scratch.py   claimed scratch folders, and the leftovers of killed runs
+    hygiene.py   old logs and kernels: pruning at a tuning's start, clearing
     priors.py    a search's prior: the trials of a kernel tuned before on other targets
     remote.py    RemoteCache: a fleet's Redis as the second level (records, signed kernels)
     _lease.py    one tuner per key across machines: a lease renewed while tuning

@@ -1,7 +1,7 @@
 """The cache as a whole: list, find, verify, clear, export and import entries (for the CLI).
 
 Reads manifests and JSON only; never imports torch or TVM and never loads a kernel. The
-staging dir and the logs are :mod:`tileauto.cache.hygiene`'s.
+staging dir is :mod:`tileauto.cache.scratch`'s, the logs :mod:`tileauto.cache.hygiene`'s.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def clear(
 
     Each entry is renamed away before it is deleted, so a process reading it sees it whole or
     not at all. Per-config measurements follow the tuned entries. The staging dir is left to
-    :func:`tileauto.cache.hygiene.remove_leftovers`. Clearing every kind also clears the key's
+    :func:`tileauto.cache.scratch.remove_leftovers`. Clearing every kind also clears the key's
     memos (``installed/``, ``sources/``: worked out again when next needed). Returns
     (entries, bytes).
     """

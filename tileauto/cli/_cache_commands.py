@@ -254,9 +254,9 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def _clear_leftovers(staging: Path, *, dry_run: bool) -> None:
     """Remove (or list) what killed runs left in the staging dir, and say so."""
-    from tileauto.cache import hygiene
+    from tileauto.cache import scratch
 
-    done = hygiene.remove_leftovers(staging, dry_run=dry_run)
+    done = scratch.remove_leftovers(staging, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for item in done.removed:
         print(f"{verb} {item.path} ({format_size(item.size_bytes)}): {item.why}")

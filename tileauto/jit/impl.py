@@ -57,13 +57,13 @@ _PROCESS_CLAIM: Any = None  # its open descriptor is the claim: kept for the pro
 def process_scratch_dir(settings: Settings) -> Path:
     """A staging folder private to this process, removed at exit.
 
-    Claimed (``proc-<pid>-<id>``, see :mod:`tileauto.cache.hygiene`): ``tileauto cache
+    Claimed (``proc-<pid>-<id>``, see :mod:`tileauto.cache.scratch`): ``tileauto cache
     clear`` leaves it alone while this process lives and removes it once it died.
     """
     global _PROCESS_DIR, _PROCESS_CLAIM
     with _PROCESS_DIR_LOCK:
         if _PROCESS_DIR is None or not _PROCESS_DIR.exists():
-            from tileauto.cache.hygiene import claim_scratch_dir
+            from tileauto.cache.scratch import claim_scratch_dir
             from tileauto.workers.safety import remove_on_sigterm
 
             base = settings.staging_dir

@@ -562,7 +562,7 @@ def _claim_staging(staging_dir: Path) -> Any:
     """This run's staging folder, claimed (``tune-<pid>-<id>``), or an unclaimed temp folder."""
     import tempfile
 
-    from tileauto.cache.hygiene import ScratchDir, claim_scratch_dir
+    from tileauto.cache.scratch import ScratchDir, claim_scratch_dir
     from tileauto.workers.safety import remove_on_sigterm
 
     try:

@@ -5,7 +5,7 @@ its fallback: :func:`tileauto.cache.locks.writable_staging`) as its ``TMPDIR`` a
 :mod:`tempfile` folder. A job killed half-way (a compile past its timeout while TVM exports
 its object files or ``g++`` writes its ``cc*.o``) leaves its temp files there, and the folder
 goes when the worker is reaped. The folder is claimed as any scratch folder is
-(:func:`tileauto.cache.hygiene.claim_scratch_dir`): if the process that owns the worker is
+(:func:`tileauto.cache.scratch.claim_scratch_dir`): if the process that owns the worker is
 killed, the first worker started by a later process, or ``tileauto cache clear``, removes it.
 """
 
@@ -15,7 +15,7 @@ import functools
 from pathlib import Path
 
 from tileauto._logging import get_logger
-from tileauto.cache.hygiene import ScratchDir, claim_scratch_dir, remove_leftovers
+from tileauto.cache.scratch import ScratchDir, claim_scratch_dir, remove_leftovers
 
 log = get_logger("procs")
 

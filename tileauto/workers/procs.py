@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from tileauto._logging import get_logger
-from tileauto.cache.hygiene import ScratchDir
+from tileauto.cache.scratch import ScratchDir
 from tileauto.errors import WorkerError
 from tileauto.utils.threads import signals_to_main_thread
 from tileauto.workers import pickling

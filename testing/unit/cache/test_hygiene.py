@@ -1,4 +1,4 @@
-"""tileauto.cache.hygiene: leftovers of killed runs, claims of live ones, pruned logs.
+"""tileauto.cache.scratch and .hygiene: leftovers of killed runs, claims of live ones, pruned logs.
 
 Live and dead runs are real processes: a child claims a scratch folder and reports it on its
 stdout, then waits for its stdin (alive) or is killed with SIGKILL (dead). Ages are set with
@@ -19,15 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tileauto.cache import disk, folders, hygiene
+from tileauto.cache import disk, folders, hygiene, scratch
 from tileauto.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = """
 import sys
 from pathlib import Path
-from tileauto.cache import hygiene
-claim = hygiene.claim_scratch_dir(Path(sys.argv[1]), sys.argv[2])
+from tileauto.cache import scratch
+claim = scratch.claim_scratch_dir(Path(sys.argv[1]), sys.argv[2])
 (claim.path / "build-0").mkdir()
 (claim.path / "build-0" / "kernel.so").write_bytes(b"x" * 5000)
 print(claim.path, flush=True)
@@ -80,20 +80,20 @@ def age(path: Path, seconds: float) -> None:
         os.utime(p, (when, when), follow_symlinks=False)
 
 
-def names(cleanup: hygiene.Cleanup) -> set[str]:
+def names(cleanup: scratch.Cleanup) -> set[str]:
     return {item.path.name for item in cleanup.removed}
 
 
 # -- claims and leftovers ----------------------------------------------------------------------
 def test_a_claimed_folder_is_named_by_pid_and_holds_the_claim(staging):
-    with hygiene.claim_scratch_dir(staging, "tune") as claim:
+    with scratch.claim_scratch_dir(staging, "tune") as claim:
         assert claim.path.parent == staging
         assert claim.path.name.startswith(f"tune-{os.getpid()}-")
-        record = json.loads((claim.path / hygiene.OWNER).read_text())
+        record = json.loads((claim.path / scratch.OWNER).read_text())
         assert record["pid"] == os.getpid()
         assert (claim.path.stat().st_mode & 0o777) == 0o700
         # another descriptor, even in this process, finds the folder in use
-        cleanup = hygiene.remove_leftovers(staging)
+        cleanup = scratch.remove_leftovers(staging)
         assert cleanup.removed == () and cleanup.in_use == (claim.path,)
     assert not claim.path.exists()
 
@@ -102,7 +102,7 @@ def test_a_killed_runs_folder_goes_and_a_live_runs_folder_stays(staging):
     live, dead = Claimant(staging, "tune"), Claimant(staging, "proc")
     try:
         dead.kill()
-        cleanup = hygiene.remove_leftovers(staging)
+        cleanup = scratch.remove_leftovers(staging)
         assert cleanup.in_use == (live.path,)
         (item,) = cleanup.removed
         assert item.path == dead.path and item.size_bytes >= 5000
@@ -112,7 +112,7 @@ def test_a_killed_runs_folder_goes_and_a_live_runs_folder_stays(staging):
     finally:
         live.finish()
     # the live run ended without removing its folder (a bug, or killed right now): it goes next
-    assert names(hygiene.remove_leftovers(staging)) == {live.path.name}
+    assert names(scratch.remove_leftovers(staging)) == {live.path.name}
 
 
 def test_dry_run_decides_the_same_and_removes_nothing(staging):
@@ -121,16 +121,16 @@ def test_dry_run_decides_the_same_and_removes_nothing(staging):
     legacy = staging / "tune-0123456789ab"
     legacy.mkdir()
     age(legacy, 2 * disk.STALE_S)
-    cleanup = hygiene.remove_leftovers(staging, dry_run=True)
+    cleanup = scratch.remove_leftovers(staging, dry_run=True)
     assert names(cleanup) == {dead.path.name, legacy.name}
     assert dead.path.is_dir() and legacy.is_dir()
-    assert not (legacy / hygiene.OWNER).exists()  # a dry run writes nothing either
-    assert names(hygiene.remove_leftovers(staging)) == {dead.path.name, legacy.name}
+    assert not (legacy / scratch.OWNER).exists()  # a dry run writes nothing either
+    assert names(scratch.remove_leftovers(staging)) == {dead.path.name, legacy.name}
     assert list(staging.iterdir()) == []
 
 
 def test_a_forked_child_keeps_the_claim_alive(staging):
-    claim = hygiene.claim_scratch_dir(staging, "tune")
+    claim = scratch.claim_scratch_dir(staging, "tune")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child inherits the locked descriptor, like a forked worker
@@ -140,15 +140,15 @@ def test_a_forked_child_keeps_the_claim_alive(staging):
     os.close(read)
     try:
         claim.release()  # the parent lets go; the child still holds the folder
-        assert hygiene.remove_leftovers(staging).in_use == (claim.path,)
+        assert scratch.remove_leftovers(staging).in_use == (claim.path,)
     finally:
         os.close(write)
         os.waitpid(pid, 0)
-    assert names(hygiene.remove_leftovers(staging)) == {claim.path.name}
+    assert names(scratch.remove_leftovers(staging)) == {claim.path.name}
 
 
 def test_a_claimant_that_meets_a_cleaner_makes_another_folder(staging, monkeypatch):
-    real_lock, lost = hygiene._lock, []
+    real_lock, lost = scratch._lock, []
 
     def cleaner_first(fd, *, blocking):
         if not lost:  # a cleaner took the lock first and renamed the new folder away
@@ -157,12 +157,12 @@ def test_a_claimant_that_meets_a_cleaner_makes_another_folder(staging, monkeypat
             lost.append(folder)
         return real_lock(fd, blocking=blocking)
 
-    monkeypatch.setattr(hygiene, "_lock", cleaner_first)
-    claim = hygiene.claim_scratch_dir(staging, "tune")
+    monkeypatch.setattr(scratch, "_lock", cleaner_first)
+    claim = scratch.claim_scratch_dir(staging, "tune")
     assert lost and claim.path != lost[0] and claim.path.is_dir()
-    assert json.loads((claim.path / hygiene.OWNER).read_text())["pid"] == os.getpid()
-    monkeypatch.setattr(hygiene, "_lock", real_lock)
-    assert hygiene.remove_leftovers(staging).in_use == (claim.path,)
+    assert json.loads((claim.path / scratch.OWNER).read_text())["pid"] == os.getpid()
+    monkeypatch.setattr(scratch, "_lock", real_lock)
+    assert scratch.remove_leftovers(staging).in_use == (claim.path,)
     claim.remove()
 
 
@@ -181,7 +181,7 @@ def test_folders_of_older_versions_go_by_age_and_process(staging):
         age(folder, 2 * disk.STALE_S)
     age(reused, time.time() - started + 2 * disk.STALE_S)
     os.utime(old_touched / "build-1" / "lib.so")  # written just now, deep inside
-    cleanup = hygiene.remove_leftovers(staging)
+    cleanup = scratch.remove_leftovers(staging)
     assert names(cleanup) == {old.name, old_dead.name, reused.name}
     assert {p.name for p in cleanup.in_use} == {fresh.name, old_touched.name}
     assert next(i for i in cleanup.removed if i.path == old_dead).size_bytes == 100
@@ -192,7 +192,7 @@ def test_an_older_versions_folder_of_a_running_process_stays(staging):
     live = staging / f"proc-{os.getpid()}-abcd_123"
     live.mkdir()
     later = time.time() + 10 * disk.STALE_S  # untouched for hours, but its process runs
-    assert hygiene.remove_leftovers(staging, now=later).in_use == (live,)
+    assert scratch.remove_leftovers(staging, now=later).in_use == (live,)
 
 
 def test_interrupted_writes_go_by_age_and_other_names_stay(staging, tmp_path):
@@ -215,7 +215,7 @@ def test_interrupted_writes_go_by_age_and_other_names_stay(staging, tmp_path):
     (tmp_path / "elsewhere" / "precious").write_text("p")
     (staging / "tune-0000000000ff").symlink_to(tmp_path / "elsewhere")
     mine[2].mkdir()
-    cleanup = hygiene.remove_leftovers(staging)
+    cleanup = scratch.remove_leftovers(staging)
     assert names(cleanup) == {stale.name, probe.name, trash.name}
     assert young.is_dir() and all(p.exists() for p in mine)
     assert (tmp_path / "elsewhere" / "precious").is_file()  # a link is never followed
@@ -223,7 +223,7 @@ def test_interrupted_writes_go_by_age_and_other_names_stay(staging, tmp_path):
 
 
 def test_a_missing_staging_dir_is_nothing_to_do(tmp_path):
-    assert hygiene.remove_leftovers(tmp_path / "none") == hygiene.Cleanup((), ())
+    assert scratch.remove_leftovers(tmp_path / "none") == scratch.Cleanup((), ())
 
 
 # -- logs ---------------------------------------------------------------------------------------

@@ -420,7 +420,7 @@ def test_temp_folders_of_a_killed_caller_are_removed_by_the_next(tmp_path, monke
     staging = tmp_path / "staging"
     monkeypatch.setenv("TILEAUTO_TMP_DIR", str(staging))
     # a caller killed with SIGKILL removes nothing: its claimed folder stays, unlocked
-    code = "from tileauto.cache.hygiene import claim_scratch_dir as c; import sys; print(c(sys.argv[1], 'work').path)"
+    code = "from tileauto.cache.scratch import claim_scratch_dir as c; import sys; print(c(sys.argv[1], 'work').path)"
     orphan = Path(
         subprocess.run(
             [sys.executable, "-c", code, str(staging)], capture_output=True, text=True, check=True
