@@ -296,7 +296,10 @@ class JITImpl:
         num_workers: int | None,
         timeout_s: float | None,
     ) -> dict[int, BuildResult]:
-        """Compile each of ``pending`` in the tuner's worker processes: results by position."""
+        """Compile each of ``pending`` in the tuner's worker processes: results by position.
+
+        Each kernel is stored in the disk cache as it arrives, so an interrupt (Ctrl-C, a
+        SIGTERM) costs none of the compiles finished before it."""
         from tileauto.build.builder import Builder
         from tileauto.records import BuildRequest
 
@@ -316,6 +319,13 @@ class JITImpl:
         results: dict[int, BuildResult] = {}
 
         def collect(result: BuildResult) -> None:  # called from the build's driver threads
+            p = pending[result.index]
+            if result.ok and result.artifact is not None and p.bound is not None:
+                config = _tunables(self.factory, p.bound)
+                artifact = dataclasses.replace(result.artifact, config=config)
+                result = dataclasses.replace(result, artifact=artifact)
+                if p.store is not None:
+                    p.store.save(artifact)
             results[result.index] = result
 
         builder.start()  # the workers forked from this process when that is safe
@@ -327,16 +337,13 @@ class JITImpl:
         return results
 
     def _keep(self, p: _Pending, result: BuildResult) -> JITKernel | CompileFailure:
-        """The kernel of one ``par_compile`` build, stored as a call's would be; or its failure."""
+        """The kernel of one ``par_compile`` build (stored by :meth:`_build`); or its failure."""
         from tileauto.jit.kernel import JITKernel
 
         if not (result.ok and result.artifact is not None) or p.bound is None:
             return CompileFailure(0, None, result.status, result.error or "")
-        artifact = dataclasses.replace(result.artifact, config=_tunables(self.factory, p.bound))
-        kernel = JITKernel(artifact)
+        kernel = JITKernel(result.artifact)
         kernel.origin = (self, p.args, dict(p.kwargs))
-        if p.store is not None:
-            p.store.save(artifact)
         return self._kernels.get(p.args, p.kwargs, lambda *_: kernel)
 
     def with_compile_args(self, **changes: Any) -> JITImpl:

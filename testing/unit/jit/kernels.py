@@ -24,6 +24,14 @@ def vector_add(n: int, block: int = 16, dtype: str = "float32") -> tvm.tirx.Prim
     return sch.mod["main"]
 
 
+def slow_vector_add(n: int, block: int = 16, sleep_s: float = 0.0) -> tvm.tirx.PrimFunc:
+    """:func:`vector_add` after ``sleep_s`` seconds: a compile still in flight when needed."""
+    import time
+
+    time.sleep(sleep_s)
+    return vector_add(n, block)
+
+
 def scale_shift(n: int, m: int, scale: float = 2.0, shift: float = 1.0) -> tvm.tirx.PrimFunc:
     """Two outputs from one input: ``B = A * scale``, ``C = A + shift`` on an (n, m) tensor."""
     a = te.placeholder((n, m), "float32", name="A")

@@ -1038,6 +1038,41 @@ def test_par_compile_waits_for_a_kernel_another_process_is_building(tmp_path):
     torch.testing.assert_close(k4(a, b), a + b)
 
 
+def test_an_interrupted_par_compile_keeps_the_kernels_it_built():
+    """Ctrl-C while one config still compiles: the kernel finished before it is in the disk
+    cache (it was stored only once every config was done), and loads without a compile."""
+    import signal
+    import threading
+    import time
+
+    from tileauto.cache.args import bind_arguments
+    from tileauto.settings import Settings
+
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.slow_vector_add)
+    quick, held = {"n": 64, "block": 8}, {"n": 64, "block": 4, "sleep_s": 3600.0}
+    store = impl._store(Settings.from_env(), bind_arguments(impl.factory, (), quick))
+    stored_in_time: list[bool] = []
+
+    def interrupt_once_stored() -> None:
+        deadline = time.monotonic() + 120.0  # only a guard: the store comes in seconds
+        while store.load() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling for the entry, the condition itself
+        stored_in_time.append(store.load() is not None)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt_once_stored, daemon=True)
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        impl.par_compile([quick, held], num_workers=2)
+    helper.join()
+    assert stored_in_time == [True], "the finished kernel was not stored before the interrupt"
+    again = tileauto.jit(out_idx=[-1], target="llvm")(kernels.slow_vector_add)
+    (kernel,) = again.par_compile([quick], num_workers=1)
+    assert again.compile_count == 0 and isinstance(kernel, JITKernel)
+    a, b = torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(kernel(a, b), a + b)
+
+
 def test_par_compile_of_a_non_kernel_factory():
     impl = tileauto.jit(kernels.not_a_kernel)
     (failure,) = impl.par_compile([{"n": 3}], num_workers=1)
