@@ -84,6 +84,35 @@ def too_many_threads(count: int, what: str = "threads") -> str | None:
     )
 
 
+def run_memory_limit_bytes(
+    limit_mb: int, total_bytes: int | None = None, where: str = "this machine"
+) -> int | None:
+    """The memory (``TILEAUTO_RUN_MEMORY_LIMIT_MB``) a run worker may take beyond its size at
+    start, in bytes (None for ``-1``: 90% of what is available when it starts), checked against
+    ``total_bytes`` (default: this machine's memory) of ``where``.
+
+    Raises:
+        SettingsError: the limit is more than that memory: it would never be reached before
+            the system's out-of-memory killer, which picks a victim of its own. Checked where
+            the run worker starts (a Ray node has memory of its own), as the CPU counts are.
+    """
+    if limit_mb <= 0:
+        return None
+    if total_bytes is None:
+        import psutil
+
+        total_bytes = psutil.virtual_memory().total
+    limit = limit_mb * 2**20
+    if limit > total_bytes:
+        total_mb = total_bytes // 2**20
+        raise SettingsError(
+            f"TILEAUTO_RUN_MEMORY_LIMIT_MB={limit_mb}: more than the {total_mb} MiB of memory of "
+            f"{where}: expected at most {total_mb} (or -1: 90% of the memory available when the "
+            "run worker starts)"
+        )
+    return limit
+
+
 def _parse_fraction(name: str, raw: str) -> float:
     try:
         value = float(raw.strip())
@@ -282,7 +311,8 @@ class Settings:
         -1,
         lambda n, r: _parse_int(n, r, 1),
         "Memory (MiB) a run worker may take beyond its size at start before its config is failed "
-        "as out of memory; `-1` allows 90% of the memory available when it starts.",
+        "as out of memory, at most the memory of the machine it runs on (checked there, a Ray "
+        "node's too); `-1` allows 90% of the memory available when it starts.",
     )
     worker_start: str = _var(
         "TILEAUTO_WORKER_START",
@@ -437,6 +467,11 @@ class Settings:
         if self.max_cpu_count > 0:
             workers = min(workers, self.max_cpu_count)
         return workers
+
+    def run_memory_limit_bytes(self) -> int | None:
+        """``TILEAUTO_RUN_MEMORY_LIMIT_MB`` in bytes, checked against this machine's memory
+        (:func:`run_memory_limit_bytes`)."""
+        return run_memory_limit_bytes(self.run_memory_limit_mb)
 
     def run_threads(self) -> int:
         """CPU threads kernels are tuned with (the run worker) and run with (the caller).

@@ -86,3 +86,23 @@ def test_the_watcher_imports_no_torch_and_goes_with_its_actor(cluster):
     assert h.eventually(
         lambda: gone(worker.pids + worker.watcher_pids + own.pids + own.watcher_pids)
     )
+
+
+@pytest.mark.timeout(120)
+def test_a_memory_limit_above_the_nodes_memory_is_an_error_naming_the_node(cluster):
+    """Checked on the node, against its memory (a node's differs from the driver's)."""
+    from tileauto.errors import SettingsError
+
+    total_mb = psutil.virtual_memory().total // 2**20  # the loopback nodes are this machine
+    runner = RayRunner(ProfileArgs(), threads=1, memory_limit_mb=4 * total_mb, cluster=RayCluster())
+    worker = runner.make_worker("cpu", 1, runner.memory_limit_mb)
+    try:
+        with pytest.raises(SettingsError, match=r"more than the \d+ MiB of memory of the Ray node"):
+            worker.start()
+    finally:
+        worker.kill()
+        runner.kill()
+    own = runner.worker
+    assert h.eventually(
+        lambda: gone(worker.pids + worker.watcher_pids + own.pids + own.watcher_pids)
+    )

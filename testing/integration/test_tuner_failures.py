@@ -16,6 +16,7 @@ import torch
 
 import tileauto
 from tileauto import TrialStatus
+from tileauto.errors import SettingsError
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -154,6 +155,20 @@ def test_no_process_survives_a_run_with_crashes_and_hangs():
 
 
 # Ctrl-C and SIGTERM at every phase of a tuning: testing/integration/test_interrupts.py
+
+
+def test_a_run_memory_limit_above_the_machines_memory_stops_the_tuning_before_it_starts(
+    monkeypatch,
+):
+    from tune_kernels import scale_jit
+
+    total_mb = psutil.virtual_memory().total // 2**20
+    monkeypatch.setenv("TILEAUTO_RUN_MEMORY_LIMIT_MB", str(4 * total_mb))
+    kernel = scale_jit(4096)
+    compiles = scale_jit.compile_count
+    with pytest.raises(SettingsError, match=f"TILEAUTO_RUN_MEMORY_LIMIT_MB={4 * total_mb}: more"):
+        tileauto.AutoTuner.from_kernel(kernel, [{"vec": 4}, {"vec": 16}]).run(verbose=False)
+    assert scale_jit.compile_count == compiles  # nothing was compiled for it
 
 
 @pytest.mark.timeout(180)

@@ -357,6 +357,25 @@ def test_more_compile_workers_than_cpus_is_an_error_naming_the_variable():
         too_many.compile_workers()
 
 
+def test_a_run_memory_limit_above_the_machines_memory_is_an_error_naming_the_variable():
+    import psutil
+
+    from tileauto.settings import run_memory_limit_bytes
+
+    total_mb = psutil.virtual_memory().total // 2**20
+    assert settings().run_memory_limit_bytes() is None  # -1: 90% of what is available
+    assert settings(TILEAUTO_RUN_MEMORY_LIMIT_MB="1500").run_memory_limit_bytes() == 1500 * 2**20
+    huge = settings(TILEAUTO_RUN_MEMORY_LIMIT_MB=str(total_mb + 1))  # read anywhere
+    with pytest.raises(
+        SettingsError,
+        match=rf"TILEAUTO_RUN_MEMORY_LIMIT_MB={total_mb + 1}: more than the {total_mb} MiB of "
+        rf"memory of this machine: expected at most {total_mb}",
+    ):
+        huge.run_memory_limit_bytes()  # checked where the run worker starts
+    with pytest.raises(SettingsError, match="of the Ray node n1: expected at most 1024"):
+        run_memory_limit_bytes(2000, 2**30, "the Ray node n1")
+
+
 def test_compile_workers_defaults_to_available_cpus():
     s = settings(TILEAUTO_AUTO_TUNING_CPU_UTILITIES="1")
     assert s.compile_workers() == available_cpus() >= 1

@@ -183,6 +183,8 @@ def default_runner(problem: TuningProblem, cluster: RayCluster | None = None) ->
     """The runner of the problem's executor: an isolated run worker, or a Ray actor on
     ``cluster``. Nothing starts before the session calls its ``start``."""
     p = problem
+    if cluster is None:  # a Ray node's memory is checked there
+        p.settings.run_memory_limit_bytes()
     options: dict[str, Any] = {
         "threads": p.settings.run_threads(),
         "memory_limit_mb": p.settings.run_memory_limit_mb,

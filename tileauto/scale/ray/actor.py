@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import cloudpickle
 
 from tileauto.artifact import KernelArtifact
-from tileauto.errors import TileautoError, WorkerError
+from tileauto.errors import SettingsError, TileautoError, WorkerError
 from tileauto.options import ProfileArgs
 from tileauto.scale.ray._files import (
     apply_settings,
@@ -43,6 +43,7 @@ from tileauto.scale.ray.cluster import (
 from tileauto.scale.ray.node import local_hardware, use_path
 from tileauto.scale.ray.nodes import not_loaded
 from tileauto.scale.ray.watch import VERDICT_S, MemoryWatch, grown, out_of_memory
+from tileauto.settings import run_memory_limit_bytes
 from tileauto.utils.imports import collector_paused
 from tileauto.workers import pickling
 from tileauto.workers.procs import RemoteError, RemoteJobError, WorkerCrashed, WorkerTimeout
@@ -108,6 +109,7 @@ class _RunActor:
             "hardware": hardware,
             "rss": psutil.Process().memory_info().rss,
             "available": psutil.virtual_memory().available,
+            "total": psutil.virtual_memory().total,
             "shares_files": shares_files(token),
         }
 
@@ -294,8 +296,14 @@ class RayWorker:
                 ray.kill(actor, no_restart=True)
                 ray.kill(watcher, no_restart=True)
                 continue
-            mb = self.memory_limit_mb
-            limit = mb * 2**20 if mb > 0 else int(info["available"] * 0.9)
+            try:
+                limit = run_memory_limit_bytes(
+                    self.memory_limit_mb, info["total"], f"the Ray node {node}"
+                ) or int(info["available"] * 0.9)
+            except SettingsError:
+                ray.kill(actor, no_restart=True)
+                ray.kill(watcher, no_restart=True)
+                raise
             self._watch = watcher.watch.remote(info["pid"], info["rss"], limit)
             self.actor, self.watcher, self.node, self.pid = actor, watcher, node, info["pid"]
             self.memory_limit_bytes = limit
