@@ -78,10 +78,15 @@ def test_the_watcher_imports_no_torch_and_goes_with_its_actor(cluster):
         assert not [path for path in mapped if "torch" in path or "tvm" in path], mapped
         assert any("torch" in m.path for m in psutil.Process(worker.pid).memory_maps())
     finally:
-        worker.kill()
-        # worker.start() started the runner too, and so its own slot's actor, in a thread that
-        # would otherwise go on in Ray after this module shut it down (and join it again)
-        runner.kill()
+        _stop(runner, worker)
+
+
+def _stop(runner: RayRunner, worker) -> None:
+    """Kill ``worker`` and the runner, and check that none of their actors is left."""
+    worker.kill()
+    # worker.start() started the runner too, and so its own slot's actor, in a thread that
+    # would otherwise go on in Ray after this module shut it down (and join it again)
+    runner.kill()
     own = runner.worker
     assert h.eventually(
         lambda: gone(worker.pids + worker.watcher_pids + own.pids + own.watcher_pids)
@@ -100,9 +105,4 @@ def test_a_memory_limit_above_the_nodes_memory_is_an_error_naming_the_node(clust
         with pytest.raises(SettingsError, match=r"more than the \d+ MiB of memory of the Ray node"):
             worker.start()
     finally:
-        worker.kill()
-        runner.kill()
-    own = runner.worker
-    assert h.eventually(
-        lambda: gone(worker.pids + worker.watcher_pids + own.pids + own.watcher_pids)
-    )
+        _stop(runner, worker)

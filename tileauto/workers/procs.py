@@ -12,6 +12,7 @@ and on SIGTERM. Why each of these: docs/architecture.md ("Worker processes").
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
 import pickle
@@ -399,6 +400,14 @@ class Worker:
             self._reap()
         return True
 
+    def forget(self) -> None:
+        """In a child forked from the caller: the worker is the caller's. Close the copy of its
+        pipe and drop its handles; nothing is killed or removed (see ``NET.forget_in_child``)."""
+        conn, self._proc, self._conn, self._tmp = self._conn, None, None, None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.close()
+
     def _reap(self) -> None:
         # kill() from another thread (a cancel) may race the job's thread that saw the worker
         # die: each takes the handles out under the lock, so only one of them closes them
@@ -406,10 +415,8 @@ class Worker:
             proc, conn, tmp = self._proc, self._conn, self._tmp
             self._proc, self._conn, self._tmp = None, None, None
         if conn is not None:
-            try:
+            with contextlib.suppress(OSError):
                 conn.close()
-            except OSError:
-                pass
         if proc is not None:
             proc.join(timeout=_REAP_S)
         if tmp is not None:  # what its jobs left there: a killed compile's object files

@@ -59,13 +59,7 @@ class SafetyNet:
         the copies of the workers' pipes are closed (a worker sees the end of file when the
         parent closes its end, whatever the child does)."""
         for worker in list(self.live):
-            conn = worker._conn
-            worker._proc, worker._conn, worker._tmp = None, None, None
-            if conn is not None:
-                try:
-                    conn.close()
-                except OSError:
-                    pass
+            worker.forget()
         self.live = weakref.WeakSet()
         self.scratch = weakref.WeakSet()
 
