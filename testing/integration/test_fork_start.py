@@ -200,7 +200,7 @@ def test_a_forked_worker_has_a_temp_folder_its_caller_removes():
         import tileauto
         from tileauto.workers.procs import Worker
 
-        w = Worker("forked-tmp", fork_ok=True).start()
+        w = Worker("forked-tmp", fork_ok=True, own_tmp=True).start()
         own = w.call(jobs.temp_folders)[0]
         mine = str(w._tmp.path)
         w.kill()

@@ -1,6 +1,7 @@
-"""A worker's own temp folder: made before it starts, removed when it ends.
+"""A compile worker's own temp folder: made before it starts, removed when it ends.
 
-Each worker process gets a folder ``<staging>/work-<pid>-<hex>`` (the cache's staging dir, or
+Each compile worker (``Worker(own_tmp=True)``, as :class:`~tileauto.workers.pool.WorkerPool`
+makes them) gets a folder ``<staging>/work-<pid>-<hex>`` (the cache's staging dir, or
 its fallback: :func:`tileauto.cache.locks.writable_staging`) as its ``TMPDIR`` and
 :mod:`tempfile` folder. A job killed half-way (a compile past its timeout while TVM exports
 its object files or ``g++`` writes its ``cc*.o``) leaves its temp files there, and the folder

@@ -133,6 +133,7 @@ class WorkerPool:
             f"{self.name}-{len(self._workers)}",
             env=self.env,
             memory_limit_bytes=self.memory_limit_bytes,
+            own_tmp=True,  # what a compile killed half-way leaves goes with its worker
         )
         self._workers.append(worker)
         return worker

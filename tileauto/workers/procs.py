@@ -150,6 +150,10 @@ class Worker:
             (default: 90% of the memory available at start).
         fork_ok: the worker may be forked from this process when that is safe (see the module
             docstring); it must never use a GPU, whose driver does not survive a fork.
+        own_tmp: the worker's temp folder (``TMPDIR``, :mod:`tempfile`) is one of its own,
+            removed when it ends (:mod:`tileauto.workers._tmp`): for compile workers, whose
+            killed compiles leave object files there. Other workers keep the system's, where
+            torch keeps its compile caches (``torchinductor_<user>``) from one run to the next.
     """
 
     def __init__(
@@ -158,11 +162,13 @@ class Worker:
         env: dict[str, str] | None = None,
         memory_limit_bytes: int | None = None,
         fork_ok: bool = False,
+        own_tmp: bool = False,
     ):
         self.name = name
         self.env = dict(env or {})
         self.memory_limit_bytes = memory_limit_bytes or int(psutil.virtual_memory().available * 0.9)
         self.fork_ok = fork_ok
+        self.own_tmp = own_tmp
         self.start_method: str | None = None  # "fork" or "forkserver" once started
         self._proc: ProcessHandle | None = None
         self._conn: Connection | None = None
@@ -247,7 +253,7 @@ class Worker:
 
         env = dict(self.env)
         with self._state:
-            if self._tmp is None:
+            if self._tmp is None and self.own_tmp:
                 self._tmp = worker_temp_dir()
             if self._tmp is not None:
                 env[TMP_KEY] = str(self._tmp.path)

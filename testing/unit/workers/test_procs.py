@@ -378,17 +378,29 @@ def test_tileauto_threads_leave_ctrl_c_to_the_main_thread():
     }
 
 
-# -- a worker's own temp folder ------------------------------------------------------------------
-def test_a_killed_job_leaves_nothing_in_the_temp_folder(fresh_worker, reports, tmp_path):
+# -- a compile worker's own temp folder ----------------------------------------------------------
+@pytest.fixture
+def own_tmp_worker():
+    w = Worker("test-procs-own-tmp", own_tmp=True)
+    yield w
+    w.close()
+
+
+def test_a_killed_job_leaves_nothing_in_the_temp_folder(own_tmp_worker, reports, tmp_path):
     """A compile killed half-way left TVM's ``/tmp/tmpXXXX/lib0.o`` and g++'s ``/tmp/cc*``
     behind; in a worker's own temp folder they go with the worker."""
     record = tmp_path / "made.txt"
     cancel = threading.Event()
     thread, out = _call_in_thread(
-        fresh_worker, jobs.leave_temp_files_and_say, reports.path, str(record), 3600, cancel=cancel
+        own_tmp_worker,
+        jobs.leave_temp_files_and_say,
+        reports.path,
+        str(record),
+        3600,
+        cancel=cancel,
     )
     reports.next()
-    own = fresh_worker._tmp.path
+    own = own_tmp_worker._tmp.path
     made = [Path(line) for line in record.read_text().split()]
     assert len(made) == 2 and all(path.exists() for path in made)
     assert all(path.parent == own for path in made), (made, own)
@@ -397,23 +409,32 @@ def test_a_killed_job_leaves_nothing_in_the_temp_folder(fresh_worker, reports, t
     assert isinstance(out[0][1], WorkerCancelled), out
     assert not own.exists() and not any(path.exists() for path in made)
     # the worker that replaces it has a folder of its own
-    gettempdir, tmpdir, _, _ = fresh_worker.call(jobs.temp_folders, timeout_s=60)
-    assert gettempdir == tmpdir == str(fresh_worker._tmp.path) != str(own)
-    fresh_worker.close()
-    assert fresh_worker._tmp is None and not Path(gettempdir).exists()
+    gettempdir, tmpdir, _, _ = own_tmp_worker.call(jobs.temp_folders, timeout_s=60)
+    assert gettempdir == tmpdir == str(own_tmp_worker._tmp.path) != str(own)
+    own_tmp_worker.close()
+    assert own_tmp_worker._tmp is None and not Path(gettempdir).exists()
 
 
-def test_a_workers_shared_folders_are_its_callers(worker):
+def test_a_workers_shared_folders_are_its_callers(own_tmp_worker):
     """The fallback lock folder must be the same in every process of this user (else the
     locks exclude nothing): a worker's own temp folder does not move it."""
     import tempfile
 
     from tileauto.cache.folders import private_fallback_dir
 
-    own, _, shared, locks = worker.call(jobs.temp_folders, timeout_s=60)
+    own, _, shared, locks = own_tmp_worker.call(jobs.temp_folders, timeout_s=60)
     assert own != tempfile.gettempdir()
     assert shared == tempfile.gettempdir()
     assert locks == str(private_fallback_dir("locks"))
+
+
+def test_other_workers_keep_the_system_temp_folder(worker):
+    """A run worker runs the user's reference, perhaps ``torch.compile``d: torch keeps its
+    compile cache in the temp folder (``torchinductor_<user>``), which must outlive it."""
+    import tempfile
+
+    gettempdir, _, shared, _ = worker.call(jobs.temp_folders, timeout_s=60)
+    assert gettempdir == shared == tempfile.gettempdir() and worker._tmp is None
 
 
 def test_temp_folders_of_a_killed_caller_are_removed_by_the_next(tmp_path, monkeypatch):
@@ -427,7 +448,7 @@ def test_temp_folders_of_a_killed_caller_are_removed_by_the_next(tmp_path, monke
         ).stdout.strip()
     )
     (orphan / "lib0.o").write_bytes(b"\0" * 4096)
-    mine = Worker("test-procs-orphans")
+    mine = Worker("test-procs-orphans", own_tmp=True)
     try:
         mine.start()
         assert not orphan.exists()
@@ -530,7 +551,7 @@ def test_a_programs_own_fork_leaves_its_parents_workers_alone(tmp_path):
         from tileauto.workers.forkserver import ForkServer
         from tileauto.workers.procs import Worker
 
-        w = Worker("forked-over")
+        w = Worker("forked-over", own_tmp=True)
         before = w.call(jobs.pid, timeout_s=60)
         server = ForkServer.shared().pid
         print(w._tmp.path, flush=True)
