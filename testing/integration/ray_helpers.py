@@ -203,10 +203,12 @@ def entry_files(entry: Path) -> dict[str, Any]:
     return files
 
 
-def flaky_factory(n: int, vec: int = 8, mode: str = "ok", pid_dir: str = ""):
+def flaky_factory(n: int, vec: int = 8, mode: str = "ok", pid_dir: str = "", made: str = ""):
     """For builder tests: ``sleep`` never finishes compiling, ``die`` kills its process;
-    ``pid_dir``: write the compiling process's id to ``pid_dir/<vec>``."""
+    ``pid_dir``: write the compiling process's id to ``pid_dir/<vec>``; ``made``: leave a
+    temp folder (as TVM's export does) and write its path there."""
     import signal
+    import tempfile
     import time
 
     from tune_kernels import scale
@@ -214,6 +216,10 @@ def flaky_factory(n: int, vec: int = 8, mode: str = "ok", pid_dir: str = ""):
     if pid_dir:
         Path(pid_dir).mkdir(parents=True, exist_ok=True)
         (Path(pid_dir) / str(vec)).write_text(str(os.getpid()))
+    if made:
+        folder = tempfile.mkdtemp()
+        Path(folder, "lib0.o").write_bytes(b"\0" * 4096)
+        Path(made).write_text(folder)
     if mode == "sleep":
         time.sleep(3600)
     if mode == "die":

@@ -8,6 +8,7 @@ into a ``TuningSession`` directly (``builder=RayBuilder(...)``, ``runner=RayRunn
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -248,6 +249,33 @@ def test_compile_timeout_crash_and_cancel(cluster, tmp_path):
     statuses = [r.status for r in results]
     assert statuses == [BuildStatus.OK, BuildStatus.CANCELLED, BuildStatus.CANCELLED]
     assert h.eventually(lambda: ray.available_resources().get("CPU", 0) == 2)
+
+
+@pytest.mark.timeout(180)
+def test_a_compile_killed_on_its_node_leaves_no_temp_files(cluster, tmp_path):
+    """The killed task's temp folder was its own; the next compile task on the machine
+    removes it (its claim ended with the killed process). Before, TVM's and g++'s temp files
+    of a timed-out compile stayed in the node's /tmp."""
+    from tune_kernels import scale_jit
+
+    builder = RayBuilder(
+        h.flaky_factory,
+        scale_jit.compile_args,
+        staging_dir=tmp_path / "stage",
+        timeout_s=10.0,
+        cluster=RayCluster(),
+    )
+    record = tmp_path / "made.txt"
+    hung = {"mode": "sleep", "made": str(record)}
+    (result,) = build_all(builder, [BuildRequest(index=0, config=hung, args=(1024,))], None)
+    assert result.status is BuildStatus.TIMEOUT, result
+    made = Path(record.read_text())
+    assert made.parent.name.startswith("work-"), made  # not the system's temp folder
+    quick = [BuildRequest(index=i, config={"vec": 4 * (i + 1)}, args=(1024,)) for i in range(2)]
+    assert all(r.ok for r in build_all(builder, quick, None))
+    assert not made.parent.exists()
+    staging = made.parent.parent
+    assert h.eventually(lambda: not list(staging.glob("work-*")))  # each task's own, removed
 
 
 @pytest.mark.timeout(300)

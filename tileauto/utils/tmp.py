@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-__all__ = ["shared_tempdir", "use_own_tempdir"]
+__all__ = ["restore_tempdir", "shared_tempdir", "use_own_tempdir"]
 
 _SHARED: str | None = None  # set in a worker: the temp folder before it took its own
 
@@ -23,11 +23,24 @@ def shared_tempdir() -> str:
     return _SHARED if _SHARED is not None else tempfile.gettempdir()
 
 
-def use_own_tempdir(path: str) -> None:
+def use_own_tempdir(path: str) -> tuple[str | None, str | None]:
     """Make ``path`` this process's temp folder: :mod:`tempfile`'s and, through ``TMPDIR``,
-    that of every program it starts. :func:`shared_tempdir` keeps the one before."""
+    that of every program it starts. :func:`shared_tempdir` keeps the one before. Returns
+    what :func:`restore_tempdir` needs to undo it."""
     global _SHARED
     if _SHARED is None:
         _SHARED = tempfile.gettempdir()
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"] = path
     tempfile.tempdir = path
+    return before
+
+
+def restore_tempdir(before: tuple[str | None, str | None]) -> None:
+    """Undo :func:`use_own_tempdir` (``before`` is what it returned)."""
+    env, tempdir = before
+    if env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = env
+    tempfile.tempdir = tempdir

@@ -121,7 +121,7 @@ def child_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])  # a mask inherited from a caller's thread
     os.environ.update(env)
-    if tmp:  # its own, removed by the caller when this worker ends (workers._tmp)
+    if tmp:  # its own, removed by the caller when this worker ends (workers.tempdirs)
         use_own_tempdir(tmp)
     redirect_output(output_path)
     if not own_thread:

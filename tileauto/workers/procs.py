@@ -39,10 +39,10 @@ from tileauto.workers._process_tree import (
     kill_all,
     kill_tree,
 )
-from tileauto.workers._tmp import worker_temp_dir
 from tileauto.workers.entry import CPUS_KEY, TMP_KEY, RemoteError, child_main, run_child
 from tileauto.workers.forkserver import ForkServer
 from tileauto.workers.safety import NET, shutdown_all
+from tileauto.workers.tempdirs import worker_temp_dir
 
 log = get_logger("procs")
 
@@ -151,7 +151,7 @@ class Worker:
         fork_ok: the worker may be forked from this process when that is safe (see the module
             docstring); it must never use a GPU, whose driver does not survive a fork.
         own_tmp: the worker's temp folder (``TMPDIR``, :mod:`tempfile`) is one of its own,
-            removed when it ends (:mod:`tileauto.workers._tmp`): for compile workers, whose
+            removed when it ends (:mod:`tileauto.workers.tempdirs`): for compile workers, whose
             killed compiles leave object files there. Other workers keep the system's, where
             torch keeps its compile caches (``torchinductor_<user>``) from one run to the next.
     """

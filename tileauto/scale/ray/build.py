@@ -34,6 +34,7 @@ from tileauto.scale.ray.node import probe, use_path
 from tileauto.scale.ray.nodes import NoMatchingNodeError, not_loaded
 from tileauto.utils.imports import collector_paused
 from tileauto.workers import pickling
+from tileauto.workers.tempdirs import job_temp_dir
 
 log = get_logger("ray")
 
@@ -97,22 +98,25 @@ def _compile_task(
         yield ("unloadable", not_loaded(exc, ray.util.get_node_ip_address()))
         return
     folder, token = here
-    if shares_files(token):
-        try:
-            artifact = compile_job(factory, request, compile_args, folder)
-        except BaseException as exc:  # noqa: BLE001 - a failed compile is data
-            yield ("error", type(exc).__name__, str(exc))
+    # the task's own temp folder (the kernel's too, when it travels back as bytes): what a
+    # compile killed on its timeout leaves there goes with it (workers.tempdirs)
+    with job_temp_dir():
+        if shares_files(token):
+            try:
+                artifact = compile_job(factory, request, compile_args, folder)
+            except BaseException as exc:  # noqa: BLE001 - a failed compile is data
+                yield ("error", type(exc).__name__, str(exc))
+                return
+            yield ("here", artifact.to_json())
             return
-        yield ("here", artifact.to_json())
-        return
-    with tempfile.TemporaryDirectory(prefix="tileauto-ray-build-") as tmp:
-        out = Path(tmp) / "kernel"
-        try:
-            artifact = compile_job(factory, request, compile_args, str(out))
-        except BaseException as exc:  # noqa: BLE001 - a failed compile is data
-            yield ("error", type(exc).__name__, str(exc))
-            return
-        yield ("ok", artifact.to_json(), folder_files(out))
+        with tempfile.TemporaryDirectory(prefix="tileauto-ray-build-") as tmp:
+            out = Path(tmp) / "kernel"
+            try:
+                artifact = compile_job(factory, request, compile_args, str(out))
+            except BaseException as exc:  # noqa: BLE001 - a failed compile is data
+                yield ("error", type(exc).__name__, str(exc))
+                return
+            yield ("ok", artifact.to_json(), folder_files(out))
 
 
 class _Event(enum.Enum):

@@ -1,5 +1,8 @@
 """A compile worker's own temp folder: made before it starts, removed when it ends.
 
+The same for a compile run as a Ray task (:func:`job_temp_dir`, for the length of the task: a
+Ray worker process outlives its tasks).
+
 Each compile worker (``Worker(own_tmp=True)``, as :class:`~tileauto.workers.pool.WorkerPool`
 makes them) gets a folder ``<staging>/work-<pid>-<hex>`` (the cache's staging dir, or
 its fallback: :func:`tileauto.cache.locks.writable_staging`) as its ``TMPDIR`` and
@@ -12,15 +15,17 @@ killed, the first worker started by a later process, or ``tileauto cache clear``
 
 from __future__ import annotations
 
-import functools
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from tileauto._logging import get_logger
 from tileauto.cache.scratch import ScratchDir, claim_scratch_dir, remove_leftovers
+from tileauto.utils.tmp import restore_tempdir, use_own_tempdir
 
 log = get_logger("procs")
 
-__all__ = ["KIND", "worker_temp_dir"]
+__all__ = ["KIND", "job_temp_dir", "worker_temp_dir"]
 
 KIND = "work"  # the scratch folders' prefix
 
@@ -40,9 +45,27 @@ def worker_temp_dir() -> ScratchDir | None:
         return None
 
 
-@functools.cache
+@contextlib.contextmanager
+def job_temp_dir() -> Iterator[Path | None]:
+    """For one job of a process that outlives it (a Ray compile task's worker): a claimed temp
+    folder of its own as this process's ``TMPDIR`` and :mod:`tempfile` folder while the job
+    runs, removed after it. A job killed with its process leaves it to the next
+    :func:`worker_temp_dir` or :func:`job_temp_dir` on that machine (its claim ended with the
+    process). Yields the folder, or None where none can be made."""
+    tmp = worker_temp_dir()
+    if tmp is None:
+        yield None
+        return
+    before = use_own_tempdir(str(tmp.path))
+    try:
+        yield tmp.path
+    finally:
+        restore_tempdir(before)
+        tmp.remove()
+
+
 def _remove_orphans(staging: Path) -> None:
-    """Once per process and staging dir: the worker temp folders of processes that died."""
+    """The temp folders of workers whose process died (a claim that nobody holds)."""
     done = remove_leftovers(staging, only=KIND)
     if done.removed:
         log.info(
