@@ -157,6 +157,28 @@ def test_no_process_survives_a_run_with_crashes_and_hangs():
 # Ctrl-C and SIGTERM at every phase of a tuning: testing/integration/test_interrupts.py
 
 
+def test_a_factory_that_exits_or_raises_keyboardinterrupt_fails_its_config_only():
+    """In a compile worker both are the config's failure, named by type; the others tune (a
+    bare KeyboardInterrupt, whose message is empty, made the whole tuning raise IndexError)."""
+    from tune_kernels import scale_jit
+
+    space = [{"vec": 4}, {"mode": "interrupt"}, {"mode": "exit"}, {"vec": 16}]
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(4096), space)
+        .set_profile_args(warmup=1, rep=3, timeout=60)
+        .run(verbose=False)
+    )
+    statuses = [t.status for t in result.trials]
+    assert statuses == [
+        TrialStatus.OK,
+        TrialStatus.COMPILE_ERROR,
+        TrialStatus.COMPILE_ERROR,
+        TrialStatus.OK,
+    ], result.trials
+    assert [t.error for t in result.trials[1:3]] == ["KeyboardInterrupt", "SystemExit: 3"]
+    assert result.config["vec"] in (4, 16)
+
+
 def test_a_run_memory_limit_above_the_machines_memory_stops_the_tuning_before_it_starts(
     monkeypatch,
 ):

@@ -120,6 +120,10 @@ def scale(n: int, vec: int = 8, mode: str = "ok", repeat: int = 1):
         return _vector_scale(n, vec, 3.0)
     if mode == "compile":
         raise RuntimeError("this config cannot be scheduled (deliberate compile failure)")
+    if mode == "exit":  # a factory that leaves the process, or pretends to be interrupted
+        raise SystemExit(3)
+    if mode == "interrupt":
+        raise KeyboardInterrupt
     return _script(n, mode)
 
 

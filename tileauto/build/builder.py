@@ -28,7 +28,7 @@ from typing import Any
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.build.driver import SlotStage
-from tileauto.build.job import compile_job, first_lines, memory_error
+from tileauto.build.job import compile_job, error_text, memory_error
 from tileauto.options import CompileArgs
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
 from tileauto.utils.threads import signals_to_main_thread
@@ -245,11 +245,12 @@ class Builder(SlotStage):
         except RemoteJobError as exc:
             oom = memory_error(exc.remote.type_name, exc.remote.message)
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
-            error = first_lines(exc.remote.message)
-        except Exception as exc:  # noqa: BLE001 - thread mode: the compile's own exception
+            error = error_text(exc.remote.type_name, exc.remote.message)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - thread mode: the compile's own
+            # (a factory's sys.exit is its config's failure; Ctrl-C still ends the build)
             oom = memory_error(type(exc).__name__, str(exc))
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
-            error = first_lines(f"{exc}")
+            error = error_text(type(exc).__name__, str(exc))
         wall = time.perf_counter() - start
         if error is not None:
             log.info("config %s failed to compile: %s", request.config, error.splitlines()[0])

@@ -60,6 +60,19 @@ def first_lines(text: str, n: int = 6) -> str:
     return head + (f"\n... ({len(lines) - n} more lines)" if len(lines) > n else "")
 
 
+def error_text(type_name: str, message: str) -> str:
+    """What a failed compile says: the first lines of its exception's message, named by the
+    exception's type where the message is empty or the type is not an error at all (a
+    factory's ``sys.exit(3)`` says ``SystemExit: 3``, a bare ``KeyboardInterrupt`` its name)."""
+    text = first_lines(message)
+    if not text:
+        return type_name
+    return f"{type_name}: {text}" if type_name in _NOT_ERRORS else text
+
+
+_NOT_ERRORS = {"SystemExit", "KeyboardInterrupt", "GeneratorExit"}  # BaseException, not Exception
+
+
 def memory_error(type_name: str, message: str) -> bool:
     """A MemoryError in the compile (``compile_to_dir`` reports a factory's exception as a
     CompileError whose message starts with the original type)."""

@@ -32,6 +32,21 @@ def slow_vector_add(n: int, block: int = 16, sleep_s: float = 0.0) -> tvm.tirx.P
     return vector_add(n, block)
 
 
+def leaving_vector_add(n: int, block: int = 16, how: str = "") -> tvm.tirx.PrimFunc:
+    """:func:`vector_add`, unless ``how`` says to leave another way: ``exit`` calls
+    ``sys.exit(3)``, ``interrupt`` raises a bare ``KeyboardInterrupt``, ``blank`` an exception
+    without a message."""
+    import sys
+
+    if how == "exit":
+        sys.exit(3)
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    if how == "blank":
+        raise RuntimeError()
+    return vector_add(n, block)
+
+
 def scale_shift(n: int, m: int, scale: float = 2.0, shift: float = 1.0) -> tvm.tirx.PrimFunc:
     """Two outputs from one input: ``B = A * scale``, ``C = A + shift`` on an (n, m) tensor."""
     a = te.placeholder((n, m), "float32", name="A")

@@ -1073,6 +1073,25 @@ def test_an_interrupted_par_compile_keeps_the_kernels_it_built():
     torch.testing.assert_close(kernel(a, b), a + b)
 
 
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_a_factory_that_exits_fails_its_config_only(monkeypatch, isolation):
+    """``sys.exit`` or a bare ``KeyboardInterrupt`` from the factory, or an exception without
+    a message: each fails its own config, named by its type (an empty message made the build
+    itself raise IndexError and lose every config). In a thread, a KeyboardInterrupt is taken
+    for Ctrl-C and ends the build."""
+    monkeypatch.setenv("TILEAUTO_COMPILE_ISOLATION", isolation)
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.leaving_vector_add)
+    hows = ["", "exit", "blank"] + (["interrupt"] if isolation == "process" else [])
+    results = impl.par_compile([{"n": 64, "how": how} for how in hows], num_workers=1)
+    assert isinstance(results[0], JITKernel)
+    errors = [r.error for r in results[1:]]
+    assert all(isinstance(r, CompileFailure) for r in results[1:])
+    assert errors[0] == "SystemExit: 3", errors
+    assert "RuntimeError" in errors[1], errors
+    if isolation == "process":
+        assert errors[2] == "KeyboardInterrupt"
+
+
 def test_par_compile_of_a_non_kernel_factory():
     impl = tileauto.jit(kernels.not_a_kernel)
     (failure,) = impl.par_compile([{"n": 3}], num_workers=1)

@@ -19,7 +19,7 @@ import cloudpickle
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.build.driver import WAKE_S, SlotStage
-from tileauto.build.job import compile_job, failed, first_lines, memory_error
+from tileauto.build.job import compile_job, error_text, failed, first_lines, memory_error
 from tileauto.options import CompileArgs
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
 from tileauto.scale.ray._files import (
@@ -395,8 +395,9 @@ class RayBuilder(SlotStage):
             _, type_name, message = value
             oom = memory_error(type_name, message)
             status = BuildStatus.OUT_OF_MEMORY if oom else BuildStatus.ERROR
-            log.info("config %s failed to compile: %s", request.config, message.splitlines()[:1])
-            return failed(request, status, first_lines(message), wall)
+            reason = error_text(type_name, message)
+            log.info("config %s failed to compile: %s", request.config, reason.splitlines()[0])
+            return failed(request, status, reason, wall)
         if value[0] == "here":
             artifact = KernelArtifact.from_json(value[1], directory=out)
         else:
