@@ -106,3 +106,29 @@ def test_a_memory_limit_above_the_nodes_memory_is_an_error_naming_the_node(clust
             worker.start()
     finally:
         _stop(runner, worker)
+
+
+@pytest.mark.timeout(120)
+def test_the_run_actors_kernels_go_to_a_private_folder_the_next_actor_clears(cluster):
+    """Before, every user's actors wrote into one /tmp/tileauto-ray made by whoever came
+    first (mode 755: another user's actors could not start; 777: their kernels could be
+    swapped)."""
+    import os
+    import stat
+    from pathlib import Path
+
+    runner = RayRunner(ProfileArgs(), threads=1, cluster=RayCluster())
+    worker = runner.make_worker("cpu", 1, runner.memory_limit_mb)
+    try:
+        worker.start()
+        first = Path(worker.scratch)
+        assert first.is_dir() and first.name.startswith("run-")
+        assert (first.parent.name, first.parent.parent.name) == ("ray", f"tileauto-{os.getuid()}")
+        assert stat.S_IMODE(first.parent.stat().st_mode) == 0o700
+        killed = list(worker.pids)
+        worker.kill()
+        assert h.eventually(lambda: gone(killed))
+        worker.start()  # its claim ended with the killed actor: the next one removes it
+        assert not first.exists() and Path(worker.scratch).is_dir()
+    finally:
+        _stop(runner, worker)

@@ -1,7 +1,7 @@
 """Scratch folders: claimed by the process that uses them, removed once no process does.
 
-A scratch folder (a tuning's builds ``tune-*``, a process's ``proc-*``, a worker's temp folder
-``work-*``) is claimed by an ``flock`` on its ``.owner`` file (:func:`claim_scratch_dir`),
+A scratch folder (a tuning's builds ``tune-*``, a process's ``proc-*``, a compile worker's temp
+folder ``work-*``, a Ray run actor's kernels ``run-*``) is claimed by an ``flock`` on its ``.owner`` file (:func:`claim_scratch_dir`),
 which the system drops however its process dies; :func:`remove_leftovers` takes that lock
 before it decides, so a folder in use is never touched. The rules: ``docs/cache_format.md``
 ("Leftovers and logs"). Reads and deletes files only: no torch, no TVM.
@@ -43,7 +43,7 @@ __all__ = [
 OWNER = ".owner"  # in each scratch folder; its flock is held by the process using the folder
 _CLAIM_TRIES = 8
 # Children of the staging dir that tileauto makes; anything else there is left alone.
-_SCRATCH = re.compile(r"^(?P<kind>tune|proc|work)-(?:(?P<pid>\d+)-)?[0-9a-z_]+$")
+_SCRATCH = re.compile(r"^(?P<kind>tune|proc|work|run)-(?:(?P<pid>\d+)-)?[0-9a-z_]+$")
 _AGED = re.compile(r"^(?:stage-|\.stage-|\.probe-)[0-9a-z_]+$")  # short writes: age rule
 _TRASH = re.compile(r"^\.trash-[0-9a-f]+$")  # a delete in progress or interrupted: no reader
 _LOCK_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -22,6 +20,8 @@ from typing import Any, Protocol
 import cloudpickle
 
 from tileauto.artifact import KernelArtifact
+from tileauto.cache.folders import private_fallback_dir
+from tileauto.cache.scratch import claim_scratch_dir, remove_leftovers
 from tileauto.errors import SettingsError, TileautoError, WorkerError
 from tileauto.options import ProfileArgs
 from tileauto.scale.ray._files import (
@@ -83,9 +83,13 @@ class _RunActor:
     as bytes."""
 
     def __init__(self) -> None:
-        self.scratch = Path(tempfile.gettempdir()) / "tileauto-ray" / f"run-{os.getpid()}"
-        _remove_stale_scratch(self.scratch.parent)
-        self.scratch.mkdir(parents=True, exist_ok=True)
+        # the kernels it runs are written here: a folder of this user's own (a shared
+        # /tmp/tileauto-ray, made by whoever came first, let another user swap them or refuse
+        # this one's actors), claimed while the actor lives; those of killed actors go now
+        parent = private_fallback_dir("ray")
+        remove_leftovers(parent, only="run")
+        self.claim = claim_scratch_dir(parent, "run")
+        self.scratch = self.claim.path
         self.folders: dict[str, Path] = {}
 
     def ping(
@@ -111,6 +115,7 @@ class _RunActor:
             "available": psutil.virtual_memory().available,
             "total": psutil.virtual_memory().total,
             "shares_files": shares_files(token),
+            "scratch": str(self.scratch),
         }
 
     def preload(self, path: list[str], env: dict[str, str], payload: bytes) -> str | None:
@@ -157,21 +162,6 @@ class _RunActor:
             return ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
 
 
-def _remove_stale_scratch(parent: Path) -> None:
-    """Folders of run actors that died (killed actors leave theirs)."""
-    import psutil
-
-    if not parent.is_dir():
-        return
-    for folder in parent.glob("run-*"):
-        try:
-            pid = int(folder.name.split("-", 1)[1])
-        except ValueError:
-            continue
-        if not psutil.pid_exists(pid):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def _map_artifacts(value: Any, fn: Callable[[KernelArtifact], KernelArtifact]) -> Any:
     """``value`` with every artifact in it (alone, in a RunRequest, in a list) mapped."""
     from tileauto.run.session import RunRequest
@@ -212,6 +202,7 @@ class RayWorker:
         self.watcher_pids: list[int] = []  # and every watcher's
         self._shipped: set[str] = set()
         self.shares_files = False  # the actor reads the driver's kernel folders in place
+        self.scratch: str | None = None  # where the actor writes the kernels shipped to it
         self._busy = False
         self._lock = threading.RLock()  # one job at a time, as a local worker
         self._kills = 0  # kill() calls: a start in progress gives up when this moves
@@ -311,6 +302,7 @@ class RayWorker:
             self.watcher_pids.append(watcher_pid)
             self._shipped = set()
             self.shares_files = bool(info.get("shares_files"))
+            self.scratch = info["scratch"]
             return self
 
     def _started(self, ray: Any, refs: list[Any], kills: int) -> list[Any]:
