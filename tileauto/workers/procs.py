@@ -407,12 +407,16 @@ class Worker:
         return True
 
     def forget(self) -> None:
-        """In a child forked from the caller: the worker is the caller's. Close the copy of its
-        pipe and drop its handles; nothing is killed or removed (see ``NET.forget_in_child``)."""
-        conn, self._proc, self._conn, self._tmp = self._conn, None, None, None
+        """In a child forked from the caller: the worker is the caller's. Close the copies of
+        its pipe and of its temp folder's claim (the caller's holds it) and drop its handles;
+        nothing is killed or removed (see ``NET.forget_in_child``)."""
+        conn, tmp = self._conn, self._tmp
+        self._proc, self._conn, self._tmp = None, None, None
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.close()
+        if tmp is not None:
+            tmp.release()
 
     def _reap(self) -> None:
         # kill() from another thread (a cancel) may race the job's thread that saw the worker
