@@ -10,7 +10,7 @@ its fallback: :func:`tileauto.cache.locks.writable_staging`) as its ``TMPDIR`` a
 its object files or ``g++`` writes its ``cc*.o``) leaves its temp files there, and the folder
 goes when the worker is reaped. The folder is claimed as any scratch folder is
 (:func:`tileauto.cache.scratch.claim_scratch_dir`): if the process that owns the worker is
-killed, the first worker started by a later process, or ``tileauto cache clear``, removes it.
+killed, the next worker any process starts, or ``tileauto cache clear``, removes it.
 """
 
 from __future__ import annotations
