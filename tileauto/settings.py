@@ -156,7 +156,9 @@ def _parse_choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
 def _parse_path(name: str, raw: str) -> Path:
     if not raw.strip():
         raise SettingsError(f"{name} is set but empty: expected a directory path")
-    return Path(raw).expanduser()
+    # Absolute now: the run's workers, its exit handlers and the paths it logs must all mean
+    # the folder meant when the run started, whatever the process's working directory is later.
+    return Path(os.path.abspath(Path(raw).expanduser()))
 
 
 def parse_redis_url(name: str, raw: str) -> str | None:
@@ -214,7 +216,9 @@ class Settings:
         "TILEAUTO_CACHE_DIR",
         Path("~/.tileauto/cache").expanduser(),
         _parse_path,
-        "Root of the disk cache (tuned kernels under `autotuner/`, jit kernels under `kernels/`).",
+        "Root of the disk cache (tuned kernels under `autotuner/`, jit kernels under `kernels/`). "
+        "A relative path (here and in the other folders) is taken from the working directory "
+        "when a tuning or compile starts.",
     )
     tmp_dir: Path | None = _var(
         "TILEAUTO_TMP_DIR",

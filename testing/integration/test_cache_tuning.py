@@ -245,6 +245,39 @@ def test_a_read_only_cache_leaves_no_staging_folder_per_process(tmp_path):
     assert not [p for p in temp.rglob("*") if p.name.startswith(("tune-", "proc-"))]
 
 
+_CHANGES_DIRECTORY_CHILD = """
+import os, sys
+import torch
+from cache_kernels import ref_scale_add, tune_scale_add
+
+os.chdir("a")
+a = torch.rand(1024)
+torch.testing.assert_close(tune_scale_add(1024).kernel(a), ref_scale_add(a))
+os.chdir("../b")  # the program goes on elsewhere, then ends (tileauto's atexit runs)
+"""
+
+
+def test_a_relative_cache_dir_stays_where_the_run_started_when_the_program_moves(tmp_path):
+    # was: the exit handler removed "cache/tmp/proc-..." from the new working directory, and
+    # the run's own scratch folder stayed in the first one
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path), "TILEAUTO_CACHE_DIR": "cache"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
+    child = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _CHANGES_DIRECTORY_CHILD],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert list((tmp_path / "b").iterdir()) == []
+    assert list((tmp_path / "a" / "cache" / "autotuner").iterdir())
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(("tune-", "proc-"))]
+
+
 def measurement_records(cache: Path) -> dict[int, dict]:
     """The stored trial of each measured config of scale_add, by its block."""
     (problem,) = (cache / "measurements").iterdir()  # measurements/<problem>/<checks>/

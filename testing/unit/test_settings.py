@@ -135,6 +135,15 @@ def test_paths_expand_user():
     assert s.cache_dir == Path.home() / "somewhere"
 
 
+@pytest.mark.parametrize("var", sorted(PATH_FIELDS))
+def test_a_relative_path_is_made_absolute_when_read(var, tmp_path, monkeypatch):
+    # a program that changes directory after a run started must not move the run's folders
+    monkeypatch.chdir(tmp_path)
+    s = settings(**{var: "rel/../here"})
+    monkeypatch.chdir("/")
+    assert getattr(s, PATH_FIELDS[var]) == tmp_path / "here"
+
+
 def test_staging_and_logs_follow_cache_dir_unless_set(tmp_path):
     s = settings(TILEAUTO_CACHE_DIR=str(tmp_path))
     assert s.staging_dir == tmp_path / "tmp"
