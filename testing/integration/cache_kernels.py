@@ -26,6 +26,13 @@ def scale_add(n: int, block: int = 16, unroll: bool = False, dtype: str = "float
     return sch.mod["main"]
 
 
+def tuple_scale_add(n: int, tile: tuple = (16, False), dtype: str = "float32"):
+    """:func:`scale_add` with its block and unroll in one tuple (a value JSON makes a list)."""
+    if not isinstance(tile, tuple):
+        raise TypeError(f"tile must come as the tuple the configs give, got {tile!r}")
+    return scale_add(n, tile[0], tile[1], dtype)
+
+
 def broken_scale_add(n: int, block: int = 16, wrong: bool = False, dtype: str = "float32"):
     """Like :func:`scale_add`, but ``wrong=True`` computes ``A * SCALE`` (fails validation)."""
     A = te.placeholder((n,), dtype, name="A")

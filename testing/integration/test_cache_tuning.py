@@ -18,6 +18,7 @@ from cache_kernels import (
     ref_scale_add,
     supply_scale_add,
     tune_scale_add,
+    tuple_scale_add,
 )
 
 import tileauto
@@ -107,6 +108,36 @@ def test_adding_a_config_measures_only_that_config(tileauto_env):
     assert second.trials[2].config == {"block": 32, "unroll": True} and second.trials[2].ok
     assert measured(second.trials[2]) not in [measured(t) for t in first.trials]
     check(second)
+
+
+def test_tuple_config_values_come_back_tuples_from_the_cache(tileauto_env, monkeypatch):
+    # JSON makes a tuple a list: a cache hit, or a winner an earlier tuning measured, gave the
+    # user {"tile": [32, True]} for a config given as {"tile": (32, True)}
+    configs = [{"tile": (8, False)}, {"tile": (16, False)}, {"tile": (32, True)}]
+
+    def tune(**profile):
+        tuner = tileauto.AutoTuner.from_kernel(tuple_scale_add, configs)
+        tuner.args = (1024,)
+        tuner.set_compile_args(out_idx=[-1], target="llvm")
+        tuner.set_profile_args(warmup=1, rep=3, ref_prog=ref_scale_add, **profile)
+        return tuner.run(verbose=False)
+
+    def tuples(result) -> bool:
+        trials = [*result.trials, result.default_trial]
+        return isinstance(result.config["tile"], tuple) and all(
+            isinstance(t.config["tile"], tuple) for t in trials
+        )
+
+    first = tune()
+    assert not first.cache_hit and tuples(first) and all(t.ok for t in first.trials)
+    # another key of the same problem: every config's measurement is borrowed, the winner too
+    borrowed = tune(max_trials=2)
+    assert not borrowed.cache_hit and borrowed.key != first.key
+    assert borrowed.config == first.config and tuples(borrowed)
+    forbid_tuning(monkeypatch)
+    again = tune()
+    assert again.cache_hit and again.config == first.config and tuples(again)
+    check(again)
 
 
 def test_a_damaged_entry_is_one_warning_then_tuned_again_and_repaired(tileauto_env):

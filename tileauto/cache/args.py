@@ -61,11 +61,11 @@ def _plain_scalar(value: Any) -> Any:
     if type(value) in _PLAIN:
         return value
     if isinstance(value, numbers.Integral):
-        return bool(value) if type(value).__name__ == "bool_" else int(value)
+        return int(value)
     if isinstance(value, numbers.Real) and hasattr(value, "item"):
         return float(value)
-    if type(value).__name__ == "bool_":
-        return bool(value)
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)  # numpy.bool_ (named bool since numpy 2) is not a Number
     return value
 
 

@@ -21,8 +21,16 @@ def config_id(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=repr)
 
 
+def is_numpy_bool(value: Any) -> bool:
+    """``numpy.bool_`` (named ``bool`` since numpy 2), which is not a ``numbers.Number``."""
+    kind = type(value)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+
+
 def not_plain(value: Any) -> str | None:
     """Why a config value cannot round-trip through JSON, or None when it can."""
+    if is_numpy_bool(value):
+        return None  # made a Python bool by plain()
     if value is None or isinstance(value, (bool, str, numbers.Integral, numbers.Real)):
         if isinstance(value, numbers.Real) and not isinstance(value, (int, float)):
             if not hasattr(value, "item"):  # numpy scalars are converted; others are not
@@ -45,6 +53,8 @@ def plain(value: Any) -> Any:
         return type(value)(plain(v) for v in value)
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
+    if is_numpy_bool(value):
+        return bool(value)
     if not isinstance(value, (bool, int, float)) and isinstance(value, numbers.Number):
         return value.item() if hasattr(value, "item") else value
     return value

@@ -22,6 +22,14 @@ from tileauto.space.types import ListSpace, Space
 NEVER_TRIED_LISTED = 10_000  # a larger space counts its never-tried configs instead of listing them
 
 
+def _holds_list(value: Any) -> bool:
+    if isinstance(value, list):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_list(v) for v in value.values())
+    return False
+
+
 class SpaceView:
     """Configs of the space by search index, each with its config id.
 
@@ -123,6 +131,23 @@ class SpaceView:
             found = {c: i for i, c in enumerate(self._ids)}
             self.__dict__["_search_index"] = found
         return found.get(cid, -1)
+
+    def own(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A config read back from JSON (a cache, a stored trial) with the space's own values.
+
+        JSON has no tuples: a tuple of the user's comes back a list, under the same config id.
+        The space's config of that id is returned instead, so the factory, ``result.config``
+        and a rebuild get what the user gave; a config the space lacks is returned as it is.
+        Free when the config holds no list (nothing JSON could have changed).
+        """
+        if not any(_holds_list(v) for v in config.values()):
+            return config
+        cid = config_id(config)
+        found = self._by_id.get(cid)
+        if found is None and self._product is not None:
+            index = self.position(cid)
+            found = self._product.config(index) if index >= 0 else None
+        return dict(found) if found is not None else config
 
     def remember(self, cid: str, config: dict[str, Any]) -> None:
         """Know a config by its id (a trial a store kept), when the space has it."""

@@ -164,11 +164,34 @@ class TuningSession:
         assert self.store is not None
         hit = self.store.load()
         if hit is not None:
+            hit = self._own_result(hit)
             self.observer.cache_hit(hit)  # a marker trial, never stored as a measurement
             self._tell(
                 f"tileauto: using cached tuning {hit.key} ({hit.config}, {hit.latency:.4f} ms)"
             )
         return hit
+
+    def _own(self, trial: Trial) -> Trial:
+        """A stored trial with the space's own config values (:meth:`SpaceView.own`)."""
+        config = self.view.own(trial.config)
+        return trial if config is trial.config else replace(trial, config=config)
+
+    def _own_result(self, hit: AutotuneResult) -> AutotuneResult:
+        """A stored result with the space's own config values: a tuple the user gave is a
+        list in the cache's JSON, and the caller must get the tuple back."""
+        config = self.view.own(hit.config)
+        if config is hit.config:
+            return hit
+        default = hit.default_trial
+        return replace(
+            hit,
+            config=config,
+            trials=tuple(self._own(t) for t in hit.trials),
+            default_trial=self._own(default) if default is not None else None,
+            rebuild=functools.partial(self.rebuild, self.problem, config)
+            if self.rebuild
+            else hit.rebuild,
+        )
 
     def _tell(self, message: str) -> None:
         """A one-line note to the user, through the reporter when it takes notes."""
@@ -210,6 +233,7 @@ class TuningSession:
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
+        self.known = {cid: self._own(t) for cid, t in self.known.items()}
         self._tell_borrowed()
         builder = self._builder(scratch.path)
         runner = self._runner()

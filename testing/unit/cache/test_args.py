@@ -134,3 +134,14 @@ def test_default_config():
 @pytest.mark.parametrize("a, b", [(True, 1), (1, 1.0)])
 def test_scalar_types_are_part_of_the_key(a, b):
     assert call_key(factory, (64, 32, a), {}) != call_key(factory, (64, 32, b), {})
+
+
+def test_numpy_scalar_arguments_become_python_scalars():
+    import numpy as np
+
+    from tileauto.cache.args import plain_arguments
+
+    args, kwargs = plain_arguments((np.int64(3), np.float32(0.5)), {"flag": np.bool_(True)})
+    assert args == (3, 0.5) and [type(a) for a in args] == [int, float]
+    # numpy 2 names its bool type "bool", not "bool_": it stayed a numpy.bool
+    assert kwargs == {"flag": True} and type(kwargs["flag"]) is bool

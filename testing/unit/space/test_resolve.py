@@ -164,6 +164,9 @@ def test_numpy_config_values_become_python_numbers():
 
     (cfg,) = resolve_configs([{"block_M": np.int64(64)}], matmul, (16, 16, 16), {})
     assert cfg == {"block_M": 64} and type(cfg["block_M"]) is int
+    # numpy's bool is no numbers.Number: it was refused as "an object (numpy.bool)"
+    (cfg,) = resolve_configs([{"block_M": np.bool_(True)}], matmul, (16, 16, 16), {})
+    assert type(cfg["block_M"]) is bool
 
 
 def test_a_generator_is_read_once_into_a_list():

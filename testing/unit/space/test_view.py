@@ -1,0 +1,33 @@
+"""tileauto.space.view.SpaceView.own: configs read back from JSON get the space's own values."""
+
+from __future__ import annotations
+
+import json
+
+from tileauto.space import product
+from tileauto.space.view import SpaceView
+
+
+def from_json(config: dict) -> dict:
+    return json.loads(json.dumps(config))
+
+
+def test_a_tuple_read_back_as_a_list_is_the_spaces_tuple_again():
+    configs = [{"tile": (8, 8), "order": "ij"}, {"tile": (16, 4), "order": {"k": (1, 2)}}]
+    view = SpaceView(configs, {"tile": (8, 8), "order": "ij"})
+    for config in configs:
+        stored = from_json(config)
+        assert stored != config  # a list is not a tuple
+        assert view.own(stored) == config
+    # a lazy product finds it by its index, never expanding the space
+    space = product(tile=[(8, 8), (16, 4), (32, 2)], unroll=[1, 2])
+    lazy = SpaceView(space, {"tile": (8, 8), "unroll": 1})
+    assert lazy.own({"tile": [32, 2], "unroll": 2}) == {"tile": (32, 2), "unroll": 2}
+
+
+def test_a_config_without_lists_or_not_in_the_space_is_returned_as_it_is():
+    view = SpaceView([{"block": 8}, {"block": 16}], {"block": 8})
+    plain = {"block": 16}
+    assert view.own(plain) is plain
+    elsewhere = {"block": [1, 2]}  # a stored config of another space: nothing to restore
+    assert view.own(elsewhere) is elsewhere
