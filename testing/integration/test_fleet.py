@@ -55,6 +55,16 @@ def fleet_kernel(n: int, block: int = 16, wrong: bool = False):
     return sch.mod["main"]
 
 
+def fleet_tuple_kernel(n: int, tile: tuple = (16, False)):
+    """:func:`fleet_kernel` with block and ``wrong`` in one tuple (JSON makes it a list)."""
+    if not isinstance(tile, tuple):
+        raise TypeError(f"tile must come as the tuple the configs give, got {tile!r}")
+    return fleet_kernel(n, *tile)
+
+
+TUPLE_CONFIGS = [{"tile": (8, False)}, {"tile": (16, False)}, {"tile": (32, True)}]
+
+
 def reference(A):
     return A * 2 + 1
 
@@ -65,7 +75,10 @@ def child_main() -> None:
 
     from tileauto.jit import compiler
 
-    tuner = tileauto.AutoTuner.from_kernel(fleet_kernel, CONFIGS)
+    if os.environ.get("FLEET_TUPLES"):
+        tuner = tileauto.AutoTuner.from_kernel(fleet_tuple_kernel, TUPLE_CONFIGS)
+    else:
+        tuner = tileauto.AutoTuner.from_kernel(fleet_kernel, CONFIGS)
     tuner.args = (4096,)
     tuner.set_compile_args(out_idx=[-1], target="llvm")
     tuner.set_profile_args(warmup=1, rep=3, ref_prog=reference)
@@ -75,6 +88,7 @@ def child_main() -> None:
         "pid": os.getpid(),
         "cache_hit": result.cache_hit,
         "config": result.config,
+        "tuples": all(isinstance(v, tuple) for v in result.config.values()),
         "key": result.key,
         "remote": result.extra.get("remote"),
         "compiles": compiler.COMPILES.count,
@@ -256,6 +270,19 @@ def test_a_signed_kernel_is_loaded_with_the_key_and_compiled_without(tmp_path, r
     result = wrong.result()
     assert not result["cache_hit"] and result["ok"]  # refused: tuned on its own
     assert "signature does not verify" in wrong.stderr()
+
+
+def test_a_winner_with_tuples_is_used_by_the_other_machines(tmp_path, redis):
+    # JSON makes the tuple a list: the other machines found the list in no config of their
+    # space ("not a config of this space; ignored") and tuned again, every one of them
+    env = {"TILEAUTO_REMOTE_CACHE": redis.url, "FLEET_TUPLES": "1"}
+    first = Child(tmp_path, "first", tmp_path / "a", env).result()
+    assert not first["cache_hit"] and first["ok"] and first["tuples"]
+    other = Child(tmp_path, "other", tmp_path / "b", env)
+    second = other.result()
+    assert second["cache_hit"] and second["ok"] and second["compiles"] == 1, other.stderr()
+    assert second["remote"]["kernel"] == "compiled here" and second["tuples"]
+    assert second["config"] == first["config"]
 
 
 def test_a_forged_winner_is_a_miss_never_a_wrong_kernel(tmp_path, redis):

@@ -149,11 +149,11 @@ class FleetStore:
         from tileauto.cache.entry import write_kernel_dir
 
         store = self.local.entry
-        config = entry.config
-        if not self._in_space(config):
+        config = self._space_config(entry.config)
+        if config is None:
             self.remote.report(
-                f"remote entry {self.key} at {self.remote.address} names {config}, which is "
-                "not a config of this space; ignored"
+                f"remote entry {self.key} at {self.remote.address} names {entry.config}, which "
+                "is not a config of this space; ignored"
             )
             return None
         signed = entry.kernel is not None and entry.record.get("target") == store.meta["target"]
@@ -205,18 +205,28 @@ class FleetStore:
         stored = read_result(folder, manifest)
         return AutotuneResult.from_stored(stored, JITKernel(stored.artifact), key=self.key)
 
-    def _in_space(self, config: dict[str, Any]) -> bool:
-        """Whether ``config`` is a config of this problem's space (a forged one is not)."""
+    def _space_config(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """``config`` as this problem's space holds it, None when the space lacks it (a forged
+        entry). Compared as JSON, which the entry went through: a tuple of the user's is a
+        list in it, and the space's tuple is what the winner is compiled with."""
         store = self.local.entry
         if store.product is not None:
             names = store.product.names
-            return (
-                set(config) <= set(names)
-                and store.product.find({n: config.get(n, store.base_config.get(n)) for n in names})
-                >= 0
-            )
-        full = store.full_ids.values() if store.full_ids is not None else ()
-        return any(all(c.get(k, _MISSING) == v for k, v in config.items()) for c in full)
+            if not set(config) <= set(names):
+                return None
+            index = store.product.find({n: config.get(n, store.base_config.get(n)) for n in names})
+            return store.product.config(index) if index >= 0 else None
+        full = store.full_ids or {}
+        exact = full.get(config_id(config))
+        if exact is not None:
+            return dict(exact)
+        wanted = {k: config_id({"v": v}) for k, v in config.items()}
+        for candidate in full.values():  # an entry that names only some keys
+            if all(
+                k in candidate and config_id({"v": candidate[k]}) == w for k, w in wanted.items()
+            ):
+                return dict(candidate)
+        return None
 
     def known_trials(self) -> dict[str, Trial]:
         return self.local.known_trials()
@@ -287,9 +297,6 @@ class FleetStore:
             fill_result(result, Path(tmp))
             record = record_of_entry(Path(tmp), meta)
             self.remote.put(self.key, record, Path(tmp) / KERNEL_DIR, self.family)
-
-
-_MISSING = object()
 
 
 @dataclass
