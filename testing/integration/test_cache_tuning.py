@@ -138,6 +138,9 @@ def test_tuple_config_values_come_back_tuples_from_the_cache(tileauto_env, monke
     again = tune()
     assert again.cache_hit and again.config == first.config and tuples(again)
     check(again)
+    # a saved result keeps it too (best_config.json holds the literal beside the JSON)
+    loaded = tileauto.AutotuneResult.load_from_disk(again.save_to_disk(tileauto_env / "saved"))
+    assert loaded.config == first.config and isinstance(loaded.config["tile"], tuple)
 
 
 def test_a_damaged_entry_is_one_warning_then_tuned_again_and_repaired(tileauto_env):

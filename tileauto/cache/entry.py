@@ -1,7 +1,7 @@
 """One cache entry as a folder of JSON records, the kernel's library and sources, a manifest.
 
     manifest.json      format, kind, key, versions, target, device, created, sha256 of each file
-    best_config.json   {"config": {...}}                                    (tuned entries)
+    best_config.json   {"config": {...}, "literal": "..." when JSON loses a tuple} (tuned)
     latency.json       best / reference / default latency in ms, the best's statistics
     trials.json        every config's trial, the default config's, the tuning time
     problem.json       the problem arguments, when they are plain values (optional)
@@ -14,6 +14,7 @@ needs no pickle: the shared library and the JSON files are all there is.
 
 from __future__ import annotations
 
+import ast
 import errno
 import json
 import os
@@ -108,7 +109,7 @@ def fill_result(result: Any, out: Path) -> None:
     ``result`` is an :class:`~tileauto.result.record.AutotuneResult` (read by attribute: the cache
     does not import the api layer).
     """
-    _dump(out / "best_config.json", {"config": result.config})
+    _dump(out / "best_config.json", config_record(result.config))
     best = result.best_trial
     _dump(
         out / "latency.json",
@@ -140,7 +141,7 @@ def read_result(entry_dir: Path, manifest: dict[str, Any]) -> StoredResult:
         OSError, ValueError, KeyError, TypeError: a file is unreadable or malformed.
     """
     entry_dir = Path(entry_dir)
-    config = _load(entry_dir / "best_config.json")["config"]
+    config = config_of(_load(entry_dir / "best_config.json"))
     latency = _load(entry_dir / "latency.json")
     trials = _load(entry_dir / "trials.json")
     problem_path = entry_dir / "problem.json"
@@ -156,6 +157,30 @@ def read_result(entry_dir: Path, manifest: dict[str, Any]) -> StoredResult:
         artifact=read_artifact(entry_dir),
         problem=_load(problem_path) if problem_path.is_file() else None,
     )
+
+
+def config_record(config: dict[str, Any]) -> dict[str, Any]:
+    """``best_config.json``: the config, and its Python literal when JSON would not give it
+    back equal (a tuple is a list in JSON), so that a loaded result has the user's values."""
+    record: dict[str, Any] = {"config": config}
+    if json.loads(json.dumps(config, default=repr)) != config:
+        record["literal"] = repr(config)
+    return record
+
+
+def config_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The config of a ``best_config.json`` record: its literal when that is the same config
+    as JSON sees it (container types aside), else the JSON config."""
+    config = dict(record["config"])
+    literal = record.get("literal")
+    if not isinstance(literal, str):
+        return config
+    try:  # a literal only: nothing is run, whatever the record holds
+        value = ast.literal_eval(literal)
+        same = isinstance(value, dict) and json.loads(json.dumps(value)) == config
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return config
+    return value if same else config
 
 
 def _dump(path: Path, data: Any) -> None:

@@ -29,7 +29,7 @@ from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.cache import _signing, disk
 from tileauto.cache._lease import Holder, Lease
-from tileauto.cache.entry import KERNEL_DIR
+from tileauto.cache.entry import KERNEL_DIR, config_of
 from tileauto.cache.key import versions
 from tileauto.errors import SettingsError
 from tileauto.records import Trial
@@ -78,7 +78,7 @@ class RemoteEntry:
 
     @property
     def config(self) -> dict[str, Any]:
-        return dict(self.record["files"]["best_config.json"]["config"])
+        return config_of(self.record["files"]["best_config.json"])
 
     @property
     def latency_ms(self) -> float | None:

@@ -180,18 +180,16 @@ class TuningSession:
         """A stored result with the space's own config values: a tuple the user gave is a
         list in the cache's JSON, and the caller must get the tuple back."""
         config = self.view.own(hit.config)
-        if config is hit.config:
-            return hit
+        trials = tuple(self._own(t) for t in hit.trials)
         default = hit.default_trial
-        return replace(
-            hit,
-            config=config,
-            trials=tuple(self._own(t) for t in hit.trials),
-            default_trial=self._own(default) if default is not None else None,
-            rebuild=functools.partial(self.rebuild, self.problem, config)
-            if self.rebuild
-            else hit.rebuild,
-        )
+        default = self._own(default) if default is not None else None
+        if config is hit.config and default is hit.default_trial:
+            if all(a is b for a, b in zip(trials, hit.trials)):
+                return hit
+        rebuild = hit.rebuild
+        if config is not hit.config and self.rebuild is not None:
+            rebuild = functools.partial(self.rebuild, self.problem, config)
+        return replace(hit, config=config, trials=trials, default_trial=default, rebuild=rebuild)
 
     def _tell(self, message: str) -> None:
         """A one-line note to the user, through the reporter when it takes notes."""

@@ -429,3 +429,17 @@ def test_the_fallback_staging_is_the_users_shared_folder_or_one_removed_at_exit(
     assert child.returncode == 0, child.stderr
     assert Path(child.stdout.strip()).parent == tmp_path
     assert not Path(child.stdout.strip()).exists()
+
+
+def test_best_config_keeps_a_tuple_through_json_and_trusts_no_other_literal():
+    from tileauto.cache.entry import config_of, config_record
+
+    config = {"tile": (8, 4), "order": {"k": [(1, 2)]}, "n": 3}
+    record = json.loads(json.dumps(config_record(config)))
+    assert config_of(record) == config and isinstance(config_of(record)["tile"], tuple)
+    plain = config_record({"n": 3, "tile": [8, 4]})
+    assert "literal" not in plain  # JSON gives it back as it is
+    # a literal that names another config, or is not a literal, is ignored: the JSON counts
+    for literal in ("{'tile': (9, 9), 'n': 3}", "__import__('os').getcwd()", "{'a': (1,"):
+        forged = {"config": {"tile": [8, 4], "n": 3}, "literal": literal}
+        assert config_of(forged) == {"tile": [8, 4], "n": 3}
