@@ -356,6 +356,14 @@ def test_env_prints_the_effective_settings(capsys, monkeypatch, tmp_path):
     for name, value in settings.describe().items():
         assert f"{name}={value}" in out
     assert "# tuning cache: off" in out and "# kernel cache: on" in out
+    assert "is not a tileauto setting" not in out
+    monkeypatch.setenv("TILEAUTO_NUM_THREAD", "2")  # a typo is shown, with the likely setting
+    with pytest.warns(UserWarning, match="TILEAUTO_NUM_THREAD "):
+        code, out, _ = run(capsys, "env")
+    assert code == 0
+    assert "# TILEAUTO_NUM_THREAD is set but is not a tileauto setting; did you mean " in out
+    assert "TILEAUTO_NUM_THREADS?" in out
+    monkeypatch.delenv("TILEAUTO_NUM_THREAD")
     monkeypatch.setenv("TILEAUTO_AUTO_TUNING_CPU_UTILITIES", "two")
     code, _, err = run(capsys, "env")
     assert code == 2 and "TILEAUTO_AUTO_TUNING_CPU_UTILITIES='two'" in err

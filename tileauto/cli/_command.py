@@ -46,7 +46,10 @@ if TYPE_CHECKING:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    import os
+
     from tileauto.cache.key import versions
+    from tileauto.settings import unknown_variables
 
     settings = settings_of(args)
     for name, value in settings.describe().items():
@@ -57,6 +60,8 @@ def cmd_env(args: argparse.Namespace) -> int:
     print(f"# logs dir: {settings.logs_dir}")
     print(f"# tuning cache: {'on' if settings.tuning_cache_enabled else 'off'}")
     print(f"# kernel cache: {'on' if settings.kernel_cache_enabled else 'off'}")
+    for name, hint in unknown_variables(os.environ).items():
+        print(f"# {name} is set but is not a tileauto setting{hint}")
     print(
         f"# versions: tileauto {v['tileauto']}, TVM {v['tvm']}, cache format {v['format']}, Python {sys.version.split()[0]}"
     )
