@@ -210,7 +210,7 @@ def _threads(name: str, value: Any) -> int | None:
         raise ValueError(
             f"{name} must be None (the settings' thread count) or an int >= 1, got {value!r}"
         )
-    from tileauto.settings import too_many_threads
+    from tileauto.machine import too_many_threads
 
     too_many = too_many_threads(value)
     if too_many is not None:
@@ -227,7 +227,7 @@ def check_workers(name: str, value: Any) -> int | None:
         raise ValueError(
             f"{name} must be None (the settings' worker count) or an int >= 1, got {value!r}"
         )
-    from tileauto.settings import too_many_threads
+    from tileauto.machine import too_many_threads
 
     too_many = too_many_threads(int(value), "compile workers")
     if too_many is not None:

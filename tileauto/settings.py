@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tileauto import machine
 from tileauto.errors import SettingsError
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -44,8 +45,8 @@ def _parse_int(name: str, raw: str, minimum: int) -> int:
 
 def _parse_threads(name: str, raw: str) -> int:
     value = _parse_int(name, raw, 1)
-    if value > available_cpus():
-        raise SettingsError(f"{name}={raw!r}: {too_many_threads(value)} (or -1: every CPU)")
+    if value > machine.available_cpus():
+        raise SettingsError(f"{name}={raw!r}: {machine.too_many_threads(value)} (or -1: every CPU)")
     return value
 
 
@@ -55,7 +56,7 @@ def _parse_tvm_threads(raw: str) -> int:
         value = int(raw.strip())
     except ValueError:
         return -1
-    cpus = available_cpus()
+    cpus = machine.available_cpus()
     if value > cpus:
         # not ours to refuse, and num_threads= may override it: clamped, one warning per value
         warnings.warn(
@@ -92,51 +93,6 @@ def unknown_variables(environ: Mapping[str, str]) -> dict[str, str]:
             meant = f"; did you mean {close[0]}?" if close else ""
             unknown[name] = f"{meant} (ignored; `tileauto env` and docs/env_vars.md list them)"
     return unknown
-
-
-def too_many_threads(count: int, what: str = "threads") -> str | None:
-    """Why ``count`` threads (or worker processes: ``what``) are too many for this process, or
-    None when they are not.
-
-    More threads or compile workers than CPUs only wait for each other (and can exhaust the
-    machine's threads or memory).
-    """
-    cpus = available_cpus()
-    if count <= cpus:
-        return None
-    return (
-        f"{count} {what} are more than the {cpus} CPUs this process may use "
-        f"(os.sched_getaffinity): expected at most {cpus}"
-    )
-
-
-def run_memory_limit_bytes(
-    limit_mb: int, total_bytes: int | None = None, where: str = "this machine"
-) -> int | None:
-    """The memory (``TILEAUTO_RUN_MEMORY_LIMIT_MB``) a run worker may take beyond its size at
-    start, in bytes (None for ``-1``: 90% of what is available when it starts), checked against
-    ``total_bytes`` (default: this machine's memory) of ``where``.
-
-    Raises:
-        SettingsError: the limit is more than that memory: it would never be reached before
-            the system's out-of-memory killer, which picks a victim of its own. Checked where
-            the run worker starts (a Ray node has memory of its own), as the CPU counts are.
-    """
-    if limit_mb <= 0:
-        return None
-    if total_bytes is None:
-        import psutil
-
-        total_bytes = psutil.virtual_memory().total
-    limit = limit_mb * 2**20
-    if limit > total_bytes:
-        total_mb = total_bytes // 2**20
-        raise SettingsError(
-            f"TILEAUTO_RUN_MEMORY_LIMIT_MB={limit_mb}: more than the {total_mb} MiB of memory of "
-            f"{where}: expected at most {total_mb} (or -1: 90% of the memory available when the "
-            "run worker starts)"
-        )
-    return limit
 
 
 def _parse_fraction(name: str, raw: str) -> float:
@@ -486,7 +442,7 @@ class Settings:
                 here, where the workers start, not where the variable is read: a Ray node with
                 fewer cores reads the driver's variables too).
         """
-        cpus = cpu_count if cpu_count is not None else available_cpus()
+        cpus = cpu_count if cpu_count is not None else machine.available_cpus()
         if self.cpu_counts > cpus:
             raise SettingsError(
                 f"TILEAUTO_AUTO_TUNING_CPU_COUNTS={self.cpu_counts}: {self.cpu_counts} compile "
@@ -504,7 +460,7 @@ class Settings:
     def run_memory_limit_bytes(self) -> int | None:
         """``TILEAUTO_RUN_MEMORY_LIMIT_MB`` in bytes, checked against this machine's memory
         (:func:`run_memory_limit_bytes`)."""
-        return run_memory_limit_bytes(self.run_memory_limit_mb)
+        return machine.run_memory_limit_bytes(self.run_memory_limit_mb)
 
     def run_threads(self) -> int:
         """CPU threads kernels are tuned with (the run worker) and run with (the caller).
@@ -512,7 +468,7 @@ class Settings:
         The first that is set: the ``num_threads`` option (:meth:`with_num_threads`),
         ``TILEAUTO_NUM_THREADS``, ``TVM_NUM_THREADS`` (both read by :meth:`from_env`), every core.
         """
-        return self.num_threads if self.num_threads > 0 else available_cpus()
+        return self.num_threads if self.num_threads > 0 else machine.available_cpus()
 
     def with_num_threads(self, num_threads: int | None) -> Settings:
         """These settings with a kernel's ``num_threads`` option applied (None: unchanged)."""
@@ -531,35 +487,6 @@ class Settings:
                 value = without_password(value)
             out[f.metadata["env"]] = str(value)
         return out
-
-
-def _affinity() -> frozenset[int] | None:
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-
-
-# read at import: TVM's pool later narrows its starting thread's mask (docs/tuning.md, threads)
-_IMPORT_CPUS = _affinity()
-
-
-def process_cpus() -> frozenset[int] | None:
-    """The CPUs tileauto counts and gives its workers: the calling thread's, unless TVM's pool
-    narrowed them (TVM is loaded and they are a strict subset of the mask when tileauto was
-    imported), then that mask. None where the system does not say."""
-    now = _affinity()
-    if now is None or _IMPORT_CPUS is None:
-        return now
-    if now < _IMPORT_CPUS and "tvm_ffi" in sys.modules:
-        return _IMPORT_CPUS
-    return now
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (affinity-aware; see :func:`process_cpus`)."""
-    cpus = process_cpus()
-    return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
 def markdown_table() -> str:

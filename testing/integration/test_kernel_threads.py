@@ -23,8 +23,9 @@ import pytest
 from busy import busy_machine
 
 from tileauto.jit.thread_pool import runnable_threads
+from tileauto.machine import available_cpus
 from tileauto.options import ProfileArgs
-from tileauto.settings import Settings, available_cpus
+from tileauto.settings import Settings
 
 SCRIPT = Path(__file__).with_name("threads_kernels.py")
 
@@ -97,7 +98,7 @@ def test_a_tvm_pool_started_too_small_is_reported(tmp_path):
 
 def test_thread_count_rule_in_settings(monkeypatch):
     assert Settings.from_env({}).run_threads() == available_cpus()
-    monkeypatch.setattr("tileauto.settings.available_cpus", lambda: 8)  # the rule, on 8 CPUs
+    monkeypatch.setattr("tileauto.machine.available_cpus", lambda: 8)  # the rule, on 8 CPUs
     assert Settings.from_env({"TVM_NUM_THREADS": "3"}).run_threads() == 3
     both = {"TVM_NUM_THREADS": "3", "TILEAUTO_NUM_THREADS": "5"}
     assert Settings.from_env(both).run_threads() == 5

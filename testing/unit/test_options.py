@@ -176,7 +176,7 @@ def test_each_option_declares_its_key_and_worker_parts():
 
 def test_num_threads_above_the_process_cpus_is_refused_at_the_call():
     import tileauto
-    from tileauto.settings import available_cpus
+    from tileauto.machine import available_cpus
 
     cpus = available_cpus()
     assert ProfileArgs(num_threads=cpus).num_threads == cpus

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tileauto.errors import SettingsError, TileautoError
-from tileauto.settings import Settings, available_cpus, markdown_table
+from tileauto.machine import available_cpus
+from tileauto.settings import Settings, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -219,7 +220,7 @@ def test_disable_autotune_is_read_under_cutile_and_metile_name_too():
 @pytest.mark.parametrize("raw, expected", [("1", 1), ("4", 4), (" 16 ", 16), ("-1", -1)])
 def test_int_variables(var, raw, expected, monkeypatch):
     # a thread count is bounded by the process's CPUs: the parsing, not this machine, is tested
-    monkeypatch.setattr("tileauto.settings.available_cpus", lambda: 64)
+    monkeypatch.setattr("tileauto.machine.available_cpus", lambda: 64)
     assert getattr(settings(**{var: raw}), INT_FIELDS[var]) == expected
 
 
@@ -382,7 +383,7 @@ def test_more_compile_workers_than_cpus_is_an_error_naming_the_variable():
 def test_a_run_memory_limit_above_the_machines_memory_is_an_error_naming_the_variable():
     import psutil
 
-    from tileauto.settings import run_memory_limit_bytes
+    from tileauto.machine import run_memory_limit_bytes
 
     total_mb = psutil.virtual_memory().total // 2**20
     assert settings().run_memory_limit_bytes() is None  # -1: 90% of what is available

@@ -15,7 +15,7 @@ from pathlib import Path
 from tileauto.jit import launcher
 from tileauto.jit import runtime as tvm_runtime
 from tileauto.jit.thread_pool import decide_spin
-from tileauto.settings import available_cpus
+from tileauto.machine import available_cpus
 
 
 def pool_of(lib_path: Path) -> str | None:

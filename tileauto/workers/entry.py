@@ -112,7 +112,7 @@ def child_main(
     set_pdeathsig()
     cpus, tmp = env.get(CPUS_KEY), env.get(TMP_KEY)
     env = {k: v for k, v in env.items() if k not in (CPUS_KEY, TMP_KEY)}
-    if cpus:  # the caller's CPUs, which its thread's mask may have lost (settings.process_cpus)
+    if cpus:  # the caller's CPUs, which its thread's mask may have lost (machine.process_cpus)
         try:
             os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
         except (AttributeError, OSError, ValueError):

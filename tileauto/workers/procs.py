@@ -248,8 +248,8 @@ class Worker:
 
     def _child_env(self) -> dict[str, str]:
         """The worker's environment, the CPUs it may use (this process's: see
-        :func:`tileauto.settings.process_cpus`) and its own temp folder (made here)."""
-        from tileauto.settings import process_cpus
+        :func:`tileauto.machine.process_cpus`) and its own temp folder (made here)."""
+        from tileauto.machine import process_cpus
 
         env = dict(self.env)
         with self._state:
@@ -264,7 +264,7 @@ class Worker:
 
     def _probe_ok(self) -> bool:
         """Check a forked worker's OpenMP pool; on a hang, kill it and fork no more."""
-        from tileauto.settings import available_cpus
+        from tileauto.machine import available_cpus
 
         threads = int(self.env.get("OMP_NUM_THREADS") or 0) or available_cpus()
         try:

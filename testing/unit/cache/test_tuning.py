@@ -33,7 +33,7 @@ def test_same_problem_same_key_and_each_ingredient_changes_it():
     assert open_store(profile=ProfileArgs(warmup=1, rep=5)).key != base.key
     assert open_store(profile=ProfileArgs(warmup=1, rep=3, ref_prog=ref_a)).key != base.key
     with pytest.MonkeyPatch.context() as cpus:
-        cpus.setattr("tileauto.settings.available_cpus", lambda: 8)  # 7 threads allowed
+        cpus.setattr("tileauto.machine.available_cpus", lambda: 8)  # 7 threads allowed
         threads = Settings.from_env({**os.environ, "TILEAUTO_NUM_THREADS": "7"})
     assert open_store(threads).key != base.key  # CPU timing threads decide the winner
     # things that do not change the answer

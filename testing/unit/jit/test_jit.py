@@ -1125,7 +1125,7 @@ def test_par_compile_checks_its_options_before_compiling(option, value, said):
 
 def test_par_compile_refuses_more_workers_by_the_settings_than_cpus(monkeypatch):
     from tileauto.errors import SettingsError
-    from tileauto.settings import available_cpus
+    from tileauto.machine import available_cpus
 
     monkeypatch.setenv("TILEAUTO_AUTO_TUNING_CPU_COUNTS", str(available_cpus() + 1))
     impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     os.environ["TVM_NUM_THREADS"] = "1"
     import tileauto
     from tileauto.jit import runtime
-    from tileauto.settings import available_cpus
+    from tileauto.machine import available_cpus
     from tileauto.workers.procs import Worker
 
     before = sorted(os.sched_getaffinity(0))

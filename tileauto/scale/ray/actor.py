@@ -23,6 +23,7 @@ from tileauto.artifact import KernelArtifact
 from tileauto.cache.folders import private_fallback_dir
 from tileauto.cache.scratch import claim_scratch_dir, remove_leftovers
 from tileauto.errors import SettingsError, TileautoError, WorkerError
+from tileauto.machine import run_memory_limit_bytes
 from tileauto.options import ProfileArgs
 from tileauto.scale.ray._files import (
     apply_settings,
@@ -43,7 +44,6 @@ from tileauto.scale.ray.cluster import (
 from tileauto.scale.ray.node import local_hardware, use_path
 from tileauto.scale.ray.nodes import not_loaded
 from tileauto.scale.ray.watch import VERDICT_S, MemoryWatch, grown, out_of_memory
-from tileauto.settings import run_memory_limit_bytes
 from tileauto.utils.imports import collector_paused
 from tileauto.workers import pickling
 from tileauto.workers.procs import RemoteError, RemoteJobError, WorkerCrashed, WorkerTimeout
