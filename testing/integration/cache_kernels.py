@@ -33,6 +33,13 @@ def tuple_scale_add(n: int, tile: tuple = (16, False), dtype: str = "float32"):
     return scale_add(n, tile[0], tile[1], dtype)
 
 
+def shaped_scale_add(shape: tuple, tile: tuple = (16, False)):
+    """:func:`tuple_scale_add` over ``shape[0]`` elements: a call argument that is a tuple."""
+    if not isinstance(shape, tuple):
+        raise TypeError(f"shape must come as the tuple the call gives, got {shape!r}")
+    return tuple_scale_add(shape[0], tile)
+
+
 def broken_scale_add(n: int, block: int = 16, wrong: bool = False, dtype: str = "float32"):
     """Like :func:`scale_add`, but ``wrong=True`` computes ``A * SCALE`` (fails validation)."""
     A = te.placeholder((n,), dtype, name="A")

@@ -16,6 +16,7 @@ from cache_kernels import (
     SCALE_ADD_CONFIGS,
     jit_matmul,
     ref_scale_add,
+    shaped_scale_add,
     supply_scale_add,
     tune_scale_add,
     tuple_scale_add,
@@ -141,6 +142,29 @@ def test_tuple_config_values_come_back_tuples_from_the_cache(tileauto_env, monke
     # a saved result keeps it too (best_config.json holds the literal beside the JSON)
     loaded = tileauto.AutotuneResult.load_from_disk(again.save_to_disk(tileauto_env / "saved"))
     assert loaded.config == first.config and isinstance(loaded.config["tile"], tuple)
+
+
+def test_a_saved_result_compiles_again_with_the_calls_and_the_configs_tuples(tileauto_env):
+    # load_from_disk(factory=...) on a machine where the library cannot run calls the factory
+    # with the stored call and config: JSON made both tuples lists, and the factory failed
+    from tileauto.cache.disk import read_manifest
+    from tileauto.cache.entry import read_result
+    from tileauto.result._portability import recompile
+
+    tuner = tileauto.AutoTuner.from_kernel(shaped_scale_add, [{"tile": (8, False)}])
+    tuner.args = ((1024,),)
+    tuner.set_compile_args(out_idx=[-1], target="llvm")
+    saved = (
+        tuner.set_profile_args(warmup=1, rep=3)
+        .run(verbose=False)
+        .save_to_disk(tileauto_env / "saved")
+    )
+    stored = read_result(saved, read_manifest(saved))
+    assert stored.problem == {"args": [(1024,)], "kwargs": {}}
+    assert stored.config == {"tile": (8, False)}
+    kernel = recompile(stored, stored.artifact, None, shaped_scale_add)
+    a = torch.rand(1024)
+    torch.testing.assert_close(kernel(a), ref_scale_add(a))
 
 
 def test_a_damaged_entry_is_one_warning_then_tuned_again_and_repaired(tileauto_env):

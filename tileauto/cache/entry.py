@@ -1,14 +1,16 @@
 """One cache entry as a folder of JSON records, the kernel's library and sources, a manifest.
 
     manifest.json      format, kind, key, versions, target, device, created, sha256 of each file
-    best_config.json   {"config": {...}, "literal": "..." when JSON loses a tuple} (tuned)
+    best_config.json   {"config": {...}}                                    (tuned entries)
     latency.json       best / reference / default latency in ms, the best's statistics
     trials.json        every config's trial, the default config's, the tuning time
     problem.json       the problem arguments, when they are plain values (optional)
     kernel/            kernel.so, kernel.json (entry point, parameters, out_idx, target, config),
                        kernel_source.txt (device code), host_source.txt, kernel_script.py
 
-A plain ``@jit`` entry (``kernels/<key>/``) holds the manifest and ``kernel/`` only. Loading
+Where JSON would lose a tuple (of a config or of the call), a record also holds its Python
+literal (``"literal"``, read with ``ast.literal_eval`` and used only when it is the same record
+as JSON sees it). A plain ``@jit`` entry (``kernels/<key>/``) holds the manifest and ``kernel/`` only. Loading
 needs no pickle: the shared library and the JSON files are all there is.
 """
 
@@ -130,7 +132,7 @@ def fill_result(result: Any, out: Path) -> None:
     )
     problem = result.extra.get("problem") if isinstance(result.extra, dict) else None
     if problem is not None:
-        _dump(out / "problem.json", problem)
+        _dump(out / "problem.json", with_literal(problem))
     write_kernel_dir(result.kernel.artifact, out)
 
 
@@ -155,32 +157,44 @@ def read_result(entry_dir: Path, manifest: dict[str, Any]) -> StoredResult:
         default_trial=Trial.from_json(trials["default"]) if trials.get("default") else None,
         tuning_s=float(trials.get("tuning_s", 0.0)),
         artifact=read_artifact(entry_dir),
-        problem=_load(problem_path) if problem_path.is_file() else None,
+        problem=without_literal(_load(problem_path)) if problem_path.is_file() else None,
     )
 
 
+LITERAL = "literal"
+
+
+def with_literal(body: dict[str, Any]) -> dict[str, Any]:
+    """A record to store as JSON, with its Python literal beside it when JSON would not give
+    it back equal (a tuple is a list in JSON): a config or a call keeps the user's values."""
+    if json.loads(json.dumps(body, default=repr)) == body:
+        return body
+    return {**body, LITERAL: repr(body)}
+
+
+def without_literal(record: dict[str, Any]) -> dict[str, Any]:
+    """A record read back: its literal when that is the same record as JSON sees it
+    (container types aside), else the JSON record."""
+    body = {k: v for k, v in record.items() if k != LITERAL}
+    literal = record.get(LITERAL)
+    if not isinstance(literal, str):
+        return body
+    try:  # a literal only: nothing is run, whatever the record holds
+        value = ast.literal_eval(literal)
+        same = isinstance(value, dict) and json.loads(json.dumps(value)) == body
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return body
+    return value if same else body
+
+
 def config_record(config: dict[str, Any]) -> dict[str, Any]:
-    """``best_config.json``: the config, and its Python literal when JSON would not give it
-    back equal (a tuple is a list in JSON), so that a loaded result has the user's values."""
-    record: dict[str, Any] = {"config": config}
-    if json.loads(json.dumps(config, default=repr)) != config:
-        record["literal"] = repr(config)
-    return record
+    """``best_config.json``'s record of the winner's config."""
+    return with_literal({"config": config})
 
 
 def config_of(record: dict[str, Any]) -> dict[str, Any]:
-    """The config of a ``best_config.json`` record: its literal when that is the same config
-    as JSON sees it (container types aside), else the JSON config."""
-    config = dict(record["config"])
-    literal = record.get("literal")
-    if not isinstance(literal, str):
-        return config
-    try:  # a literal only: nothing is run, whatever the record holds
-        value = ast.literal_eval(literal)
-        same = isinstance(value, dict) and json.loads(json.dumps(value)) == config
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return config
-    return value if same else config
+    """The config of a ``best_config.json`` record, with the user's tuples."""
+    return dict(without_literal(record)["config"])
 
 
 def _dump(path: Path, data: Any) -> None:
