@@ -171,7 +171,7 @@ class Trial:
         return f"{self.status.value}: {first[0] if first else 'no message'}"
 
     def at_index(self, index: int) -> Trial:
-        return replace(self, index=index)
+        return self if index == self.index else replace(self, index=index)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -122,13 +122,14 @@ def fill_result(result: Any, out: Path) -> None:
             "best": best.latency.to_json() if best is not None and best.latency else None,
         },
     )
-    _dump(
+    _dump(  # one trial per config: JSON's fast (C) encoder, which writes no indent
         out / "trials.json",
         {
             "trials": [t.to_json() for t in result.trials],
             "default": result.default_trial.to_json() if result.default_trial else None,
             "tuning_s": result.tuning_s,
         },
+        indent=None,
     )
     problem = result.extra.get("problem") if isinstance(result.extra, dict) else None
     if problem is not None:
@@ -197,8 +198,8 @@ def config_of(record: dict[str, Any]) -> dict[str, Any]:
     return dict(without_literal(record)["config"])
 
 
-def _dump(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=repr))
+def _dump(path: Path, data: Any, indent: int | None = 1) -> None:
+    path.write_text(json.dumps(data, indent=indent, sort_keys=True, default=repr))
 
 
 def _load(path: Path) -> Any:

@@ -234,8 +234,9 @@ class TuningStore:
             space_key: Any = {"product": described}
         else:
             full = [full_config(c, defaults, tuned) for c in space]
-            full_ids = {config_id(c): c for c in full}
-            space_key = [config_id(c) for c in full]
+            ids = [config_id(c) for c in full]
+            full_ids = dict(zip(ids, full))
+            space_key = ids
         key = digest({"problem": problem_key, "space": space_key, "search": search})
         meta = {
             **versions(),

@@ -74,9 +74,9 @@ class TrialLog:
         """Write the trials not logged yet and the finish line, close; the file's path."""
         if self._file is None:
             return None
-        for t in summary.trials:
-            if self._logged.get(t.index) != t:
-                self.trial(t)
+        rest = [t for t in summary.trials if self._logged.get(t.index) != t]
+        # one write for them all (a big space's never-tried configs): a line each, one flush
+        self._write(*({"event": "trial", **t.to_json()} for t in rest))
         best, default = summary.best, summary.default
         trials = summary.trials
         self._write(
@@ -106,12 +106,12 @@ class TrialLog:
             return None
         return self.path
 
-    def _write(self, record: dict[str, Any]) -> None:
-        if self._file is None:
+    def _write(self, *records: dict[str, Any]) -> None:
+        if self._file is None or not records:
             return
         try:
-            self._file.write(json.dumps(record, default=str) + "\n")
-            self._file.flush()  # in the kernel now: a killed process keeps this line
+            self._file.write("".join(json.dumps(r, default=str) + "\n" for r in records))
+            self._file.flush()  # in the kernel now: a killed process keeps these lines
         except OSError as exc:
             self._disable(exc)
 

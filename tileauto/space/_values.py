@@ -16,9 +16,28 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 
+# one encoder for every id: json.dumps makes a new one per call when given options
+_ID_ENCODER = json.JSONEncoder(sort_keys=True, default=repr)
+
+
 def config_id(config: dict[str, Any]) -> str:
     """A stable text identity of a config (sorted JSON)."""
-    return json.dumps(config, sort_keys=True, default=repr)
+    return _ID_ENCODER.encode(config)
+
+
+def value_key(value: Any) -> Any:
+    """A key of one config value, equal exactly where the values' JSON is (as in
+    :func:`config_id`): a scalar by its kind and text, in a fraction of a microsecond (a
+    space of 10^5 configs keys each value of each), anything else by its JSON."""
+    if value is None or isinstance(value, bool):
+        return (bool, value)
+    if isinstance(value, int):
+        return (int, int.__repr__(value))  # an IntEnum's JSON is its number too
+    if isinstance(value, float):
+        return (float, float.__repr__(value))  # JSON's text of a float; -0.0 is not 0.0
+    if isinstance(value, str):
+        return (str, str(value))
+    return _ID_ENCODER.encode({"v": value})
 
 
 def is_numpy_bool(value: Any) -> bool:

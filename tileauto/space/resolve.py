@@ -16,6 +16,8 @@ from tileauto.space._values import config_id, not_plain, plain
 from tileauto.space.product import ProductSpace
 from tileauto.space.types import Space
 
+_SCALARS = frozenset((int, float, str, bool, type(None)))  # plain as they are
+
 
 def tunable_parameters(factory: Callable[..., Any]) -> dict[str, Any]:
     """Parameters of the factory that have defaults: the ones a config may set."""
@@ -92,6 +94,8 @@ def resolve_configs(
                 f"a parameter of {name}{inspect.signature(factory)}"
             )
         for k, v in cfg.items():
+            if type(v) in _SCALARS:
+                continue  # the common case, at no cost (a list of 10^5 configs)
             problem = not_plain(v)
             if problem is not None:
                 raise ConfigSpaceError(
@@ -104,7 +108,9 @@ def resolve_configs(
     # keep only the rest, each distinct remainder once, in the order of the list.
     remainders: dict[str, dict[str, Any]] = {}
     for cfg in items:
-        rest = {k: plain(v) for k, v in cfg.items() if k not in passed}
+        rest = {
+            k: v if type(v) in _SCALARS else plain(v) for k, v in cfg.items() if k not in passed
+        }
         remainders.setdefault(config_id(rest), rest)
     return list(remainders.values())
 

@@ -22,6 +22,7 @@ from tileauto.space._values import (
     numpy_module,
     plain,
     radix,
+    value_key,
 )
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ class Space:
         lookup = self.__dict__.get("_value_codes")
         if lookup is None:  # value -> position, per parameter (an absent value keys as "")
             lookup = [
-                {"" if v is ABSENT else config_id({"v": v}): k for k, v in enumerate(p.values)}
+                {"" if v is ABSENT else value_key(v): k for k, v in enumerate(p.values)}
                 for p in self.params
             ]
             self.__dict__["_value_codes"] = lookup
@@ -164,7 +165,7 @@ class Space:
                 value = config.get(p.names[0], ABSENT)
             else:
                 value = tuple(config.get(n, ABSENT) for n in p.names)
-            code = codes.get("" if value is ABSENT else config_id({"v": plain(value)}), -1)
+            code = codes.get("" if value is ABSENT else value_key(plain(value)), -1)
             if code < 0:
                 return -1
             row.append(code)
@@ -209,7 +210,7 @@ class ListSpace(Space):
         np = numpy_module()
         self._configs = [dict(c) for c in configs]
         self.params = tuple(params) if params is not None else _infer_params(self._configs)
-        lookup = [{config_id({"v": v}): k for k, v in enumerate(p.values)} for p in self.params]
+        lookup = [{value_key(v): k for k, v in enumerate(p.values)} for p in self.params]
         codes = np.zeros((len(self._configs), len(self.params)), dtype=np.int64)
         for i, cfg in enumerate(self._configs):
             for j, p in enumerate(self.params):
@@ -218,7 +219,7 @@ class ListSpace(Space):
                     if len(p.names) == 1
                     else tuple(cfg.get(n) for n in p.names)
                 )
-                code = lookup[j].get(config_id({"v": value}))
+                code = lookup[j].get(value_key(value))
                 if code is None:
                     raise ConfigSpaceError(
                         f"config {i} = {cfg!r} sets {p.name} to {value!r}, which is not one of "
@@ -270,7 +271,7 @@ def _infer_params(configs: list[dict[str, Any]]) -> tuple[Param, ...]:
     names: dict[str, dict[str, Any]] = {}
     for cfg in configs:
         for k, v in cfg.items():
-            names.setdefault(k, {}).setdefault(config_id({"v": v}), v)
+            names.setdefault(k, {}).setdefault(value_key(v), v)
     params = []
     for name, found in names.items():
         values = list(found.values())

@@ -47,7 +47,7 @@ class SpaceView:
         self._position: dict[str, int] = {}  # config id -> position (trial index)
         self._product = configs if isinstance(configs, ProductSpace) else None
         if isinstance(configs, ProductSpace):
-            self.search_space: Space = configs
+            self._search_space: Space | None = configs
             keys: set[str] = set(configs.names)
             self._ids: list[str] | None = None
             self._full: list[dict[str, Any]] | None = None
@@ -56,16 +56,24 @@ class SpaceView:
             keys = {k for c in configs for k in c}
             self._full = [full_config(c, defaults, keys) for c in configs]
             ids = [config_id(c) for c in self._full]
+            self._full_ids = ids
             for i, cid in enumerate(ids):
                 self._position.setdefault(cid, i)
             self._by_id = {cid: c for cid, c in zip(ids, self._full)}
             self._ids = list(dict.fromkeys(ids))  # the space in order, each config once
-            self.search_space = ListSpace([self._by_id[cid] for cid in self._ids])
+            self._search_space = None  # made when a search asks: a cache hit never does
             self._size = len(self._ids)
         self.default = baseline_config(configs, defaults, keys)
         self.default_id = config_id(self.default)
         self._by_id.setdefault(self.default_id, self.default)
         self.default_index = self.position(self.default_id)
+
+    @property
+    def search_space(self) -> Space:
+        if self._search_space is None:
+            assert self._ids is not None
+            self._search_space = ListSpace([self._by_id[cid] for cid in self._ids])
+        return self._search_space
 
     def __len__(self) -> int:
         """How many distinct configs the space has (a constrained product scans it whole)."""
@@ -132,6 +140,23 @@ class SpaceView:
             self.__dict__["_search_index"] = found
         return found.get(cid, -1)
 
+    @property
+    def holds_sequences(self) -> bool:
+        """Whether a config of the space may hold a list, tuple or dict (which JSON may give
+        back otherwise: :meth:`own`); False lets a cache hit skip looking, trial by trial."""
+        found = self.__dict__.get("_holds_sequences")
+        if found is None:
+            if self._product is not None:
+                values = (v for p in self._product.params for v in p.values)
+                found = any(isinstance(v, (list, tuple, dict)) for v in values)
+            else:
+                assert self._full is not None
+                found = any(
+                    isinstance(v, (list, tuple, dict)) for c in self._full for v in c.values()
+                )
+            self.__dict__["_holds_sequences"] = found
+        return bool(found)
+
     def own(self, config: dict[str, Any]) -> dict[str, Any]:
         """A config read back from JSON (a cache, a stored trial) with the space's own values.
 
@@ -167,6 +192,6 @@ class SpaceView:
         """The trials of the space in its order: a list's, one per entry (duplicates repeat),
         or a product's measured configs by index."""
         if self._full is not None:
-            return tuple(measured[config_id(c)].at_index(i) for i, c in enumerate(self._full))
+            return tuple(measured[cid].at_index(i) for i, cid in enumerate(self._full_ids))
         found = [(self.position(cid), t) for cid, t in measured.items()]
         return tuple(t.at_index(i) for i, t in sorted(found, key=lambda p: p[0]) if i >= 0)

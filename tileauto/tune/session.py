@@ -179,6 +179,8 @@ class TuningSession:
     def _own_result(self, hit: AutotuneResult) -> AutotuneResult:
         """A stored result with the space's own config values: a tuple the user gave is a
         list in the cache's JSON, and the caller must get the tuple back."""
+        if not self.view.holds_sequences:
+            return hit
         config = self.view.own(hit.config)
         trials = tuple(self._own(t) for t in hit.trials)
         default = hit.default_trial
@@ -231,7 +233,8 @@ class TuningSession:
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
         self.known = self.store.known_trials() if self.store is not None else {}
-        self.known = {cid: self._own(t) for cid, t in self.known.items()}
+        if self.known and self.view.holds_sequences:
+            self.known = {cid: self._own(t) for cid, t in self.known.items()}
         self._tell_borrowed()
         builder = self._builder(scratch.path)
         runner = self._runner()
