@@ -31,3 +31,39 @@ def test_a_config_without_lists_or_not_in_the_space_is_returned_as_it_is():
     assert view.own(plain) is plain
     elsewhere = {"block": [1, 2]}  # a stored config of another space: nothing to restore
     assert view.own(elsewhere) is elsewhere
+
+
+def test_a_values_key_is_equal_exactly_where_its_json_is():
+    import enum
+    import itertools
+
+    from tileauto.space._values import config_id, value_key
+
+    class Size(enum.IntEnum):
+        SMALL = 1
+
+    values = [
+        0,
+        1,
+        -1,
+        1.0,
+        -0.0,
+        0.0,
+        True,
+        False,
+        None,
+        "1",
+        "a",
+        Size.SMALL,
+        2**70,
+        float("inf"),
+        float("nan"),
+        (1, 2),
+        [1, 2],
+        {"k": 1},
+        1e16,
+        10**16,
+    ]
+    for a, b in itertools.product(values, repeat=2):
+        same_json = config_id({"v": a}) == config_id({"v": b})
+        assert (value_key(a) == value_key(b)) == same_json, (a, b)
