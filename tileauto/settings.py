@@ -77,8 +77,6 @@ _NOT_SETTINGS = ("TILEAUTO_ALLOW_MISSING_NATIVE", "TILEAUTO_TEST_")
 def unknown_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """Each ``TILEAUTO_*`` variable of ``environ`` that no setting reads, with a hint: the
     setting it was probably meant to be, and where the settings are listed."""
-    import difflib
-
     known = {
         n for f in dataclasses.fields(Settings) for n in (f.metadata["env"], *f.metadata["also"])
     }
@@ -89,6 +87,8 @@ def unknown_variables(environ: Mapping[str, str]) -> dict[str, str]:
             and name not in known
             and not name.startswith(_NOT_SETTINGS)
         ):
+            import difflib  # only for a name to explain: a module to compile, at every start
+
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
             meant = f"; did you mean {close[0]}?" if close else ""
             unknown[name] = f"{meant} (ignored; `tileauto env` and docs/env_vars.md list them)"
