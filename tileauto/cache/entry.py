@@ -10,8 +10,9 @@
 
 Where JSON would lose a tuple (of a config or of the call), a record also holds its Python
 literal (``"literal"``, read with ``ast.literal_eval`` and used only when it is the same record
-as JSON sees it). A plain ``@jit`` entry (``kernels/<key>/``) holds the manifest and ``kernel/`` only. Loading
-needs no pickle: the shared library and the JSON files are all there is.
+as JSON sees it). A plain ``@jit`` entry (``kernels/<key>/``) holds the manifest and
+``kernel/`` only. Loading needs no pickle: the shared library and the JSON files are all there
+is.
 """
 
 from __future__ import annotations
