@@ -140,7 +140,13 @@ def _parse_path(name: str, raw: str) -> Path:
         raise SettingsError(f"{name} is set but empty: expected a directory path")
     # Absolute now: the run's workers, its exit handlers and the paths it logs must all mean
     # the folder meant when the run started, whatever the process's working directory is later.
-    return Path(os.path.abspath(Path(raw).expanduser()))
+    path = Path(os.path.abspath(Path(raw).expanduser()))
+    if path.exists() and not path.is_dir():
+        raise SettingsError(
+            f"{name}={raw!r} is a file, not a folder: expected a folder (or a path where one "
+            "can be made)"
+        )
+    return path
 
 
 def parse_redis_url(name: str, raw: str) -> str | None:

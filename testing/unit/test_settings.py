@@ -147,6 +147,14 @@ def test_a_relative_path_is_made_absolute_when_read(var, tmp_path, monkeypatch):
     assert getattr(s, PATH_FIELDS[var]) == tmp_path / "here"
 
 
+@pytest.mark.parametrize("var", sorted(PATH_FIELDS))
+def test_a_folder_variable_naming_a_file_is_an_error_naming_it(var, tmp_path):
+    # was: two warnings about "<file>/.locks" and "<file>/measurements", and nothing cached
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SettingsError, match=rf"{var}=.*a-file.* is a file, not a folder"):
+        settings(**{var: str(tmp_path / "a-file")})
+
+
 def test_staging_and_logs_follow_cache_dir_unless_set(tmp_path):
     s = settings(TILEAUTO_CACHE_DIR=str(tmp_path))
     assert s.staging_dir == tmp_path / "tmp"
