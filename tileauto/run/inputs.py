@@ -205,4 +205,21 @@ def _pick_inputs(
             raise InputSupplyError(
                 f"{source}: input {k} ({spec.name}) is {type(t).__name__}, not a tensor"
             )
+        else:
+            _check_fits(t, spec, k, source)
     return tensors
+
+
+def _check_fits(t: torch.Tensor, spec: ParamSpec, k: int, source: str) -> None:
+    """A supplied tensor of the kernel's dtype and static sizes, or an error naming both: it
+    would fail every config alike, with only the first line of TVM's message each."""
+    want = torch_dtype(spec.dtype)
+    problem = None
+    if t.dtype != want:
+        problem = f"is {t.dtype}, the kernel takes {want}"
+    elif len(t.shape) != len(spec.shape) or any(
+        isinstance(d, int) and d != n for d, n in zip(spec.shape, t.shape)
+    ):
+        problem = f"has shape {tuple(t.shape)}, the kernel takes {spec.display_shape}"
+    if problem is not None:
+        raise InputSupplyError(f"{source}: input {k} ({spec.name}) {problem}")

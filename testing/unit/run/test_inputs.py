@@ -195,6 +195,50 @@ def test_captured_non_tensor():
         )
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            [torch.zeros(8, 16, dtype=torch.float64), torch.zeros(16)],
+            r"input 0 \(A\) is torch.float64, the kernel takes torch.float32",
+        ),
+        (
+            [torch.zeros(8, 16), torch.zeros(17)],
+            r"input 1 \(B\) has shape \(17,\), the kernel takes \(16,\)",
+        ),
+        ([torch.zeros(8, 16), torch.zeros(16, 1)], r"input 1 \(B\) has shape \(16, 1\)"),
+    ],
+)
+def test_supplied_tensors_of_another_dtype_or_shape_are_refused_naming_both(given, message):
+    # was: every config failed alike, with the first line of TVM's message each
+    # ("Mismatched A.dtype on argument #0 when calling:")
+    for source, captured, prog in (
+        ("set_autotune_inputs", given, None),
+        ("supply_prog", None, lambda params: given),
+    ):
+        with pytest.raises(InputSupplyError, match=f"{source}: {message}"):
+            make_inputs(
+                PARAMS,
+                IN_POS,
+                captured=captured,
+                supply_prog=prog,
+                supply_type=None,
+                seed=0,
+                device="cpu",
+            )
+    symbolic = (ParamSpec("X", ("n", 4), "float32"),)
+    (x,) = make_inputs(
+        symbolic,
+        (0,),
+        captured=[torch.zeros(7, 4)],
+        supply_prog=None,
+        supply_type=None,
+        seed=0,
+        device="cpu",
+    )
+    assert x.shape == (7, 4)  # a size variable takes any size
+
+
 def test_supply_prog_receives_the_params_and_may_return_one_tensor():
     seen = []
 
