@@ -148,6 +148,24 @@ def _run_child(timeout: float) -> tuple[int, str, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_a_config_whose_kernel_does_not_fit_the_given_inputs_fails_alone():
+    # the inputs given fit the default config; a padded config's kernel takes more elements:
+    # it fails with why, the others are measured (the inputs' check must not stop the tuning)
+    from tune_kernels import scale_jit
+
+    tuner = tileauto.AutoTuner.from_kernel(scale_jit(256), [{"vec": 4}, {"mode": "padded"}])
+    with tileauto.set_autotune_inputs(torch.rand(256)):
+        result = tuner.set_profile_args(warmup=0, rep=2, ref_prog=lambda a: a * 2).run(
+            verbose=False
+        )
+    ok, padded = result.trials
+    assert ok.ok and result.config == {"vec": 4, "mode": "ok"}
+    assert padded.status is TrialStatus.RUN_ERROR
+    assert "its inputs do not fit: set_autotune_inputs: input 0 (A) has shape (256,)" in (
+        padded.error or ""
+    )
+
+
 def test_no_process_survives_a_run_with_crashes_and_hangs():
     code, out, err = _run_child(timeout=3)
     assert code == 0, err[-2000:]

@@ -118,6 +118,8 @@ def scale(n: int, vec: int = 8, mode: str = "ok", repeat: int = 1):
         return _vector_scale(n, vec, 2.0, repeat=repeat)
     if mode == "wrong":
         return _vector_scale(n, vec, 3.0)
+    if mode == "padded":  # takes and returns n + vec elements: other shapes than the default's
+        return _vector_scale(n + vec, vec, 2.0)
     if mode == "compile":
         raise RuntimeError("this config cannot be scheduled (deliberate compile failure)")
     if mode == "exit":  # a factory that leaves the process, or pretends to be interrupted

@@ -228,8 +228,16 @@ class Runner:
         time_it: bool = True,
     ) -> RunOutcome:
         """Validate and time one compiled config; failures come back as statuses."""
+        from tileauto.errors import InputSupplyError
+
         key = self._spec_for(artifact)
-        self.ensure_setup(key)
+        try:
+            self.ensure_setup(key)
+        except InputSupplyError as exc:
+            if key == self.first:
+                raise  # the default config's inputs: no config can run
+            # a config whose kernel takes other shapes than the inputs given (a padded one)
+            return RunOutcome(TrialStatus.RUN_ERROR, error=f"its inputs do not fit: {exc}")
         if is_reference:
             self.reference_signature = key
         request = RunRequest(
