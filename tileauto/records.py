@@ -39,6 +39,10 @@ class TrialStatus(enum.Enum):
         return self is TrialStatus.OK
 
 
+# by stored value, without the enum's call (a cache hit of a big list reads 10^5 trials)
+_STATUS: dict[str, TrialStatus] = {s.value: s for s in TrialStatus}
+
+
 class Validation(enum.Enum):
     """What a config's outputs were checked against (TileLang's trial observer tells the same)."""
 
@@ -192,7 +196,7 @@ class Trial:
         return cls(
             index=int(data["index"]),
             config=dict(data["config"]),
-            status=TrialStatus(data["status"]),
+            status=_STATUS.get(data["status"]) or TrialStatus(data["status"]),
             latency=LatencyStats.from_json(data["latency"]) if data.get("latency") else None,
             compile_s=data.get("compile_s"),
             run_s=data.get("run_s"),

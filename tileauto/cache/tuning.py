@@ -61,7 +61,8 @@ from tileauto.cache.locks import best_effort_lock
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import TRANSIENT, Trial
 from tileauto.settings import Settings
-from tileauto.space import ProductSpace, config_id, full_config, tunable_parameters
+from tileauto.space import ProductSpace, config_id, tunable_parameters
+from tileauto.space.view import SpaceView
 
 log = get_logger("cache")
 
@@ -161,7 +162,7 @@ class TuningStore:
         factory: Callable[..., Any],
         args: tuple,
         kwargs: dict[str, Any],
-        space: list[dict[str, Any]] | ProductSpace,
+        space: SpaceView | list[dict[str, Any]] | ProductSpace,
         compile_args: CompileArgs,
         profile: ProfileArgs,
         captured: Any,
@@ -185,10 +186,10 @@ class TuningStore:
         """
         if not settings.tuning_cache_enabled:
             return None
-        lazy = space if isinstance(space, ProductSpace) else None
-        tuned = set(lazy.names) if lazy is not None else {k for cfg in space for k in cfg}
-        bound = bind_arguments(factory, args, kwargs, partial=True)  # tunables may lack defaults
         defaults = tunable_parameters(factory)
+        view = space if isinstance(space, SpaceView) else SpaceView(space, defaults)
+        lazy = view.product
+        bound = bind_arguments(factory, args, kwargs, partial=True)  # tunables may lack defaults
         try:
             profile_part = profile_fingerprint(profile, timer)
             problem = {
@@ -229,14 +230,8 @@ class TuningStore:
         base_key = digest({**problem, "profile": timing})
         checks = checks_record({k: profile_part[k] for k in CHECK_OPTIONS})
         checks_key = digest(checks)
-        if lazy is not None:
-            full_ids: dict[str, dict[str, Any]] | None = None
-            space_key: Any = {"product": described}
-        else:
-            full = [full_config(c, defaults, tuned) for c in space]
-            ids = [config_id(c) for c in full]
-            full_ids = dict(zip(ids, full))
-            space_key = ids
+        # a list is keyed by its filled configs' ids in order, as the session's view has them
+        space_key: Any = {"product": described} if lazy is not None else view.listed_ids()
         key = digest({"problem": problem_key, "space": space_key, "search": search})
         meta = {
             **versions(),
@@ -250,7 +245,7 @@ class TuningStore:
             "target": target,
             "device": device,
         }
-        store = cls(settings, key, problem_key, meta, full_ids, base, lazy)
+        store = cls(settings, key, problem_key, meta, view.listed_configs(), base, lazy)
         store.place_measurements(base_key, checks_key, checks)
         return store
 

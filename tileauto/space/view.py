@@ -69,6 +69,22 @@ class SpaceView:
         self.default_index = self.position(self.default_id)
 
     @property
+    def product(self) -> ProductSpace | None:
+        """The product when the space is one (decoded by index), else None."""
+        return self._product
+
+    def listed_ids(self) -> list[str] | None:
+        """A list's config ids in its order, one per entry (a config given twice, or given
+        once with a default's value and once without, repeats its id); None for a product."""
+        return None if self._product is not None else list(self._full_ids)
+
+    def listed_configs(self) -> dict[str, dict[str, Any]] | None:
+        """A list's distinct filled configs by id, in order; None for a product."""
+        if self._ids is None:
+            return None
+        return {cid: self._by_id[cid] for cid in self._ids}
+
+    @property
     def search_space(self) -> Space:
         if self._search_space is None:
             assert self._ids is not None
@@ -151,9 +167,8 @@ class SpaceView:
                 found = any(isinstance(v, (list, tuple, dict)) for v in values)
             else:
                 assert self._full is not None
-                found = any(
-                    isinstance(v, (list, tuple, dict)) for c in self._full for v in c.values()
-                )
+                kinds = {type(v) for c in self._full for v in c.values()}  # a few kinds
+                found = any(issubclass(k, (list, tuple, dict)) for k in kinds)
             self.__dict__["_holds_sequences"] = found
         return bool(found)
 

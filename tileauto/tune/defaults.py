@@ -309,7 +309,7 @@ def disk_store(problem: TuningProblem, target: Any, bucket: Any = None) -> DiskS
         p.factory,
         p.args,
         p.kwargs,
-        p.configs,
+        p.view,
         p.compile_args,
         p.profile_args,
         p.captured_inputs,

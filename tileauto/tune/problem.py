@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.settings import Settings
-from tileauto.space import ProductSpace
+from tileauto.space import ProductSpace, tunable_parameters
+from tileauto.space.view import SpaceView
 
 
 @dataclass
@@ -43,6 +45,12 @@ class TuningProblem:
     name: str = "kernel"
     device_type: str = "cpu"
     jit_impl: Any = None
+
+    @functools.cached_property
+    def view(self) -> SpaceView:
+        """The space by search index and config id, made once: the cache's key and the
+        session read the same ids (a list of 10^5 configs is filled and keyed once)."""
+        return SpaceView(self.configs, tunable_parameters(self.factory))
 
     @property
     def pruned(self) -> dict[str, int]:

@@ -43,7 +43,6 @@ from tileauto.report.observer import TrialObserver
 from tileauto.result.record import AutotuneResult
 from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import config_id, tunable_parameters
-from tileauto.space.view import SpaceView
 from tileauto.tune._ending import never_listed, no_winner_message, stored_facts
 from tileauto.tune._retime import retime_contenders
 from tileauto.tune._trials import trial_of, validation_of, warn_if_busy
@@ -118,7 +117,7 @@ class TuningSession:
         p = problem
         self.staging = p.settings.staging_dir  # this run's own folder in it once it tunes
         self.defaults = tunable_parameters(p.factory)
-        self.view = SpaceView(p.configs, self.defaults)
+        self.view = p.view
         self.default_id = self.view.default_id
         self.builder = builder
         # a builder made when the run tunes tells its worker count then

@@ -65,6 +65,26 @@ def test_space_is_part_of_the_key_but_not_of_the_problem():
     assert a.key != b.key and a.problem_key == b.problem_key
 
 
+def test_a_list_is_keyed_by_its_filled_configs_in_order_as_the_session_views_it():
+    from cache_fakes import factory
+
+    from tileauto.space import tunable_parameters
+    from tileauto.space.view import SpaceView
+
+    listed = open_store(space=[{"block": 8}, {}])  # {} is the factory's default, block=16
+    view = SpaceView([{"block": 8}, {"block": 16}], tunable_parameters(factory))
+    assert open_store(space=view).key == listed.key
+    assert (
+        listed.full_ids
+        == view.listed_configs()
+        == {
+            '{"block": 8}': {"block": 8},
+            '{"block": 16}': {"block": 16},
+        }
+    )
+    assert open_store(space=[{"block": 16}, {"block": 8}]).key != listed.key
+
+
 @pytest.mark.parametrize(
     "env", [{"TILEAUTO_DISABLE_CACHE": "1"}, {"TILEAUTO_AUTO_TUNING_DISABLE_CACHE": "1"}]
 )
