@@ -69,6 +69,71 @@ def test_key_bucketing_shares_one_tuning():
     assert len(tuned.results) == 2
 
 
+def by_vec_or_fixed(func, args, *, warmup, rep, config, device):
+    """by_vec, for configs that may not set vec (the call fixed it)."""
+    func(*args)
+    return [{4: 2.0, 8: 1.0}.get(config.get("vec"), 9.0) * 1e6] * rep
+
+
+def test_a_tunable_the_call_passes_is_fixed_in_a_key_bucket_too():
+    # the bucket's config replaced it, and a first call that fixed it became the bucket's
+    # tuning: every later call got the factory's default, never tuned
+    impl = tileauto.jit(out_idx=[-1])(scale)
+    tuned = tileauto.autotune(
+        configs=[{"vec": 4}, {"vec": 8}], key=lambda n: next_power_of_2(n), timer=by_vec_or_fixed,
+        **FAST,
+    )(impl)  # fmt: skip
+    first = tuned(1024, vec=16)  # the bucket's first call fixes vec: a tuning of the rest
+    assert tuned.get_tuner_result(1024, vec=16).config == {}
+    assert "<16 x float>" in first.get_kernel_source()  # the LLVM IR of a 16-wide vector
+    free = tuned(1024)
+    assert tuned.get_tuner_result(1024).config == {"vec": 8} and free.config == {"vec": 8}
+    fixed = tuned(1000, vec=4)  # the bucket's winner is 8; this call says 4
+    assert "<4 x float>" in fixed.get_kernel_source()
+    assert "<8 x float>" in tuned(1000).get_kernel_source()
+    a = torch.randn(1000)
+    torch.testing.assert_close(fixed(a), a * 2)
+
+
+def test_a_call_missing_a_problem_argument_is_refused_before_anything_compiles():
+    tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], **FAST)(
+        tileauto.jit(out_idx=[-1])(scale)
+    )
+    with pytest.raises(TypeError, match=r"scale\(n: 'int'.*missing a required argument: 'n'"):
+        tuned(vec=4)
+    assert tuned.results == {}
+
+
+def test_an_error_inside_a_configs_callable_is_the_users_own():
+    def space(n):
+        return [{"vec": v} for v in range(None)]  # a bug of the user's
+
+    tuned = tileauto.autotune(configs=space, **FAST)(tileauto.jit(out_idx=[-1])(scale))
+    with pytest.raises(TypeError, match="'NoneType' object cannot be interpreted"):
+        tuned(512)
+    with pytest.raises(
+        tileauto.ConfigSpaceError, match=r"cannot take the kernel's arguments \(512"
+    ):
+        tileauto.autotune(configs=lambda m, k: [{"vec": 4}], **FAST)(
+            tileauto.jit(out_idx=[-1])(scale)
+        )(512)
+
+
+def test_from_kernel_of_a_jit_kernel_tunes_a_product_or_a_callable_space():
+    kernel = tileauto.jit(out_idx=[-1])(scale)(1024, vec=16)
+    for configs in (
+        [{"vec": 4}, {"vec": 8}],
+        tileauto.space.product(vec=[4, 8]),
+        lambda n: [{"vec": 4}, {"vec": 8}],
+    ):
+        result = (
+            tileauto.AutoTuner.from_kernel(kernel, configs)
+            .set_profile_args(timer=by_vec_or_fixed, warmup_iters=1, rep_iters=3)
+            .run()
+        )
+        assert result.config == {"vec": 8} and len(result.trials) == 2, configs
+
+
 def test_disable_autotune_uses_the_defaults(monkeypatch):
     monkeypatch.setenv("TILEAUTO_DISABLE_AUTOTUNE", "1")
     tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 16}], **FAST)(

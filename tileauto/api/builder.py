@@ -15,7 +15,8 @@ from tileauto.jit.impl import JITImpl
 from tileauto.jit.kernel import JITKernel
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result.record import AutotuneResult
-from tileauto.space import materialize
+from tileauto.space import ProductSpace, Space, materialize
+from tileauto.space.resolve import call_accepting
 from tileauto.tune import defaults
 
 _KEEP: Any = type("Keep", (), {"__repr__": lambda self: "<keep>"})()  # an argument not given
@@ -69,14 +70,9 @@ class AutoTuner:
             impl, args, kwargs = kernel.origin
             tuner = cls(impl.factory, configs)
             tuner.jit_impl, tuner.args, tuner.kwargs = impl, tuple(args), dict(kwargs)
-            for k in list(tuner.kwargs):
-                if any(
-                    isinstance(c, dict) and k in c
-                    for c in (tuner.configs if isinstance(tuner.configs, list) else [])
-                ):
-                    tuner.kwargs.pop(
-                        k
-                    )  # a tunable the kernel was built with: the configs decide it
+            tuned = _space_names(tuner.configs, tuner.args, tuner.kwargs)
+            for k in tuned & set(tuner.kwargs):
+                tuner.kwargs.pop(k)  # a tunable the kernel was built with: the configs decide it
             tuner.compile_args = impl.compile_args
             return tuner
         if isinstance(kernel, JITImpl):
@@ -207,3 +203,15 @@ class AutoTuner:
             jit_impl=self.jit_impl,
             store=self.store,
         )
+
+
+def _space_names(configs: Any, args: tuple, kwargs: dict[str, Any]) -> set[str]:
+    """The names the configs set: a list's keys, a product's names, or those of the space a
+    callable returns for the kernel's arguments."""
+    if callable(configs) and not isinstance(configs, Space):
+        configs = call_accepting(configs, "configs", args, kwargs)
+    if isinstance(configs, ProductSpace):
+        return set(configs.names)
+    if isinstance(configs, (list, tuple)):
+        return {k for c in configs if isinstance(c, dict) for k in c}
+    return set()

@@ -38,7 +38,9 @@ from tileauto.space import (
     product,
     resolve_configs,
     split_pass_configs,
+    tunable_parameters,
 )
+from tileauto.space.resolve import call_accepting
 from tileauto.tune import defaults
 
 log = get_logger("autotuner")
@@ -67,6 +69,13 @@ def key_by_names(factory: Callable[..., Any], names: Any) -> Callable[..., Any]:
 
     key.__qualname__ = f"key_by_names{names}"
     return key
+
+
+def _passed(factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments the call gives, by name (the factory's defaults not applied)."""
+    import inspect
+
+    return dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
 
 
 class AutoTuneImpl:
@@ -129,9 +138,28 @@ class AutoTuneImpl:
         functools.update_wrapper(self, jit_impl.factory)
 
     def _tuning_key(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        factory = self.jit_impl.factory
         if self.key is None:
-            return call_key(self.jit_impl.factory, args, kwargs)
-        return freeze(describe_value(self.key(*args, **kwargs)))
+            return call_key(factory, args, kwargs)
+        # a tunable the call passes is fixed: the call tunes the rest of the space, a bucket
+        # of its own (the bucket's config must not replace it, nor its tuning serve the others)
+        passed = _passed(factory, args, kwargs)
+        fixed = {k: v for k, v in passed.items() if k in self._tunable_names()}
+        value = call_accepting(self.key, "key", args, kwargs)
+        return freeze(describe_value((value, fixed) if fixed else value))
+
+    def _tunable_names(self) -> frozenset[str]:
+        """The names a config of the space may set (a callable space: every tunable)."""
+        names = self.__dict__.get("_names")
+        if names is None:
+            if isinstance(self.configs, ProductSpace):
+                names = frozenset(self.configs.names)
+            elif isinstance(self.configs, list):
+                names = frozenset(k for c in self.configs if isinstance(c, dict) for k in c)
+            else:
+                names = frozenset(tunable_parameters(self.jit_impl.factory))
+            self.__dict__["_names"] = names
+        return names
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
         if not kwargs:  # the lookup: the same sizes again, a dict lookup and a type check
@@ -229,7 +257,9 @@ class AutoTuneImpl:
                 merged = merged_pass_configs(self.jit_impl.compile_args.pass_configs, own)
                 compile_args = dataclasses.replace(self.jit_impl.compile_args, pass_configs=merged)
                 impl = self._with_passes[key] = JITImpl(self.jit_impl.factory, compile_args)
-        return impl(*args, **{**kwargs, **arguments})
+        # the call's own arguments win: a tunable it passes is fixed (docs/tuning.md)
+        passed = _passed(self.jit_impl.factory, args, kwargs)
+        return impl(*args, **kwargs, **{k: v for k, v in arguments.items() if k not in passed})
 
     def _checked_reuse(
         self, args: tuple, kwargs: dict[str, Any], bucket_result: AutotuneResult

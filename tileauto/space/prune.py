@@ -111,7 +111,10 @@ def _estimate(model: Callable[..., Any], named: dict[str, Any], config: dict[str
     """``perf_model``'s estimate for one config, as a number to sort by."""
     value = model(**{**named, **config})
     try:
-        return float(value)
+        estimate = float(value)
+        if estimate != estimate:  # NaN sorts anywhere: the top_k would be arbitrary
+            raise ValueError
+        return estimate
     except (TypeError, ValueError):
         raise ConfigSpaceError(
             f"prune_configs_by['perf_model'] must return an estimated time (a number), got "

@@ -19,6 +19,42 @@ from tileauto.space.types import Space
 _SCALARS = frozenset((int, float, str, bool, type(None)))  # plain as they are
 
 
+class _DoesNotFit(TypeError):
+    """A callable of the factory's arguments that cannot take this call's."""
+
+
+def call_accepting(fn: Callable[..., Any], what: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` for a callable of the factory's arguments (``configs=``,
+    ``key=``), given the keywords it has a parameter for: a tunable the call fixes
+    (``matmul(M, N, K, threads=128)``) does not break ``lambda M, N, K: ...``. What ``fn``
+    raises is raised as it is.
+
+    Raises:
+        TypeError: ``fn`` cannot take the call's arguments (named: ``what``).
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: called as it is
+        return fn(*args, **kwargs)
+    params = signature.parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        kwargs = {k: v for k, v in kwargs.items() if k in signature.parameters}
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise _DoesNotFit(
+            f"{what} is a callable but it cannot take the kernel's arguments "
+            f"{_shown(args, kwargs)}: {exc}; it must accept the factory's problem arguments"
+        ) from None
+    return fn(*args, **kwargs)
+
+
+def _shown(args: tuple, kwargs: dict[str, Any]) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    text = f"({', '.join(parts)})"
+    return text if len(text) <= 120 else text[:117] + "...)"
+
+
 def tunable_parameters(factory: Callable[..., Any]) -> dict[str, Any]:
     """Parameters of the factory that have defaults: the ones a config may set."""
     return {
@@ -44,16 +80,13 @@ def resolve_configs(
     """
     if callable(configs):
         try:
-            produced = configs(*args, **kwargs)
-        except TypeError as exc:
-            raise ConfigSpaceError(
-                f"configs is a callable but calling it with the kernel's arguments failed: {exc}; "
-                f"it must accept the same arguments as the factory"
-            ) from None
-        configs = produced
+            configs = call_accepting(configs, "configs", args, kwargs)
+        except _DoesNotFit as exc:
+            raise ConfigSpaceError(str(exc)) from None
     if isinstance(configs, ProductSpace):
         lazy = _checked_product(configs, factory, args, kwargs)
         if lazy is not None:
+            _check_complete(factory, args, kwargs, set(lazy.names))
             return lazy
     if (
         configs is None
@@ -112,7 +145,35 @@ def resolve_configs(
             k: v if type(v) in _SCALARS else plain(v) for k, v in cfg.items() if k not in passed
         }
         remainders.setdefault(config_id(rest), rest)
+    _check_complete(factory, args, kwargs, {k for c in items for k in c})
     return list(remainders.values())
+
+
+def _check_complete(
+    factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any], tuned: set[str]
+) -> None:
+    """A required parameter that neither the call nor any config gives is the call's error,
+    as a ``@jit`` call's (before anything compiles, not one compile error per config).
+
+    Raises:
+        TypeError: naming the factory, its signature and the missing argument.
+    """
+    signature = inspect.signature(factory)
+    given = signature.bind_partial(*args, **kwargs).arguments
+    missing = [
+        name
+        for name, p in signature.parameters.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and name not in given
+        and name not in tuned
+    ]
+    if missing:
+        name = getattr(factory, "__qualname__", repr(factory))
+        raise TypeError(
+            f"{name}{signature}: missing a required argument: {missing[0]!r} (the call does "
+            "not give it and no config sets it)"
+        )
 
 
 def _checked_product(
@@ -160,7 +221,7 @@ def baseline_config(
     """
     keys = set(keys)
     nonempty = configs.count_upto(1) > 0 if isinstance(configs, Space) else bool(configs)
-    if keys - set(defaults) and nonempty:
+    if keys - set(defaults) - {PASS_CONFIGS} and nonempty:  # pass_configs: no parameter
         return full_config(configs[0], defaults, keys)
     return full_config({}, defaults, keys)
 

@@ -107,3 +107,9 @@ def test_prune_functions_that_return_the_wrong_thing_are_named(prune, match):
 def test_bad_prune_configs_by_is_named(prune, match):
     with pytest.raises(ValueError, match=match):
         check_prune_configs_by(prune)
+
+
+def test_a_perf_model_estimate_of_nan_is_refused():
+    prune = {"perf_model": lambda **kw: float("nan"), "top_k": 2}
+    with pytest.raises(ConfigSpaceError, match="must return an estimated time.*got nan"):
+        prune_space(SPACE, prune, matmul, (1, 2, 3), {})

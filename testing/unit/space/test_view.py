@@ -67,3 +67,11 @@ def test_a_values_key_is_equal_exactly_where_its_json_is():
     for a, b in itertools.product(values, repeat=2):
         same_json = config_id({"v": a}) == config_id({"v": b})
         assert (value_key(a) == value_key(b)) == same_json, (a, b)
+
+
+def test_a_pass_configs_entry_does_not_make_the_first_config_the_default():
+    # pass_configs is no parameter of the factory: the default config stays the factory's
+    configs = [{"block": 4}, {"block": 32, "pass_configs": {"tirx.disable_vectorize": True}}]
+    view = SpaceView(configs, {"block": 16})
+    assert view.default == {"block": 16, "pass_configs": None}
+    assert SpaceView([{"block": 4}], {}).default == {"block": 4}  # no default: the first
