@@ -5,6 +5,7 @@ Real LLVM kernels (``tune_kernels.scale_jit``) tuned, saved and damaged on disk.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cache_kernels import ref_scale_add, tuple_scale_add
 from tune_kernels import scale_jit
 
 import tileauto
@@ -41,6 +43,13 @@ def _reseal(path: Path) -> None:
 def _check(result) -> None:
     a = torch.randn(256)
     torch.testing.assert_close(result.kernel(a), a * 2)
+
+
+def _autotuned():
+    """A new ``@autotune`` function over ``scale_jit``, as a user's module holds one."""
+    return tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], warmup=0, rep=2, verbose=False)(
+        scale_jit
+    )
 
 
 # -- save_to_disk: a complete folder or nothing ---------------------------------------------------
@@ -160,3 +169,52 @@ def test_a_loaded_folder_without_its_sources_says_which_file_is_missing(tmp_path
         back.kernel.get_kernel_source()
     assert "factory=" in str(info.value)
     assert back.kernel.get_host_source()
+
+
+# -- what a saved folder keeps of its tuning -------------------------------------------------------
+def test_a_saved_autotune_result_names_its_factory_as_its_cache_entry_does(tmp_path, tileauto_env):
+    tuned = _autotuned()
+    tuned(256)
+    result = tuned.get_tuner_result(256)
+    entry = disk.read_manifest(tileauto_env / "autotuner" / result.key)
+    manifest = disk.read_manifest(result.save_to_disk(tmp_path / "saved"))
+    names = ("kernel", "module", "problem_key", "family")
+    assert {n: manifest.get(n) for n in names} == {n: entry[n] for n in names}
+    assert manifest["kernel"] == "scale" and manifest["module"] == "tune_kernels"  # not "main"
+
+
+def test_load_from_disk_compiles_with_the_factory_under_an_autotune_function(tmp_path, monkeypatch):
+    tuned = _autotuned()
+    tuned(256)
+    saved = tuned.get_tuner_result(256).save_to_disk(tmp_path / "saved")
+    elsewhere = _autotuned()  # the same decorated function, in another process
+    monkeypatch.setattr(
+        "tileauto.result.shipping.cannot_run_here", lambda artifact, args: "another CPU"
+    )
+    with pytest.warns(RuntimeWarning, match="cannot run here"):
+        loaded = tileauto.AutotuneResult.load_from_disk(saved, factory=elsewhere)
+    assert elsewhere.results == {}  # its @jit factory compiled the best config: no tuning
+    assert loaded.kernel.config["vec"] == loaded.config["vec"]
+    _check(loaded)
+
+
+def test_a_loaded_results_trials_get_the_winners_tuples_back(tmp_path):
+    configs = [{"tile": (16, False)}, {"tile": (32, True)}]
+    tuner = tileauto.AutoTuner.from_kernel(tuple_scale_add, configs)
+    tuner.args = (1024,)
+    tuner.set_compile_args(out_idx=[-1], target="llvm")
+    result = tuner.set_profile_args(warmup=0, rep=2, ref_prog=ref_scale_add).run(verbose=False)
+    saved = result.save_to_disk(tmp_path / "saved")
+    loaded = tileauto.AutotuneResult.load_from_disk(saved)
+    assert [t.config for t in loaded.trials] == configs
+    assert all(isinstance(t.config["tile"], tuple) for t in loaded.trials)
+    assert isinstance(loaded.default_trial.config["tile"], tuple)
+    assert loaded.best_trial is not None and loaded.best_trial.config == loaded.config
+    # a folder without the winner's literal (an older save) reads as JSON wrote it, alike
+    best = saved / "best_config.json"
+    best.write_text(json.dumps({"config": json.loads(best.read_text())["config"]}))
+    _reseal(saved)
+    older = tileauto.AutotuneResult.load_from_disk(saved)
+    assert isinstance(older.config["tile"], list)
+    assert all(isinstance(t.config["tile"], list) for t in older.trials)
+    assert older.best_trial is not None

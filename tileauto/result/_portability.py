@@ -29,11 +29,37 @@ def with_out_idx(artifact: Any, out_idx: tuple[int, ...]) -> Any:
     return replace(artifact, out_idx=resolve_out_idx(out_idx, len(artifact.params)))
 
 
+def recompile_factory(factory: Any) -> Any:
+    """The plain factory that ``load_from_disk(factory=...)`` compiles with, or None.
+
+    An ``@autotune`` function stands for its ``@jit`` factory, and a ``@jit`` factory for the
+    function it wraps: calling either would tune or compile with the ``@jit`` options, where
+    a recompile needs the PrimFunc of one config.
+
+    Raises:
+        TypeError: ``factory`` is not callable.
+    """
+    if factory is None:
+        return None
+    plain = getattr(getattr(factory, "jit_impl", factory), "factory", factory)
+    if not callable(plain):
+        raise TypeError(
+            "load_from_disk(factory=...) must be the kernel's @jit factory, the "
+            "@tileauto.autotune function over it, or a plain function returning a tvm PrimFunc "
+            f"or IRModule; got {type(factory).__name__} {factory!r:.60}"
+        )
+    return plain
+
+
 def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
     """Compile the stored best config for this machine (from its TVMScript, or the factory).
 
+    ``factory``: a plain factory, an ``@autotune`` or a ``@jit`` one (see
+    :func:`recompile_factory`), or None.
+
     Raises:
         CacheError: no factory is given and the entry holds no TVMScript.
+        TypeError: ``factory`` is not callable.
     """
     from tileauto.jit.compiler import compile_to_dir
     from tileauto.jit.impl import process_scratch_dir
@@ -50,8 +76,9 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
         target_host=args.target_host if args is not None else None,
         pass_configs=args.pass_configs if args is not None else None,
     )
-    if factory is not None:
-        fn = getattr(factory, "factory", factory)
+    plain = recompile_factory(factory)
+    if plain is not None:
+        fn = plain
         problem = stored.problem or {}
         call_args, call_kwargs = tuple(problem.get("args", ())), dict(problem.get("kwargs", {}))
         arguments, own = split_pass_configs(stored.config)

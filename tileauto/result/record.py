@@ -15,7 +15,7 @@ from typing import Any
 from tileauto.records import Trial
 from tileauto.report.plot import plot_trials
 from tileauto.report.table import format_table
-from tileauto.result.shipping import kernel_name, load_result, save_result
+from tileauto.result.shipping import kernel_name, load_result, problem_names, save_result
 from tileauto.result.summary import TuningResult
 
 
@@ -34,7 +34,9 @@ class AutotuneResult:
         log_path: the log file of this run, if one was written.
         cache_hit: whether it came from the disk cache (or a saved folder) without tuning.
         key: the cache key of the tuning problem (None when the tuning cache was off).
-        extra: more facts about the run (``"problem"``: the problem arguments, if plain).
+        extra: more facts about the run (``"problem"``: the problem arguments, if plain;
+            ``"entry"``: the factory's name and module, ``problem_key`` and ``family`` that
+            the cache entry or saved folder it was read from gives, kept when it is saved).
         rebuild: compiles the best config again when the kernel's files are gone and it must
             be saved (None for a loaded folder).
     """
@@ -108,14 +110,17 @@ class AutotuneResult:
         The folder holds best_config.json, latency.json, trials.json, the kernel's shared
         library, sources and parameter description, and a manifest of sha256 hashes (see
         ``docs/cache_format.md``). It is written next to ``path`` and renamed into place, so
-        ``path`` is never half-written. An existing result folder at ``path`` is replaced;
-        any other non-empty folder is refused. When the kernel's library or a source is gone
-        from its folder, the best config is compiled again (a result tuned in this process).
+        ``path`` is never half-written. A saved result at ``path`` that holds nothing but
+        its own files is replaced; anything else there is refused and left as it is. The
+        manifest names the problem (factory, module, problem and family keys) as the cache
+        entry of this result does. When the kernel's library or a source is gone from its
+        folder, the best config is compiled again (a result tuned in this process).
 
         Raises:
-            CacheError: ``path`` is a non-empty folder that is not a saved result, or a file
-                of the kernel is gone and this result cannot compile it again.
-            OSError: the folder could not be written.
+            CacheError: a file, a link, or a non-empty folder other than a saved result alone
+                is at ``path``; or a file of the kernel is gone and this result cannot compile
+                it again.
+            OSError: the folder could not be written (the message names ``path``).
         """
         return save_result(self, path, verbose=verbose)
 
@@ -138,10 +143,13 @@ class AutotuneResult:
                 ``pass_configs`` are used when recompiling, and a target of another kind
                 than the stored one forces a recompile.
             factory: recompile with this factory and the stored problem arguments instead of
-                the stored TVMScript.
+                the stored TVMScript: the ``@jit`` factory, the ``@tileauto.autotune``
+                function over it (its ``@jit`` factory is used: nothing is tuned), or a plain
+                factory.
 
         Raises:
             CacheError: the folder is missing, incomplete, corrupt, or writable by others.
+            TypeError: ``factory`` or ``compile_args`` is not of a kind described above.
         """
         return load_result(cls, path, compile_args, factory=factory)
 
@@ -159,6 +167,9 @@ class AutotuneResult:
         ``key``: the entry's key (default: the one its manifest records); ``rebuild``: see
         the attribute.
         """
+        extra: dict[str, Any] = {"entry": problem_names(stored.manifest)}
+        if stored.problem is not None:
+            extra["problem"] = stored.problem
         return cls(
             config=dict(stored.config),
             latency=stored.latency_ms,
@@ -169,6 +180,6 @@ class AutotuneResult:
             tuning_s=stored.tuning_s,
             cache_hit=True,
             key=key if key is not None else stored.manifest.get("key"),
-            extra={"problem": stored.problem} if stored.problem is not None else {},
+            extra=extra,
             rebuild=rebuild,
         )

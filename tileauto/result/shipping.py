@@ -9,8 +9,10 @@ module (``from tileauto import AutotuneResult``), loads neither.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import stat
 import uuid
 import warnings
 from collections.abc import Callable
@@ -22,7 +24,12 @@ from tileauto._logging import get_logger
 from tileauto.errors import CacheError
 from tileauto.options import CompileArgs
 from tileauto.report.notes import note
-from tileauto.result._portability import cannot_run_here, recompile, with_out_idx
+from tileauto.result._portability import (
+    cannot_run_here,
+    recompile,
+    recompile_factory,
+    with_out_idx,
+)
 
 log = get_logger("shipping")
 
@@ -35,11 +42,9 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
     from tileauto.jit.target_memo import device_fingerprint
 
     path = Path(path).expanduser().absolute()
-    if path.exists() and (not path.is_dir() or _foreign_folder(path)):
-        raise CacheError(
-            f"save_to_disk({str(path)!r}): the path exists and is not a saved tileauto "
-            "result; give a new or empty folder"
-        )
+    in_the_way = _in_the_way(path)
+    if in_the_way is not None:
+        raise CacheError(f"save_to_disk({str(path)!r}): {in_the_way}")
     artifact = _complete_artifact(result, path)
     to_save = replace(result, kernel=_Saved(artifact))
     meta = {
@@ -47,22 +52,26 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
         "kind": KIND_TUNED,
         "key": result.key,
         "kernel": kernel_name(result.kernel),
+        **_stored_names(result),  # the factory's name, module, problem_key and family
         "target": artifact.target,
         "device": device_fingerprint(artifact.device_type),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.parent / f".{path.name}.stage-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(mode=0o700)
     try:
-        disk.write_entry(
-            path,
-            lambda out: _fill_complete(to_save, out, fill_result),
-            meta,
-            staging,
-            shared=True,
-        )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir(mode=0o700)
+        try:
+            disk.write_entry(
+                path,
+                lambda out: _fill_complete(to_save, out, fill_result),
+                meta,
+                staging,
+                shared=True,
+            )
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
     message = f"tileauto: saved {artifact.func_name} ({result.config}) to {path}"
     note(message, show=verbose)
     return path
@@ -78,6 +87,10 @@ def load_result(
 
     path = Path(path).expanduser().absolute()
     args = _compile_args(compile_args)
+    make = recompile_factory(factory)
+    not_a_folder = _not_a_folder(path)
+    if not_a_folder is not None:
+        raise CacheError(f"load_from_disk({str(path)!r}): {not_a_folder}")
     # A shipped folder may belong to root (installed in an image); others must not write it.
     problem = disk.verify(path, required=REQUIRED_TUNED, trusted_uids={os.getuid(), 0})
     if problem is not None:
@@ -86,7 +99,7 @@ def load_result(
         manifest = disk.read_manifest(path)
         if manifest.get("kind", KIND_TUNED) != KIND_TUNED:
             raise CacheError(f"{path} holds a plain kernel, not a tuned result")
-        stored = read_result(path, manifest)
+        stored = _with_own_values(read_result(path, manifest))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CacheError(f"load_from_disk({str(path)!r}): unreadable records ({exc})") from exc
     artifact = stored.artifact
@@ -106,8 +119,54 @@ def load_result(
             RuntimeWarning,
             stacklevel=3,
         )
-        kernel = recompile(stored, artifact, args, factory)
+        kernel = recompile(stored, artifact, args, make)
     return cls.from_stored(stored, kernel)
+
+
+def _with_own_values(stored: Any) -> Any:
+    """The stored trials with the winner's tuples: JSON made every tuple a list, and only the
+    winner's config kept its Python literal. A list where the winner's config holds a tuple
+    (of the same parameter, in the same place) is that tuple's kind again, so a trial of the
+    winner's config equals ``result.config``."""
+    best = stored.config
+    if json.loads(json.dumps(best, default=repr)) == best:
+        return stored  # no tuple to give back
+
+    def own(trial: Any) -> Any:
+        config = {name: _like(value, best.get(name)) for name, value in trial.config.items()}
+        return replace(trial, config=config) if config != trial.config else trial
+
+    default = stored.default_trial
+    return replace(
+        stored,
+        trials=tuple(own(t) for t in stored.trials),
+        default_trial=own(default) if default is not None else None,
+    )
+
+
+def _like(value: Any, model: Any) -> Any:
+    """``value`` as JSON gave it back, with ``model``'s tuples where ``value`` has lists."""
+    if isinstance(value, list) and isinstance(model, (list, tuple)):
+        items = [_like(v, m) for v, m in zip(value, model)] + value[len(model) :]
+        return tuple(items) if isinstance(model, tuple) else items
+    if isinstance(value, dict) and isinstance(model, dict):
+        return {k: _like(v, model.get(k)) for k, v in value.items()}
+    return value
+
+
+def _not_a_folder(path: Path) -> str | None:
+    """Why ``path`` is no folder to load (missing, a file or a link), or None."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return "no such folder: give the folder save_to_disk wrote (or a cache entry's)"
+    except OSError as exc:
+        return f"the path cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"a symbolic link, not a folder: give the folder it points to ({path.resolve()})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "a file, not a folder: give the folder save_to_disk wrote (or a cache entry's)"
+    return None
 
 
 def _complete_artifact(result: Any, path: Path) -> Any:
@@ -163,11 +222,148 @@ def kernel_name(kernel: Any) -> str:
     )
 
 
-def _foreign_folder(path: Path) -> bool:
-    """A non-empty folder that is not a saved result (never replaced by save_to_disk)."""
-    from tileauto.cache.disk import MANIFEST
+def _write_error(path: Path, exc: OSError) -> OSError:
+    """``exc`` said of the user's ``path``: a staging folder next to it (``.<name>.stage-*``,
+    ``.stage-*``) is a name the user never gave, so the folder it is in is named instead."""
+    where = str(exc.filename) if exc.filename is not None else ""
+    try:
+        first = Path(where).relative_to(path.parent).parts[0]
+    except (ValueError, IndexError):
+        first = ""
+    if first.startswith(".") and first != path.name:
+        where = str(path.parent)
+    why = exc.strerror or str(exc)
+    message = (
+        f"save_to_disk({str(path)!r}): the folder could not be written "
+        f"({why}{f': {where}' if where else ''}); nothing was saved"
+    )
+    # with its errno, OSError is the subclass the error was (PermissionError, say)
+    return OSError(exc.errno, message) if exc.errno is not None else OSError(message)
 
-    return any(path.iterdir()) and not (path / MANIFEST).is_file()
+
+# -- what save_to_disk may replace ----------------------------------------------------------------
+def _in_the_way(path: Path) -> str | None:
+    """Why ``save_to_disk`` must not replace what is at ``path``, and what to do; None when
+    nothing is there, an empty folder, or a saved result that holds nothing but its own files."""
+    untouched = "nothing was written and it is left as it is. Give a new or empty folder"
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"a symbolic link is there, not a folder; {untouched}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"a file is there, not a folder; {untouched}"
+    try:
+        names = _tree(path)
+    except OSError as exc:
+        return f"the folder cannot be read ({exc.strerror or exc}); {untouched}"
+    if not names:
+        return None
+    own, why = _own_files(path)
+    if why is not None:
+        return (
+            f"the folder is not a saved tileauto result ({why}) and holds {_few(names)}; "
+            f"{untouched}"
+        )
+    foreign = [name for name in names if name not in own]
+    if foreign:
+        return (
+            f"the folder holds a saved tileauto result and more ({_few(foreign)}), which "
+            f"replacing the result would delete; {untouched}, or move those out of it"
+        )
+    return None
+
+
+def _tree(path: Path) -> list[str]:
+    """Every file and folder under ``path``, relative to it, a folder's name ending in ``/``
+    (links listed, never followed)."""
+    names = []
+    for dirpath, dirnames, filenames in os.walk(path, onerror=_raise):
+        top = Path(dirpath).relative_to(path)
+        names += [f"{(top / name).as_posix()}/" for name in dirnames]
+        names += [(top / name).as_posix() for name in filenames]
+    return sorted(names)
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
+def _own_files(path: Path) -> tuple[set[str], str | None]:
+    """The paths a saved result at ``path`` owns (its manifest's files, the folders above them,
+    and the files a save writes), or why its manifest is not a saved result's."""
+    from tileauto.cache.disk import KNOWN_FORMATS, MANIFEST
+    from tileauto.cache.entry import KIND_TUNED, REQUIRED_TUNED
+
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return set(), f"no {MANIFEST}"
+    except (OSError, ValueError) as exc:
+        return set(), f"its {MANIFEST} is unreadable: {exc}"
+    if not isinstance(manifest, dict):
+        return set(), f"its {MANIFEST} is not a JSON object"
+    kind, version = manifest.get("kind"), manifest.get("format")
+    if kind != KIND_TUNED or str(version) not in KNOWN_FORMATS:
+        return set(), f"its {MANIFEST} is not a tuned result's: kind {kind!r}, format {version!r}"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(name, str) for name in files):
+        return set(), f"its {MANIFEST} lists no files"
+    own = {MANIFEST, "problem.json", *REQUIRED_TUNED, *_kernel_files(), *files}
+    for name in list(own):
+        own.update(f"{parent.as_posix()}/" for parent in Path(name).parents if parent.name)
+    return own, None
+
+
+def _kernel_files() -> tuple[str, ...]:
+    """The files a save writes in ``kernel/``."""
+    from tileauto.artifact import KernelArtifact
+    from tileauto.cache.entry import KERNEL_DIR
+
+    names = (*KernelArtifact.FILES, KernelArtifact.META)
+    return tuple(f"{KERNEL_DIR}/{name}" for name in names)
+
+
+def _few(names: list[str], shown: int = 5) -> str:
+    """The first of these paths (a folder's own, not what it holds), and how many more."""
+    folders = {name for name in names if name.endswith("/")}
+    tops = [n for n in names if not any(f"{p.as_posix()}/" in folders for p in Path(n).parents)]
+    more = f" and {len(tops) - shown} more" if len(tops) > shown else ""
+    return ", ".join(tops[:shown]) + more
+
+
+# -- the names of the tuned problem --------------------------------------------------------------
+# What a tuned cache entry's manifest names its problem by (``tileauto.cache.tuning``): the
+# factory's name and module, the problem's key and its family; the cache prior finds it by them.
+PROBLEM_NAMES = ("kernel", "module", "problem_key", "family")
+
+
+def problem_names(manifest: dict[str, Any]) -> dict[str, str]:
+    """The :data:`PROBLEM_NAMES` a manifest holds (as text)."""
+    return {name: manifest[name] for name in PROBLEM_NAMES if isinstance(manifest.get(name), str)}
+
+
+def _stored_names(result: Any) -> dict[str, str]:
+    """The names of the problem ``result`` was stored under: kept by a result read from a
+    cache entry or a saved folder, else read from the cache entry of its key (a new tuning's);
+    empty when neither knows them (the tuning cache was off)."""
+    from tileauto.cache.disk import read_manifest
+    from tileauto.cache.entry import KIND_TUNED
+    from tileauto.settings import Settings
+
+    extra = result.extra if isinstance(result.extra, dict) else {}
+    if isinstance(extra.get("entry"), dict):
+        return problem_names(extra["entry"])
+    if not isinstance(result.key, str) or not result.key:
+        return {}
+    try:
+        manifest = read_manifest(Settings.from_env().cache_dir / KIND_TUNED / result.key)
+    except (OSError, ValueError):  # no such entry (another store, or it was removed)
+        return {}
+    if manifest.get("kind") != KIND_TUNED or manifest.get("key") != result.key:
+        return {}
+    return problem_names(manifest)
 
 
 def _first_line(exc: BaseException) -> str:
