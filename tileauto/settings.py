@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -135,7 +136,8 @@ def _parse_choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     return parse
 
 
-def _parse_path(name: str, raw: str) -> Path:
+def parse_folder(name: str, raw: str) -> Path:
+    """A folder setting (a variable, or ``--cache-dir``): absolute, never empty nor a file."""
     if not raw.strip():
         raise SettingsError(f"{name} is set but empty: expected a directory path")
     # Absolute now: the run's workers, its exit handlers and the paths it logs must all mean
@@ -164,22 +166,34 @@ def parse_redis_url(name: str, raw: str) -> str | None:
         ok = False
     if not ok:
         raise SettingsError(
-            f"{name}={raw!r}: expected redis://host:port/db or rediss://host:port/db (TLS), "
+            f"{name}={_masked(raw)!r}: expected redis://host:port/db or rediss://host:port/db (TLS), "
             "e.g. redis://cache.local:6379/0"
         )
     return value
 
 
 def without_password(url: str) -> str:
-    """A URL as it may be printed: its password replaced by ``***``."""
+    """A URL as it may be printed: its password replaced by ``***``, in the user part and in
+    a ``password=`` argument (which redis-py reads too)."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    if not parts.password:
-        return url
-    user = f"{parts.username}:" if parts.username else ":"
-    netloc = f"{user}***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    netloc = parts.netloc
+    if parts.password:
+        user = f"{parts.username}:" if parts.username else ":"
+        netloc = f"{user}***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
+
+
+def _masked(text: str) -> str:
+    """Text that may hold a URL which does not parse: anything between ``:`` and ``@`` after
+    ``//``, and any ``password=`` value, replaced by ``***`` (an error message may show it)."""
+    text = re.sub(r"(//[^/@:]*:)[^@/]*@", r"\1***@", text)
+    return re.sub(r"(password=)[^&\s]*", r"\1***", text, flags=re.IGNORECASE)
 
 
 def _var(
@@ -203,7 +217,7 @@ class Settings:
     cache_dir: Path = _var(
         "TILEAUTO_CACHE_DIR",
         Path("~/.tileauto/cache").expanduser(),
-        _parse_path,
+        parse_folder,
         "Root of the disk cache (tuned kernels under `autotuner/`, jit kernels under `kernels/`). "
         "A relative path (here and in the other folders) is taken from the working directory "
         "when a tuning or compile starts.",
@@ -211,13 +225,13 @@ class Settings:
     tmp_dir: Path | None = _var(
         "TILEAUTO_TMP_DIR",
         None,
-        _parse_path,
+        parse_folder,
         "Staging directory for builds and cache writes. Default: `$TILEAUTO_CACHE_DIR/tmp`.",
     )
     log_dir: Path | None = _var(
         "TILEAUTO_LOG_DIR",
         None,
-        _parse_path,
+        parse_folder,
         "Where tuning logs are written. Default: `$TILEAUTO_CACHE_DIR/logs`.",
     )
     log_max_age_days: float = _var(

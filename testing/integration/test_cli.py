@@ -74,9 +74,39 @@ def test_list_shows_key_kernel_target_age_size_and_latency(cache, capsys):
     assert [d["key"] for d in data] == [kernel] and data[0]["size_bytes"] > 0
 
 
-def test_list_an_empty_or_missing_cache(tmp_path, capsys):
-    code, out, _ = run(capsys, "cache", "list", "--cache-dir", str(tmp_path / "none"))
+def test_list_an_empty_or_missing_cache(tmp_path, capsys, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    code, out, _ = run(capsys, "cache", "list", "--cache-dir", str(tmp_path / "empty"))
     assert code == 0 and "no entries" in out
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "none"))  # a machine never tuned
+    code, out, _ = run(capsys, "cache", "list")
+    assert code == 0 and "no entries" in out and not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize("verb", [["list"], ["verify"], ["clear"], ["show", "abc"]])
+def test_a_cache_dir_that_is_empty_a_file_or_missing_is_an_error(tmp_path, capsys, verb):
+    # "" (an unset shell variable) worked on the default cache; a typo read as an empty cache
+    code, out, err = run(capsys, "cache", *verb, "--cache-dir", "")
+    assert code == 2 and "--cache-dir is set but empty: expected a directory path" in err
+    (tmp_path / "afile").write_text("mine")
+    code, out, err = run(capsys, "cache", *verb, "--cache-dir", str(tmp_path / "afile"))
+    assert code == 2 and "is a file, not a folder" in err and out == ""
+    code, out, err = run(capsys, "cache", *verb, "--cache-dir", str(tmp_path / "typo"))
+    assert code == 1 and "no such folder" in err and out == ""
+    assert (tmp_path / "afile").read_text() == "mine" and not (tmp_path / "typo").exists()
+
+
+def test_clear_and_verify_leave_a_project_folder_of_the_users_alone(tmp_path, capsys):
+    # --cache-dir . from a kernel project with its own kernels/, measurements/, sources/
+    project = tmp_path / "project"
+    mine = ["kernels/gemm/gemm.cu", "measurements/run1/bench.csv", "sources/index.json"]
+    for name in mine:
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text("the user's")
+    for verb in (["clear", "--dry-run"], ["clear"], ["verify", "--delete"], ["list"]):
+        code, out, _ = run(capsys, "cache", *verb, "--cache-dir", str(project))
+        assert code == 0 and "gemm" not in out and "bench" not in out, (verb, out)
+    assert all((project / name).read_text() == "the user's" for name in mine)
 
 
 def test_show_prints_facts_and_the_trial_table(cache, capsys):
@@ -121,8 +151,10 @@ def test_verify_passes_then_names_each_damaged_entry(cache, capsys):
     assert code == 1 and "2 entries checked, 2 bad" in out
     assert f"BAD      kernels/{kernel}: kernel/kernel.so does not match its sha256" in out
     assert f"BAD      autotuner/{tuned}: no readable manifest" in out
+    code, out, _ = run(capsys, "cache", "verify", "--delete")  # found bad entries: 1
+    assert code == 1 and out.count("(deleted)") == 2
     code, out, _ = run(capsys, "cache", "verify", "--delete")
-    assert code == 0 and "(deleted)" in out
+    assert code == 0 and "0 entries checked" in out
     code, out, _ = run(capsys, "cache", "list")
     assert "no entries" in out
 
@@ -279,6 +311,14 @@ def test_export_trials_writes_self_describing_json(cache, capsys, tmp_path):
     assert code == 1 and "no trials" in err and not (tmp_path / "k.json").exists()
     code, _, err = run(capsys, "cache", "export", tuned)
     assert code == 2 and "--trials" in err
+    # a folder, or a file in folders not made yet (made, as for DIR)
+    code, _, err = run(capsys, "cache", "export", tuned, "--trials", str(tmp_path))
+    assert code == 1 and f"--trials {tmp_path} is a folder: expected a file" in err
+    deep = tmp_path / "a" / "b" / "t.json"
+    assert run(capsys, "cache", "export", tuned, "--trials", str(deep))[0] == 0
+    assert json.loads(deep.read_text()) == doc
+    code, _, err = run(capsys, "cache", "prior", "scale_add", str(deep))  # DIR is a file
+    assert code == 1 and f"{deep} is a file: expected a folder" in err
 
 
 def test_export_trials_and_show_refuse_an_entry_whose_trials_were_edited(cache, capsys, tmp_path):
@@ -345,7 +385,16 @@ def test_import_a_folder_of_entries_and_reject_bad_ones(cache, capsys, tmp_path)
     code, _, err = run(capsys, "cache", "import", str(bundle / kernel))
     assert code == 1 and "does not match its sha256" in err and "not imported" in err
     code, _, err = run(capsys, "cache", "import", str(tmp_path / "empty"))
+    assert code == 1 and "does not exist" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "cache", "import", str(tmp_path / "empty"))
     assert code == 1 and "holds no tileauto entry" in err
+    # a folder with a bad entry among good ones: the good ones are imported, each is named
+    fresh = tmp_path / "fresh-cache"
+    code, out, err = run(capsys, "cache", "import", str(bundle), "--cache-dir", str(fresh))
+    assert code == 1 and "1 of 2 entries" in err and f"imported autotuner/{tuned}" in out
+    assert f"not imported {bundle / kernel}: " in out and "does not match its sha256" in out
+    assert (fresh / "autotuner" / tuned).is_dir() and not (fresh / "kernels" / kernel).exists()
 
 
 def test_env_prints_the_effective_settings(capsys, monkeypatch, tmp_path):
@@ -414,6 +463,7 @@ def test_cache_dir_works_before_the_subcommand(cache, capsys, monkeypatch, tmp_p
     code, out, _ = run(capsys, *(a.format(dir=root) for a in where), "--json")
     assert code == 0 and tuned in [d["key"] for d in json.loads(out)]
     # the verb's own --cache-dir still wins when given last
+    (tmp_path / "x").mkdir()
     code, out, _ = run(
         capsys, "--cache-dir", str(root), "cache", "list", "--cache-dir", str(tmp_path / "x")
     )

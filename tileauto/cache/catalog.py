@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,10 @@ from tileauto.errors import CacheError
 from tileauto.records import Trial
 
 _KEY = re.compile(r"^[0-9a-f]{32}$")
+# the key's memos: installed/<32 hex>.json, sources/<sha256>.json
+_MEMO = re.compile(r"^(?:[0-9a-f]{32}|[0-9a-f]{64})\.json$")
 TRIALS_FORMAT = "tileauto-trials/1"
+_YEAR_3000 = 32503680000.0  # a manifest's "created" past it (or NaN) is not a time
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ def _info(kind: str, path: Path) -> EntryInfo:
         except (OSError, ValueError):
             manifest = None
     created = (manifest or {}).get("created")
-    if not isinstance(created, (int, float)):
+    if not isinstance(created, (int, float)) or not 0 <= created < _YEAR_3000:  # NaN too
         try:
             created = path.stat().st_mtime
         except OSError:
@@ -109,8 +113,11 @@ def _info(kind: str, path: Path) -> EntryInfo:
 def list_entries(root: Path, kinds: tuple[str, ...] = KINDS) -> list[EntryInfo]:
     """Every entry under ``root`` (staging leftovers excluded), oldest first.
 
-    A file or symbolic link sitting at an entry path is listed too, so that ``verify``
-    reports it and ``clear`` removes it (a cache write replaces it as well).
+    An entry is named by its key (32 hex digits): anything else in ``kernels/`` or
+    ``autotuner/`` is not tileauto's (a ``--cache-dir`` that names a project folder with a
+    ``kernels/`` of its own) and is never listed, verified or deleted. A file or symbolic link
+    sitting at an entry path is listed too, so that ``verify`` reports it and ``clear`` removes
+    it (a cache write replaces it as well).
     """
     out = []
     for kind in kinds:
@@ -118,7 +125,7 @@ def list_entries(root: Path, kinds: tuple[str, ...] = KINDS) -> list[EntryInfo]:
         if not base.is_dir():
             continue
         for path in base.iterdir():
-            if not path.name.startswith("."):
+            if _KEY.match(path.name):
                 out.append(_info(kind, path))
     return sorted(out, key=lambda e: (e.created, e.kind, e.key))
 
@@ -165,36 +172,73 @@ def verify_entry(info: EntryInfo) -> str | None:
     return f"stale: written by {', '.join(stale)}; it will not be used" if stale else None
 
 
+@dataclass(frozen=True)
+class Removal:
+    """One thing ``clear`` deletes: an entry, a problem's measurements, or a memo."""
+
+    path: Path
+    size_bytes: int
+    entry: EntryInfo | None = None  # None: measurements or a memo
+
+
+def clear_plan(
+    root: Path, older_than_s: float | None = None, kinds: tuple[str, ...] = KINDS
+) -> list[Removal]:
+    """What :func:`clear` deletes, each thing once: what ``clear --dry-run`` lists.
+
+    Entries (all, or those older than ``older_than_s``); the per-config measurements with
+    the tuned entries (``measurements/<key>/``, by their newest file); with every kind, the
+    key's memos (``installed/``, ``sources/``: worked out again when next needed). Only what
+    tileauto names is taken: a key, or a memo's digest.
+    """
+    now = time.time()
+    root = Path(root)
+    plan = [
+        Removal(info.path, info.size_bytes, info)
+        for info in list_entries(root, kinds)
+        if older_than_s is None or now - info.created >= older_than_s
+    ]
+    if KIND_TUNED in kinds:
+        for problem_dir in _children(root / MEASUREMENTS, keyed=True):
+            if older_than_s is None or now - disk.newest_mtime(problem_dir) >= older_than_s:
+                plan.append(Removal(problem_dir, disk.dir_size(problem_dir)))
+    if set(kinds) == set(KINDS):
+        for name in (INSTALLED_MEMO, SOURCES_MEMO):
+            for memo in _files(root / name):
+                stat = memo.stat()
+                if _MEMO.match(memo.name) and (
+                    older_than_s is None or now - stat.st_mtime >= older_than_s
+                ):
+                    plan.append(Removal(memo, stat.st_size))
+    return plan
+
+
 def clear(
     root: Path, older_than_s: float | None = None, kinds: tuple[str, ...] = KINDS
 ) -> tuple[int, int]:
-    """Delete entries (all, or those older than ``older_than_s``) and stale writes among them.
+    """Delete what :func:`clear_plan` lists, and stale writes among the entries.
 
     Each entry is renamed away before it is deleted, so a process reading it sees it whole or
-    not at all. Per-config measurements follow the tuned entries. The staging dir is left to
-    :func:`tileauto.cache.scratch.remove_leftovers`. Clearing every kind also clears the key's
-    memos (``installed/``, ``sources/``: worked out again when next needed). Returns
-    (entries, bytes).
+    not at all. The staging dir is left to :func:`tileauto.cache.scratch.remove_leftovers`.
+    Returns (entries, bytes).
+
+    Raises:
+        CacheError: something could not be deleted; the message says what was deleted before.
     """
-    now = time.time()
     count = size = 0
-    for info in list_entries(root, kinds):
-        if older_than_s is not None and now - info.created < older_than_s:
-            continue
-        disk.remove_tree(info.path)
-        count += 1
-        size += info.size_bytes
-    if KIND_TUNED in kinds:
-        for problem_dir in _children(Path(root) / MEASUREMENTS):
-            if older_than_s is None or now - disk.newest_mtime(problem_dir) >= older_than_s:
-                size += disk.dir_size(problem_dir)
-                disk.remove_tree(problem_dir)
-    if set(kinds) == set(KINDS):  # the key's memos go with the whole cache (rebuilt on use)
-        for name in (INSTALLED_MEMO, SOURCES_MEMO):
-            for memo in _files(Path(root) / name):
-                if older_than_s is None or now - memo.stat().st_mtime >= older_than_s:
-                    size += memo.stat().st_size
-                    memo.unlink()
+    for item in clear_plan(root, older_than_s, kinds):
+        try:
+            if item.entry is None and item.path.is_file():
+                item.path.unlink()
+            else:
+                disk.remove_tree(item.path)
+        except OSError as exc:
+            raise CacheError(
+                f"could not delete {item.path} ({exc.strerror or exc}); deleted {count} "
+                f"entries ({size} bytes) before it"
+            ) from None
+        count += item.entry is not None
+        size += item.size_bytes
     for kind in KINDS:
         disk.sweep(Path(root) / kind)
     return count, size
@@ -207,9 +251,15 @@ def _files(path: Path) -> list[Path]:
         return []
 
 
-def _children(path: Path) -> list[Path]:
+def _children(path: Path, keyed: bool = False) -> list[Path]:
+    """The folders in ``path`` not hidden; ``keyed``: only those named by a key (a problem's
+    measurements), so that a folder of the user's is never taken for the cache's."""
     try:
-        return [p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        return [
+            p
+            for p in path.iterdir()
+            if p.is_dir() and (_KEY.match(p.name) if keyed else not p.name.startswith("."))
+        ]
     except OSError:
         return []
 
@@ -348,11 +398,14 @@ def export_entry(info: EntryInfo, dest: Path) -> Path:
     dest = Path(dest).expanduser().absolute()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise CacheError(f"{dest} exists and is not an empty folder; give a new folder")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     manifest = dict(info.manifest or {})
     manifest.pop("files", None)
     staging = dest.parent / f".{dest.name}.stage-{time.time_ns()}"
-    staging.mkdir(mode=0o700)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir(mode=0o700)
+    except OSError as exc:  # named by the user's path, not the staging folder's
+        raise CacheError(f"cannot write {dest}: {exc.strerror or exc}") from None
     try:
         disk.write_entry(
             dest, lambda out: _copy_files(info.path, out), manifest, staging, shared=True
@@ -362,16 +415,25 @@ def export_entry(info: EntryInfo, dest: Path) -> Path:
     return dest
 
 
-def import_entries(src: Path, root: Path, staging_root: Path) -> list[tuple[str, str, str | None]]:
+def import_entries(
+    src: Path,
+    root: Path,
+    staging_root: Path,
+    on_refused: Callable[[Path, str], None] | None = None,
+) -> list[tuple[str, str, str | None]]:
     """Copy the entry at ``src`` (or every entry folder inside ``src``) into the cache.
 
     Hashes are checked first; the files become this user's. Returns (kind, key, note) per
     entry imported, where note says why it will not be used (other versions), if so.
+    ``on_refused(path, why)``: an entry of a folder that cannot be imported is reported
+    there and the others are imported still (without it, the first one raises).
 
     Raises:
         CacheError: ``src`` holds no entry, or an entry is corrupt or has no key.
     """
     src = Path(src).expanduser().absolute()
+    if not src.exists():
+        raise CacheError(f"{src} does not exist: expected an exported entry, or a folder of them")
     if (src / disk.MANIFEST).is_file():
         sources = [src]
     else:
@@ -382,7 +444,12 @@ def import_entries(src: Path, root: Path, staging_root: Path) -> list[tuple[str,
         )
     out = []
     for path in sources:
-        out.append(_import_one(path, Path(root), staging_root))
+        try:
+            out.append(_import_one(path, Path(root), staging_root))
+        except CacheError as exc:
+            if on_refused is None or path == src:  # one entry: its error is the command's
+                raise
+            on_refused(path, str(exc))
     return out
 
 

@@ -122,7 +122,12 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
             f"are written; name one as MODULE:{name} to write its entries alone",
             file=sys.stderr,
         )
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise CacheError(f"{out} is a file: expected a folder to write the prior into")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheError(f"cannot make the folder {out}: {exc.strerror or exc}") from None
     written = []
     for info in entries:
         try:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class CommandError(Exception):
@@ -30,28 +30,43 @@ class CommandError(Exception):
         self.code = code
 
 
-def settings_of(args: argparse.Namespace) -> Any:
+def settings_of(args: argparse.Namespace, *, reading: bool = False) -> Any:
+    """The ``TILEAUTO_*`` settings with ``--cache-dir`` on top. ``reading``: the command reads
+    (or deletes from) the cache, so a ``--cache-dir`` that does not exist is an error (a typo
+    would otherwise read as an empty cache); a command that writes makes it."""
     from tileauto.errors import SettingsError
-    from tileauto.settings import Settings
+    from tileauto.settings import Settings, parse_folder
 
     try:
         settings = Settings.from_env()
+        given = getattr(args, "cache_dir", None)
+        if given is None:
+            return settings
+        # empty (an unset shell variable) is an error, never the default cache
+        cache_dir = parse_folder("--cache-dir", given)
     except SettingsError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
-    if getattr(args, "cache_dir", None):
-        import dataclasses
-        from pathlib import Path
+    if reading and not cache_dir.is_dir():
+        raise CommandError(
+            f"--cache-dir {given!r}: no such folder ({cache_dir}); expected the cache's folder"
+        )
+    import dataclasses
 
-        settings = dataclasses.replace(settings, cache_dir=Path(args.cache_dir).expanduser())
-    return settings
+    return dataclasses.replace(settings, cache_dir=cache_dir)
 
 
 def parse_age(text: str) -> float:
-    """``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` or plain seconds, in seconds."""
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"``, in seconds. A number without its
+    unit is refused: ``--older-than 30`` meant as days would delete nearly everything."""
     m = _AGE.match(text)
     if not m:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an age: use a number with s, m, h, d or w (e.g. 7d, 12h, 30m)"
+        )
+    if not m.group(2):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: write {m.group(1)}d for days, {m.group(1)}h for hours, "
+            f"{m.group(1)}m for minutes or {m.group(1)}s for seconds"
         )
     return float(m.group(1)) * _AGE_UNITS[m.group(2)]
 

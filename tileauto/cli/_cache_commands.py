@@ -42,7 +42,7 @@ def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
 def cmd_list(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog
 
-    root = settings_of(args).cache_dir
+    root = settings_of(args, reading=True).cache_dir
     entries = catalog.list_entries(root, _kinds(args))
     now = time.time()
     if args.json:
@@ -204,7 +204,7 @@ def _missing_matplotlib(exc: ImportError) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog, disk
 
-    root = settings_of(args).cache_dir
+    root = settings_of(args, reading=True).cache_dir
     entries = catalog.list_entries(root, _kinds(args))
     bad = 0
     for e in entries:
@@ -223,26 +223,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
         f"{len(entries)} entries checked, {bad} bad"
         + (f" in {root}" if entries else f"; {root} is empty")
     )
-    return EXIT_FAIL if bad and not args.delete else EXIT_OK
+    return EXIT_FAIL if bad else EXIT_OK  # deleted or not, a bad entry is news
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog
 
-    settings = settings_of(args)
+    settings = settings_of(args, reading=True)
     if args.logs:
         return _clear_logs(settings, args)
     root = settings.cache_dir
     if args.dry_run:
         now = time.time()
-        chosen = [
-            e
-            for e in catalog.list_entries(root, _kinds(args))
-            if args.older_than is None or now - e.created >= args.older_than
-        ]
-        for e in chosen:
+        plan = catalog.clear_plan(root, args.older_than, _kinds(args))
+        entries = [item.entry for item in plan if item.entry is not None]
+        for e in entries:
             print(f"would delete {e.kind}/{e.key} ({e.kernel}, {format_age(now - e.created)} old)")
-        print(f"{len(chosen)} entries, {format_size(sum(e.size_bytes for e in chosen))}")
+        others = [item for item in plan if item.entry is None]
+        for item in others:  # measurements and memos, by their place in the cache
+            print(f"would delete {item.path.relative_to(root)} ({format_size(item.size_bytes)})")
+        print(
+            f"{len(entries)} entries and {len(others)} measurement folders and memos, "
+            f"{format_size(sum(item.size_bytes for item in plan))}"
+        )
         _clear_leftovers(settings.staging_dir, dry_run=True)
         return EXIT_OK
     count, size = catalog.clear(root, args.older_than, _kinds(args))
@@ -300,12 +303,23 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.trials == "-":
             sys.stdout.write(text)
         else:
-            Path(args.trials).expanduser().write_text(text)
+            _write_trials(Path(args.trials).expanduser(), text)
             print(f"wrote the trials of {info.kind}/{info.key} ({info.kernel}) to {args.trials}")
     if args.dir is not None:
         dest = catalog.export_entry(info, Path(args.dir))
         print(f"exported {info.kind}/{info.key} ({info.kernel}) to {dest}")
     return EXIT_OK
+
+
+def _write_trials(path: Path, text: str) -> None:
+    """``--trials FILE``: its folder made as ``DIR``'s is; a folder or a failure named."""
+    if path.is_dir():
+        raise CommandError(f"--trials {path} is a folder: expected a file to write")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise CommandError(f"--trials {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def cmd_prior(args: argparse.Namespace) -> int:
@@ -315,7 +329,9 @@ def cmd_prior(args: argparse.Namespace) -> int:
     from tileauto.errors import CacheError
 
     try:
-        written = export_prior(settings_of(args).cache_dir, args.kernel, Path(args.dir))
+        written = export_prior(
+            settings_of(args, reading=True).cache_dir, args.kernel, Path(args.dir)
+        )
     except CacheError as exc:
         raise CommandError(str(exc), EXIT_FAIL) from None
     for path in written:
@@ -334,13 +350,26 @@ def cmd_import(args: argparse.Namespace) -> int:
     folders.make_private_dir(settings.cache_dir)
     from pathlib import Path
 
-    done = catalog.import_entries(Path(args.dir), settings.cache_dir, settings.staging_dir)
+    refused: list[str] = []
+
+    def refuse(path: Path, why: str) -> None:  # the others are imported still
+        print(f"not imported {path}: {why}")
+        refused.append(str(path))
+
+    done = catalog.import_entries(
+        Path(args.dir), settings.cache_dir, settings.staging_dir, on_refused=refuse
+    )
     for kind, key, note in done:
         print(f"imported {kind}/{key}" + (f" (warning: {note})" if note else ""))
+    if refused:
+        raise CommandError(
+            f"{len(refused)} of {len(refused) + len(done)} entries in {args.dir} not imported "
+            "(each is named above, with why)"
+        )
     return EXIT_OK
 
 
 def _find(args: argparse.Namespace) -> Any:
     from tileauto.cache import catalog
 
-    return catalog.find_entry(settings_of(args).cache_dir, args.key)
+    return catalog.find_entry(settings_of(args, reading=True).cache_dir, args.key)

@@ -192,7 +192,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     from tileauto.cache.remote import record_of_entry
 
     cache = remote_of(args)
-    root = settings_of(args).cache_dir
+    root = settings_of(args, reading=True).cache_dir
     entries = catalog.list_entries(root, (KIND_TUNED,))
     if args.keys:
         entries = [catalog.find_entry(root, k) for k in args.keys]

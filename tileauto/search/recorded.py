@@ -347,9 +347,16 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
     records = data.get("trials", [])
     if not isinstance(records, list):
         raise _Bad(f"trials must be a list of trial records, got {_kind(records)}")
+    names: list[str] | None = None  # every config of an export sets every tuned parameter
+    best = data.get("best_config")
+    if isinstance(best, dict):
+        names = sorted(best)
     for k, record in enumerate(records):
         where = f"trials[{k}]"
         status = _status(record, where)
+        if names is None:
+            names = sorted(record["config"])
+        _check_names(record["config"], names, where)
         if status is TrialStatus.NOT_RUN:
             left_out["not run"] = left_out.get("not run", 0) + 1
             continue
@@ -389,6 +396,20 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
         left_out=left_out,
         family=data["family"] if isinstance(data.get("family"), str) else "",
     )
+
+
+def _check_names(config: dict[str, Any], names: list[str], where: str) -> None:
+    """A trial export's config sets the same parameters as the others (a tuning fills every
+    config with the factory's defaults): one missing or misspelt is a damaged record."""
+    missing = [n for n in names if n not in config]
+    extra = sorted(n for n in config if n not in names)
+    if extra:
+        raise _Bad(
+            f"{where} sets {extra}, which are not the export's parameters {names}"
+            + (f" (and has no value for {missing})" if missing else "")
+        )
+    if missing:
+        raise _Bad(f"{where} has no value for the parameters {missing} (the export's: {names})")
 
 
 def _device_name(value: Any) -> str:

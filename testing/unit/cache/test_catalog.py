@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -52,6 +53,39 @@ def test_clear_by_age_also_clears_old_measurements(stored):
     count, size = catalog.clear(root)
     assert count == 1 and size > 0
     assert catalog.list_entries(root) == [] and not store.measure_dir.exists()
+
+
+def test_the_plan_of_clear_lists_measurements_and_memos_and_only_tileauto_names(stored):
+    root, store = stored
+    (root / "installed").mkdir()
+    memo = root / "installed" / ("a" * 32 + ".json")
+    memo.write_text("{}")
+    mine = [root / "installed" / "notes.json", root / "measurements" / "run1" / "bench.csv"]
+    mine.append(root / "autotuner" / "my-entry" / "manifest.json")
+    for path in mine:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("the user's")
+    plan = catalog.clear_plan(root)
+    paths = {item.path for item in plan}
+    assert {store.entry_dir, store.base_dir, memo} <= paths  # and the key's source memos:
+    assert all(
+        p.parent == root / "sources" for p in paths - {store.entry_dir, store.base_dir, memo}
+    )
+    assert [item.entry.key for item in plan if item.entry is not None] == [store.key]
+    count, size = catalog.clear(root)
+    assert count == 1 and size == sum(item.size_bytes for item in plan)
+    assert not memo.exists() and all(path.read_text() == "the user's" for path in mine)
+
+
+@pytest.mark.parametrize("created", [float("nan"), 1e300, -5.0, "yesterday"])
+def test_a_damaged_creation_time_reads_as_the_folders_time(stored, created):
+    root, store = stored
+    path = store.entry_dir / disk.MANIFEST
+    data = json.loads(path.read_text())
+    data["created"] = created  # the manifest's own fields are not hashed
+    path.write_text(json.dumps(data))
+    (info,) = catalog.list_entries(root)
+    assert info.created == store.entry_dir.stat().st_mtime and catalog.verify_entry(info) is None
 
 
 def test_read_trials_gives_the_trials_the_default_and_the_winner(tmp_path, tileauto_env):
@@ -151,10 +185,16 @@ def test_import_reports_entries_from_other_versions(stored, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("12h", 43200), ("7d", 604800)]
+    "text, seconds", [("90s", 90), ("30m", 1800), ("12h", 43200), ("7d", 604800), ("2w", 1209600)]
 )
 def test_parse_age(text, seconds):
     assert parse_age(text) == seconds
+
+
+def test_an_age_without_its_unit_is_refused():
+    # --older-than 30 meant as days deleted every entry older than 30 seconds
+    with pytest.raises(argparse.ArgumentTypeError, match="'30' has no unit: write 30d for days"):
+        parse_age("30")
 
 
 def test_formatting_helpers():

@@ -71,11 +71,11 @@ def test_a_load_marks_its_entry_used(tmp_path):
 def test_clearing_the_whole_cache_clears_the_key_memos(tmp_path):
     from tileauto.cache import catalog
 
-    for name in ("installed", "sources"):
+    memos = {"installed": "a" * 32 + ".json", "sources": "b" * 64 + ".json"}  # by digest
+    for name, memo in memos.items():
         (tmp_path / name).mkdir()
-        (tmp_path / name / "a.json").write_text("{}")
+        (tmp_path / name / memo).write_text("{}")
     catalog.clear(tmp_path, kinds=("kernels",))  # one kind only: the memos stay
-    assert (tmp_path / "installed" / "a.json").exists()
+    assert (tmp_path / "installed" / memos["installed"]).exists()
     catalog.clear(tmp_path)
-    assert not (tmp_path / "installed" / "a.json").exists()
-    assert not (tmp_path / "sources" / "a.json").exists()
+    assert not any((tmp_path / name / memo).exists() for name, memo in memos.items())

@@ -411,6 +411,16 @@ def test_settings_read_the_remote_variables_and_hide_secrets():
     assert RemoteCache.from_settings(Settings.from_env({})) is None
 
 
+def test_a_password_is_never_shown_in_a_query_or_a_refused_url():
+    # redis-py reads ?password= too; a refused URL was echoed whole in the error
+    s = Settings.from_env({"TILEAUTO_REMOTE_CACHE": "redis://h:6379/0?password=hunter2&db=1"})
+    assert s.describe()["TILEAUTO_REMOTE_CACHE"] == "redis://h:6379/0?password=***&db=1"
+    for bad in ("redis//:hunter2@cache.local:6379/0", "http://h/0?Password=hunter2"):
+        with pytest.raises(SettingsError, match="expected redis://") as exc:
+            Settings.from_env({"TILEAUTO_REMOTE_CACHE": bad})
+        assert "hunter2" not in str(exc.value) and "***" in str(exc.value)
+
+
 @pytest.mark.parametrize("bad", ["http://host:6379", "redis://", "host:6379", "redis://h:port/0"])
 def test_a_bad_url_names_the_variable(bad):
     with pytest.raises(SettingsError, match="TILEAUTO_REMOTE_CACHE=.*expected redis://"):

@@ -178,6 +178,27 @@ def test_a_damaged_file_is_refused_with_its_name(tmp_path):
             {"format": "tileauto-trials/1", "trials": [{"status": "ok", "config": 3}]},
             r"trials\[0\]",
         ),
+        (  # a parameter missing from a record (every config of an export sets them all)
+            {
+                "format": "tileauto-trials/1",
+                "best_config": {"block": 8},
+                "trials": [
+                    {"config": {"block": 8}, "status": "ok"},
+                    {"config": {}, "status": "ok"},
+                ],
+            },
+            r"trials\[1\] has no value for the parameters \['block'\]",
+        ),
+        (  # a misspelt one
+            {
+                "format": "tileauto-trials/1",
+                "trials": [
+                    {"config": {"block": 8}, "status": "not_run"},
+                    {"config": {"blok": 64}, "status": "ok"},
+                ],
+            },
+            r"trials\[1\] sets \['blok'\], which are not the export's parameters \['block'\]",
+        ),
     ],
 )
 def test_a_wrong_schema_is_refused_naming_the_file_and_the_record(tmp_path, doc, where):
