@@ -72,7 +72,10 @@ def redirect_output(path: str | None) -> None:
     """Send the worker's stdout/stderr (TVM's crash traces, compiler chatter) to its log file."""
     if not path:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:  # the log cannot be written after all: the output stays the parent's
+        return
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -449,7 +449,11 @@ class Worker:
 
             folder = Settings.from_env().logs_dir / "workers"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.output_path = str(folder / f"{self.name}-{os.getpid()}.log")
+            path = str(folder / f"{self.name}-{os.getpid()}.log")
+            # opened here first: a folder that exists but cannot be written (a read-only
+            # cache) must not be found out by the worker, which could only die of it
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            self.output_path = path
         except Exception:  # noqa: BLE001 - no log dir: the output goes to our stderr
             self.output_path = None
         return self.output_path

@@ -137,6 +137,19 @@ def test_env_is_set_in_the_worker():
         w.close()
 
 
+def test_a_worker_log_that_cannot_be_written_leaves_the_output_to_stderr(tmp_path, monkeypatch):
+    # a read-only cache whose logs/workers/ exists: every worker died opening its log. As
+    # root no mode stops a write, so a folder sits where the log file would be.
+    monkeypatch.setenv("TILEAUTO_LOG_DIR", str(tmp_path))
+    (tmp_path / "workers" / f"test-procs-ro-{os.getpid()}.log").mkdir(parents=True)
+    w = Worker("test-procs-ro", env={"TILEAUTO_TEST_WORKER_ENV": "yes"})
+    try:
+        assert w.call(jobs.environment, "TILEAUTO_TEST_WORKER_ENV") == "yes"
+        assert w.output_path is None
+    finally:
+        w.close()
+
+
 def test_forkserver_workers_ask_torch_for_a_gpu_without_initializing_cuda(worker):
     """torch's default GPU check initializes the CUDA driver, which a forked child cannot use:
     on a GPU machine every CUDA compile in a worker failed until the server checked with NVML."""
