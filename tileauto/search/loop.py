@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,10 +139,12 @@ def run_search(
         strategy: a started or fresh strategy (it is started here; see
             :func:`tileauto.search.resolve_search` for names).
         space: the configs (a :class:`tileauto.space.Space`, or a list of dicts).
-        measure: measures a batch of indices and yields ``(index, trial)`` for each, in any
-            order, as each is done. It may be a generator: when a budget runs out in the middle
-            of a batch, the loop stops iterating and closes it (its ``finally`` can cancel what
-            is in flight); the indices it did not yield are never tried.
+        measure: measures a batch of indices and gives ``(index, trial)`` for each, in any
+            order. A generator (an iterator) measures as it is iterated: when a budget runs
+            out in the middle of a batch, the loop stops iterating and closes it (its
+            ``finally`` can cancel what is in flight); the indices it did not yield are never
+            tried. A list (or any other iterable) holds trials measured already: every one
+            is kept and counted, and the budgets are checked after the batch.
         max_trials: the most configs to measure (``known`` ones do not count).
         max_seconds: the most seconds of ``clock`` since ``started_at`` (default: now).
         plateau: stop after this many trials in a row that do not beat the best latency by
@@ -218,7 +220,9 @@ def run_search(
             break
         if max_trials is not None:
             batch = batch[: max_trials - measured]
-        results = iter(measure(batch))
+        produced = measure(batch)
+        lazy = isinstance(produced, Iterator)  # else measured already: nothing to save
+        results = iter(produced)
         try:
             for index, trial in results:
                 if index in trials:
@@ -227,9 +231,10 @@ def run_search(
                 measured += 1
                 timed(strategy.tell, index, trial)
                 stall.add(trial)
-                reason = stop_now()
-                if reason is not None:
-                    break
+                if lazy:
+                    reason = stop_now()
+                    if reason is not None:
+                        break
         finally:
             close = getattr(results, "close", None)
             if reason is not None and callable(close):

@@ -283,13 +283,14 @@ class TuningSession:
                 known[index] = trial
         pending_default = [self.default_id]
 
-        def measure(indices: list[int]) -> Any:
+        def measure(indices: list[int]) -> list[tuple[int, Trial]]:
+            """The batch, built in parallel and run: a list, so that a budget that runs out
+            in the middle of it still counts every config measured (run_search's contract)."""
             ids = [view.id_at(i) for i in indices]
             ids = pending_default + [c for c in ids if c not in pending_default]
             pending_default.clear()
             self._measure(ids, builder, runner)
-            for i in indices:
-                yield i, self._measured[view.id_at(i)]
+            return [(i, self._measured[view.id_at(i)]) for i in indices]
 
         outcome = run_search(
             self.search,

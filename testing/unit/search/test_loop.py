@@ -104,6 +104,22 @@ def test_max_seconds_stops_in_the_middle_of_a_batch_and_closes_the_measure():
     assert closed == [True] and out.never_tried == 6
 
 
+@pytest.mark.parametrize("budget", [{"max_seconds": 1.5}, {"plateau": 1}])
+def test_a_batch_measured_already_is_counted_whole_when_a_budget_runs_out_in_it(budget):
+    # the tuner builds and runs a batch before it hands the trials over (a list): a stop in
+    # the middle of it counted 2 of the 4 configs measured, the rest as never tried
+    now = [0.0]
+
+    def measure(indices):
+        now[0] += len(indices)  # the batch took a second per config
+        return [(i, ok_trial(i, 1.0)) for i in indices]
+
+    strategy = Script([0, 1, 2, 3], [4, 5])
+    out = run_search(strategy, SPACE, measure, clock=lambda: now[0], **budget)
+    assert list(out.trials) == [0, 1, 2, 3] and strategy.told == [0, 1, 2, 3]
+    assert out.never_tried == 6 and out.stop_reason is not StopReason.DONE
+
+
 def test_max_seconds_counts_from_started_at():
     now = [10.0]
     out = run_search(
