@@ -414,6 +414,38 @@ def test_a_static_extent_the_fake_cannot_write_is_refused_under_dynamic_shapes()
         torch.testing.assert_close(dynamic(a), torch.cat([a, a]) + 1)
 
 
+@tileauto.jit(out_idx=[-1])
+def _transpose(M, N):
+    A = te.placeholder((M, N), "float32", name="A")
+    return te.create_prim_func([A, te.compute((N, M), lambda i, j: A[j, i], name="B")])
+
+
+class _Widths(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, a):
+        out = self.op(a)
+        return out, torch.zeros(out.shape[0])  # as many as a has columns
+
+
+@pytest.mark.parametrize("example", [(8, 8), (6, 8)], ids=["square", "oblong"])
+def test_an_extent_of_several_equal_example_sizes_follows_its_own_under_export(example):
+    # a square example under export's separate symbols: the fake wrote (N, M) as (M, M), and
+    # the exported program gave zeros of the wrong length without an error. Each symbol is
+    # doubled alone to tell which one an extent follows.
+    op = tileauto.torch_op(_name("transpose"), _transpose, problem=lambda a: tuple(a.shape))
+    M, N = torch.export.Dim("M"), torch.export.Dim("N")
+    program = torch.export.export(
+        _Widths(op), (torch.randn(*example),), dynamic_shapes=({0: M, 1: N},)
+    )
+    a = torch.randn(3, 5)
+    out, zeros = program.module()(a)
+    torch.testing.assert_close(out, a.T.contiguous())
+    assert zeros.shape == (5,)
+
+
 def test_a_constant_extent_stays_a_constant_under_dynamic_shapes():
     op = tileauto.torch_op(_name("head"), _head3, problem=lambda a: a.shape[0])
     shapes = []
@@ -588,6 +620,34 @@ def test_bad_arguments_are_named():
 
     with pytest.raises(TorchOpError, match="'s' is annotated"):
         tileauto.torch_op(_name("x"), swiglu, problem=problem)
+
+
+def test_a_refused_backward_leaves_the_name_free():
+    # the op was registered before the check: the corrected call was 'already registered'
+    name = _name("swiglu")
+    with pytest.raises(TypeError, match="setup_context is given without backward"):
+        tileauto.torch_op(name, swiglu, problem=_problem64, setup_context=_setup)
+    with pytest.raises(TypeError, match="backward must be a function, got int"):
+        tileauto.torch_op(name, swiglu, problem=_problem64, backward=3)
+    op = tileauto.torch_op(
+        name, swiglu, problem=_problem64, backward=_backward, setup_context=_setup
+    )
+    gate, up = _inputs(4, 4)
+    torch.testing.assert_close(op(gate, up), _reference(gate, up))
+
+
+def test_a_dict_problem_is_found_again_on_the_hot_path(monkeypatch):
+    # a dict (the documented form) is unhashable: every call took the first call's path
+    op = tileauto.torch_op(_name("swiglu"), swiglu, problem=_problem64)
+    gate, up = _inputs(4, 4)
+    op(gate, up)
+    first_calls = []
+    slow = op._first_call
+    monkeypatch.setattr(op, "_first_call", lambda args: first_calls.append(1) or slow(args))
+    torch.testing.assert_close(op(gate, up), _reference(gate, up))
+    assert first_calls == []
+    op(*_inputs(8, 4))  # a new problem still takes it
+    assert first_calls == [1]
 
 
 def test_wrong_dtype_gives_the_direct_calls_error():

@@ -99,6 +99,7 @@ def output_shapes(
     kernel_args: Sequence[Any],
     problem_values: Sequence[Any],
     doubled: Signature | None = None,
+    doubled_one: Callable[[str], Signature | None] | None = None,
 ) -> list[tuple[Any, ...]]:
     """Each output's shape in the sizes of ``kernel_args`` (fake tensors, maybe symbolic).
 
@@ -106,7 +107,9 @@ def output_shapes(
     ``problem_values`` the factory's problem arguments as the op computed them. ``doubled``,
     the signature at the problem with every symbolic value doubled, tells a static extent
     that follows a size (it doubles: written as that size) from a constant (it stays) and
-    from one the fake cannot write (anything else: an error).
+    from one the fake cannot write (anything else: an error). ``doubled_one(symbol)``, the
+    signature with that one symbolic value doubled, tells which of several symbolic sizes of
+    the same example value (a square example under ``torch.export``) an extent follows.
 
     Raises:
         ValueError: an extent that depends on the symbolic sizes otherwise than as one of
@@ -115,6 +118,10 @@ def output_shapes(
         KeyError: a size variable no input binds.
     """
     by_value: dict[int, Any] = {}  # a static extent -> the op's first size that has it
+    # a static extent -> the problem's distinct symbolic sizes that have it: the factory sees
+    # the problem alone, so an extent that follows a size follows one of these. Two of them
+    # (8x8 @ 8x8 under export's separate M, K, N) and the fake cannot tell which it is.
+    symbols: dict[int, dict[str, Any]] = {}
     bindings: dict[str, Any] = {}  # a size variable -> the op's size that binds it
     for k, pos in enumerate(sig.in_pos):
         spec, arg = sig.params[pos], kernel_args[k]
@@ -131,6 +138,8 @@ def output_shapes(
     for value in problem_values:
         if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
             by_value.setdefault(hint(value), value)
+            if isinstance(value, torch.SymInt):
+                symbols.setdefault(hint(value), {}).setdefault(str(value), value)
     shapes = []
     for pos in sig.out_pos:
         shape = []
@@ -141,6 +150,8 @@ def output_shapes(
             size = by_value.get(dim, dim)
             if doubled is not None:
                 size = _checked_extent(sig.params[pos].name, d, dim, size, doubled, pos)
+            if isinstance(size, torch.SymInt) and len(symbols.get(dim, {})) > 1:
+                size = _which_size(sig.params[pos].name, d, dim, pos, symbols[dim], doubled_one)
             shape.append(size)
         shapes.append(tuple(shape))
     return shapes
@@ -160,14 +171,39 @@ def _checked_extent(name: str, d: int, dim: int, size: Any, doubled: Signature, 
     )
 
 
-def doubled_problem(value: Any) -> Any:
-    """A problem with each symbolic value at twice its example value (divisibility kept)."""
+def _which_size(
+    name: str,
+    d: int,
+    dim: int,
+    pos: int,
+    candidates: dict[str, Any],
+    doubled_one: Callable[[str], Signature | None] | None,
+) -> Any:
+    """Of several symbolic sizes with the example value ``dim``, the one this extent follows:
+    the one whose doubling alone doubles it."""
+    found = []
+    for symbol, size in candidates.items():
+        other = doubled_one(symbol) if doubled_one is not None else None
+        if other is not None and pos < len(other.params) and other.params[pos].shape[d] == 2 * dim:
+            found.append(size)
+    if len(found) == 1:
+        return found[0]
+    raise ValueError(
+        f"output {name!r} dim {d} is {dim}, the example size of several of the op's sizes "
+        f"({', '.join(candidates)}), and the fake cannot tell which one it is (give example "
+        "inputs whose sizes differ)"
+    )
+
+
+def doubled_problem(value: Any, only: str | None = None) -> Any:
+    """A problem with each symbolic value (``only``: the one of that name) at twice its
+    example value (divisibility kept)."""
     if isinstance(value, torch.SymInt):
-        return 2 * hint(value)
+        return 2 * hint(value) if only is None or str(value) == only else hint(value)
     if isinstance(value, (tuple, list)):
-        return tuple(doubled_problem(v) for v in value)
+        return tuple(doubled_problem(v, only) for v in value)
     if isinstance(value, dict):
-        return {k: doubled_problem(v) for k, v in value.items()}
+        return {k: doubled_problem(v, only) for k, v in value.items()}
     return value
 
 

@@ -110,6 +110,9 @@ class TorchOp:
         self.schema = schema_text(self._params, self.mutates_args, self.num_outputs)
         self._memo: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
         self._frozen: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
+        # a dict problem (the documented form) by its items, for the hot path: its frozen
+        # description, the key of _frozen, costs tens of microseconds a call
+        self._by_items: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
         self._lock = threading.RLock()
         self._signatures = SignatureMemo(self._elaborate)  # the default config's, elaborated
         self._kernel_signatures: dict[Any, Signature] = {}  # of the kernels in memory
@@ -150,10 +153,17 @@ class TorchOp:
     # -- the real call ----------------------------------------------------------------------
     def _run(self, *args: Any) -> Any:
         # The hot path: one problem call, one dict lookup, the kernel call.
+        value = self.problem(*args)
         try:
-            kernel, positions = self._memo[(self.problem(*args), args[self._tensor_pos[0]].device)]
-        except (KeyError, TypeError):
+            kernel, positions = self._memo[(value, args[self._tensor_pos[0]].device)]
+        except KeyError:
             return self._first_call(args)
+        except TypeError:  # unhashable: a dict problem is found by its items
+            try:
+                items = tuple(value.items()) if type(value) is dict else None
+                kernel, positions = self._by_items[(items, args[self._tensor_pos[0]].device)]
+            except (KeyError, TypeError):
+                return self._first_call(args)
         if positions is None:
             return kernel(*args)
         return kernel(*[args[i] for i in positions])
@@ -189,6 +199,11 @@ class TorchOp:
                     self._check_against_fake(args, out)
                 self._remember_signature(value, kernel)
                 memo[key] = entry
+                if type(value) is dict:
+                    try:
+                        self._by_items[(tuple(value.items()), device)] = entry
+                    except TypeError:  # a value that is a list: the frozen key alone
+                        pass
         return out
 
     def _checked_call(self, key: Any, kernel: Any, kargs: tuple, args: tuple) -> Any:
@@ -366,7 +381,11 @@ class TorchOp:
         else:
             try:
                 shapes = output_shapes(
-                    sig, kargs, problem_values(pargs, pkwargs), self._doubled(pargs, pkwargs)
+                    sig,
+                    kargs,
+                    problem_values(pargs, pkwargs),
+                    self._doubled(pargs, pkwargs),
+                    lambda symbol: self._doubled(pargs, pkwargs, only=symbol),
                 )
             except (KeyError, ValueError) as exc:
                 raise TorchOpError(
@@ -376,12 +395,15 @@ class TorchOp:
                 ) from None
         return sig, shapes
 
-    def _doubled(self, pargs: tuple, pkwargs: dict[str, Any]) -> Signature | None:
-        """The signature at twice the symbolic sizes (None: no symbolic size, or a factory
-        that refuses them; then a static extent equal to an input's size is taken as it)."""
+    def _doubled(
+        self, pargs: tuple, pkwargs: dict[str, Any], only: str | None = None
+    ) -> Signature | None:
+        """The signature at twice the symbolic sizes (``only``: the one of that name; None: no
+        symbolic size, or a factory that refuses them; then a static extent equal to an
+        input's size is taken as it)."""
         if not is_symbolic((pargs, pkwargs)):
             return None
-        dargs, dkwargs = doubled_problem(pargs), doubled_problem(pkwargs)
+        dargs, dkwargs = doubled_problem(pargs, only), doubled_problem(pkwargs, only)
         try:
             return self._signatures.get(freeze(describe_value((dargs, dkwargs))), dargs, dkwargs)
         except TorchOpError:
@@ -436,9 +458,13 @@ def torch_op(
         TorchOpError: a bad name, a name already registered, ``mutates_args`` naming no
             tensor of the op, or a kernel that neither returns nor writes anything.
     """
-    op = TorchOp(name, factory, problem, mutates_args, out_shapes, fake)
+    # checked before the op is registered: a refused call must leave its name free to retry
     if setup_context is not None and backward is None:
         raise TypeError("setup_context is given without backward: give both, or neither")
+    for what, fn in (("backward", backward), ("setup_context", setup_context)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{what} must be a function, got {type(fn).__name__}: {fn!r:.60}")
+    op = TorchOp(name, factory, problem, mutates_args, out_shapes, fake)
     if backward is not None:
         op.register_autograd(backward, setup_context=setup_context)
     return op
