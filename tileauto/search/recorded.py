@@ -112,6 +112,11 @@ class RecordedSpace:
             ValueError: a latency that is not a finite number of milliseconds > 0 (named).
         """
         space = configs if isinstance(configs, Space) else ListSpace(configs)
+        if len(latencies_ms) != len(space):  # a config's own, one each
+            raise ValueError(
+                f"from_latencies needs one latency per config: {len(space)} configs, "
+                f"{len(latencies_ms)} latencies"
+            )
         for i, t in enumerate(latencies_ms):
             if t is not None:
                 _check_latency(t, f"latencies_ms[{i}]")

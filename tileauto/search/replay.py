@@ -9,6 +9,7 @@ from typing import Any
 
 from tileauto.records import Trial
 from tileauto.search.loop import StopReason, run_search
+from tileauto.search.prior import check_prior
 from tileauto.search.recorded import RecordedSpace
 from tileauto.search.resolve import resolve_search
 
@@ -94,6 +95,8 @@ def replay(
         budget = max(1, math.ceil(budget * n - 1e-9))
     chosen = resolve_search(strategy)
     hand_in = getattr(chosen, "use_prior", None)
+    if prior is not None:
+        check_prior(prior, "replay()")  # a missing path: named here, not a bare OSError later
     if prior is not None and callable(hand_in):
         hand_in(prior)
     family = getattr(chosen, "use_family", None)

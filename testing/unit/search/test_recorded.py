@@ -134,6 +134,9 @@ def test_from_latencies_and_its_checks():
         RecordedSpace(rec.space, rec.trials[:1])
     with pytest.raises(ValueError, match="at least one config that passed"):
         RecordedSpace.from_latencies([{"a": 1}], [None])
+    for latencies in ([2.0], [2.0, 1.0, 3.0]):  # too many was an IndexError
+        with pytest.raises(ValueError, match=f"2 configs, {len(latencies)} latencies"):
+            RecordedSpace.from_latencies([{"a": 1}, {"a": 2}], latencies)
 
 
 def _kernel_tuner_doc(times, extra=None):

@@ -24,6 +24,15 @@ def recorded():
     return RecordedSpace.from_latencies(space, [latency(c) for c in space], kernel="bowl")
 
 
+def test_a_prior_path_that_does_not_exist_is_named(tmp_path):
+    # it was a bare FileNotFoundError: [Errno 2] No such file or directory: 'cache'
+    for prior in ("cache", tmp_path / "none"):
+        with pytest.raises(
+            ValueError, match="replay\\(\\) prior must be .* is not a file or folder"
+        ):
+            replay(recorded(), "auto", budget=4, prior=prior)
+
+
 def test_exhaustive_finds_the_optimum_and_failures_cost_trials():
     rec = recorded()
     result = replay(rec, "exhaustive")
