@@ -114,6 +114,22 @@ def read_manifest(entry_dir: Path) -> dict[str, Any]:
     return data
 
 
+def path_kind(path: Path) -> str:
+    """What is at ``path``, a link not followed: ``"missing"``, ``"link"``, ``"folder"`` or
+    ``"file"`` (anything else).
+
+    Raises:
+        OSError: it cannot be looked at (other than not being there).
+    """
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return "missing"
+    if stat.S_ISLNK(st.st_mode):
+        return "link"
+    return "folder" if stat.S_ISDIR(st.st_mode) else "file"
+
+
 def unsafe_reason(entry_dir: Path, trusted_uids: Iterable[int] | None = None) -> str | None:
     """Why an entry must not be loaded (foreign owner, writable by others, a link), or None."""
     uids = set(trusted_uids) if trusted_uids is not None else {os.getuid()}
@@ -145,15 +161,14 @@ def verify(
     """
     entry_dir = Path(entry_dir)
     try:
-        st = entry_dir.lstat()
-    except FileNotFoundError:
-        return "missing"
+        kind = path_kind(entry_dir)
     except OSError as exc:
         return f"unreadable ({exc})"
-    if stat.S_ISLNK(st.st_mode):
-        return "a symbolic link sits at the entry path, not an entry folder; it will be replaced"
-    if not stat.S_ISDIR(st.st_mode):
-        return "a file sits at the entry path, not an entry folder; it will be replaced"
+    if kind == "missing":
+        return "missing"
+    if kind != "folder":
+        what = "a symbolic link" if kind == "link" else "a file"
+        return f"{what} sits at the entry path, not an entry folder; it will be replaced"
     try:
         reason = None
         if trusted_uids is None:

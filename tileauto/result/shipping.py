@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import uuid
 import warnings
 from collections.abc import Callable
@@ -156,15 +155,17 @@ def _like(value: Any, model: Any) -> Any:
 
 def _not_a_folder(path: Path) -> str | None:
     """Why ``path`` is no folder to load (missing, a file or a link), or None."""
+    from tileauto.cache import disk
+
     try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return "no such folder: give the folder save_to_disk wrote (or a cache entry's)"
+        kind = disk.path_kind(path)
     except OSError as exc:
         return f"the path cannot be read ({exc.strerror or exc})"
-    if stat.S_ISLNK(st.st_mode):
+    if kind == "missing":
+        return "no such folder: give the folder save_to_disk wrote (or a cache entry's)"
+    if kind == "link":
         return f"a symbolic link, not a folder: give the folder it points to ({path.resolve()})"
-    if not stat.S_ISDIR(st.st_mode):
+    if kind == "file":
         return "a file, not a folder: give the folder save_to_disk wrote (or a cache entry's)"
     return None
 
@@ -245,15 +246,16 @@ def _write_error(path: Path, exc: OSError) -> OSError:
 def _in_the_way(path: Path) -> str | None:
     """Why ``save_to_disk`` must not replace what is at ``path``, and what to do; None when
     nothing is there, an empty folder, or a saved result that holds nothing but its own files."""
+    from tileauto.cache import disk
+
     untouched = "nothing was written and it is left as it is. Give a new or empty folder"
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
+    kind = disk.path_kind(path)  # an OSError: the save's own, naming the path
+    if kind == "missing":
         return None
-    if stat.S_ISLNK(st.st_mode):
-        return f"a symbolic link is there, not a folder; {untouched}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"a file is there, not a folder; {untouched}"
+    if kind != "folder":
+        return (
+            f"a {'symbolic link' if kind == 'link' else 'file'} is there, not a folder; {untouched}"
+        )
     try:
         names = _tree(path)
     except OSError as exc:
