@@ -20,7 +20,14 @@ from tileauto.api.tune import (
     say_once,
     tune,
 )
-from tileauto.cache.args import CallCache, bind_arguments, call_key, describe_value, freeze
+from tileauto.cache.args import (
+    CallCache,
+    bind_arguments,
+    call_key,
+    describe_value,
+    freeze,
+    passed_arguments,
+)
 from tileauto.errors import ConfigSpaceError, NoValidConfigError
 from tileauto.jit.impl import JITImpl
 from tileauto.jit.kernel import JITKernel
@@ -69,13 +76,6 @@ def key_by_names(factory: Callable[..., Any], names: Any) -> Callable[..., Any]:
 
     key.__qualname__ = f"key_by_names{names}"
     return key
-
-
-def _passed(factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments the call gives, by name (the factory's defaults not applied)."""
-    import inspect
-
-    return dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
 
 
 class AutoTuneImpl:
@@ -143,7 +143,7 @@ class AutoTuneImpl:
             return call_key(factory, args, kwargs)
         # a tunable the call passes is fixed: the call tunes the rest of the space, a bucket
         # of its own (the bucket's config must not replace it, nor its tuning serve the others)
-        passed = _passed(factory, args, kwargs)
+        passed = passed_arguments(factory, args, kwargs)
         fixed = {k: v for k, v in passed.items() if k in self._tunable_names()}
         value = call_accepting(self.key, "key", args, kwargs)
         return freeze(describe_value((value, fixed) if fixed else value))
@@ -258,7 +258,7 @@ class AutoTuneImpl:
                 compile_args = dataclasses.replace(self.jit_impl.compile_args, pass_configs=merged)
                 impl = self._with_passes[key] = JITImpl(self.jit_impl.factory, compile_args)
         # the call's own arguments win: a tunable it passes is fixed (docs/tuning.md)
-        passed = _passed(self.jit_impl.factory, args, kwargs)
+        passed = passed_arguments(self.jit_impl.factory, args, kwargs)
         return impl(*args, **kwargs, **{k: v for k, v in arguments.items() if k not in passed})
 
     def _checked_reuse(

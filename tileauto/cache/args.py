@@ -117,6 +117,12 @@ def bind_arguments(
     return dict(bound.arguments)
 
 
+def passed_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments a call gives, by parameter name (``fn``'s defaults not applied: a
+    tunable the call passes is fixed, one it leaves is tuned)."""
+    return dict(inspect.signature(fn).bind_partial(*args, **kwargs).arguments)
+
+
 def call_key(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> tuple:
     """The hashable identity of a call: bound arguments with tensors reduced to layout."""
     bound = bind_arguments(fn, args, kwargs, partial=True)  # tunables may have no default

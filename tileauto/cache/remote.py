@@ -412,8 +412,7 @@ class RemoteCache:
 def family_of(factory: Any, args: tuple, kwargs: dict[str, Any], bucket: Any = None) -> str | None:
     """One factory's problem on every device: its source and its call (or ``key=`` bucket),
     without the target, device or versions. None when it cannot be keyed."""
-    import inspect
-
+    from tileauto.cache.args import passed_arguments
     from tileauto.cache.key import (
         UnkeyableError,
         describe_arguments,
@@ -423,7 +422,7 @@ def family_of(factory: Any, args: tuple, kwargs: dict[str, Any], bucket: Any = N
     )
 
     try:
-        call = dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
+        call = passed_arguments(factory, args, kwargs)
         described = (
             describe_arguments(call)
             if bucket is None

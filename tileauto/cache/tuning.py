@@ -38,7 +38,7 @@ from tileauto.cache._checks import (
     describe_checks,
     read_checks,
 )
-from tileauto.cache.args import bind_arguments
+from tileauto.cache.args import bind_arguments, passed_arguments
 from tileauto.cache.entry import (
     KIND_TUNED,
     REQUIRED_TUNED,
@@ -115,15 +115,6 @@ def profile_fingerprint(
     return out
 
 
-def _explicit_arguments(
-    factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    """The call's arguments by parameter name, defaults not applied."""
-    import inspect
-
-    return dict(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
-
-
 class TuningStore:
     """The cache entry of one tuning problem. :meth:`open` returns None when the cache is off."""
 
@@ -197,7 +188,7 @@ class TuningStore:
                 "factory": function_fingerprint(factory),
                 "name": getattr(factory, "__qualname__", "kernel"),
                 # The arguments the call gives; the others are the factory's defaults.
-                "args": describe_arguments(_explicit_arguments(factory, args, kwargs))
+                "args": describe_arguments(passed_arguments(factory, args, kwargs))
                 if bucket is None
                 else {"bucket": describe_key_value(bucket, content=False)},
                 "compile": compile_args.fingerprint(),
