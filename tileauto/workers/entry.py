@@ -282,6 +282,18 @@ def _preload(config: dict[str, Any]) -> None:
                 traceback.print_exc()
 
 
+def _exit_on_hangup(control: socket.socket, preloaded: threading.Event) -> None:
+    """While the server preloads (seconds; a minute on a loaded machine), end it as soon as
+    its caller is gone. A caller that dies while its ``Popen`` of the server is still under way
+    never learns the server's pid, so nothing kills it; its loop would only see the end of
+    file once the imports are done, and it would outlive its caller until then."""
+    poller = select.poll()
+    poller.register(control, select.POLLRDHUP)  # a hang-up and an error are always reported
+    while not preloaded.is_set():
+        if poller.poll(100):  # the wait is bounded only to notice the end of the preload
+            os._exit(0)
+
+
 def main(argv: list[str]) -> None:
     """The forkserver: ``python -m tileauto.workers.entry FD``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
@@ -291,7 +303,14 @@ def main(argv: list[str]) -> None:
     message = control.recv(1 << 20)
     if not message:
         return
+    preloaded = threading.Event()
+    watch = threading.Thread(
+        target=_exit_on_hangup, args=(control, preloaded), name="tileauto-hangup", daemon=True
+    )
+    watch.start()
     _preload(pickle.loads(message))
+    preloaded.set()
+    watch.join()  # no thread of the server's own is left when it starts forking workers
     _Server(control).run()
 
 

@@ -10,8 +10,10 @@ report (a blocking read, bounded only as a guard) before it acts.
 from __future__ import annotations
 
 import os
+import pickle
 import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -584,3 +586,36 @@ def test_a_programs_own_fork_leaves_its_parents_workers_alone(tmp_path):
     assert alive == "True True", "the child's exit killed the parent's worker"
     assert server == "True 0", "the child's exit killed the parent's forkserver"
     assert not Path(folder).exists(), "the worker's temp folder outlived its caller"
+
+
+def test_a_forkserver_whose_caller_is_gone_ends_while_it_preloads(tmp_path, reports):
+    """A caller that dies while its ``Popen`` of the server is under way (a Ctrl-C as the first
+    worker starts) never learns the server's pid to kill it: the server ends itself when its
+    caller hangs up, without waiting for its imports (torch and TVM: a minute on a loaded
+    machine) to finish. Here the preload never finishes."""
+    (tmp_path / "endless_preload.py").write_text(
+        f"import jobs, threading\njobs.say({reports.path!r}, 'preloading')\n"
+        "threading.Event().wait()\n"
+    )
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tileauto.workers.entry", str(theirs.fileno())],
+        pass_fds=[theirs.fileno()],
+        env=env,
+    )
+    theirs.close()
+    try:
+        config = {
+            "sys_path": [str(tmp_path), str(HERE), *sys.path],
+            "preload": ["endless_preload"],
+            "pythonpath": None,
+        }
+        ours.send(pickle.dumps(config))
+        assert reports.next() == ("preloading", server.pid)
+        ours.close()  # the caller is gone
+        server.wait(timeout=GUARD_S)
+    finally:
+        server.kill()
+        server.wait()
+    assert server.returncode == 0
