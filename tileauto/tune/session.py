@@ -10,15 +10,14 @@
         result = AutotuneResult(...) -> store.save(result) -> reporter.finished(summary)
 
 The session is handed its builder and runner (:mod:`tileauto.tune.defaults` makes the problem's
-own); it never chooses one. On a CPU target nothing is timed while compile jobs load the same
-cores: a round is built, then run. On a GPU configs run as soon as they are built.
+own); it never chooses one. How a round of configs is built and run (on a CPU, built then run;
+on a GPU, run as they are built): :mod:`tileauto.tune._rounds`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import queue
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,16 +26,7 @@ from typing import Any, TypeAlias
 
 from tileauto.artifact import KernelArtifact
 from tileauto.errors import NoValidConfigError
-from tileauto.records import (
-    NEVER_TRIED,
-    BuildRequest,
-    BuildResult,
-    RunOutcome,
-    SessionSummary,
-    Trial,
-    TrialStatus,
-    Validation,
-)
+from tileauto.records import NEVER_TRIED, SessionSummary, Trial, TrialStatus
 from tileauto.report.console import default_reporter
 from tileauto.report.notes import note
 from tileauto.report.observer import TrialObserver
@@ -44,22 +34,20 @@ from tileauto.result.record import AutotuneResult
 from tileauto.search import SearchStrategy, resolve_search
 from tileauto.space import config_id, tunable_parameters
 from tileauto.tune._ending import never_listed, no_winner_message, stored_facts
-from tileauto.tune._retime import retime_contenders
-from tileauto.tune._trials import trial_of, validation_of, warn_if_busy
+from tileauto.tune._rounds import Rounds
+from tileauto.tune._trials import warn_if_busy
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.stages import (
     BuilderMaker,
     BuildStage,
     KernelLoader,
     LoadingBuildStage,
-    MultiSlotRunStage,
     NotingReporter,
     Reporter,
     RunStage,
     Store,
     TrialStore,
 )
-from tileauto.utils.threads import background_thread
 
 RunnerMaker: TypeAlias = Callable[[], RunStage]
 """Makes the run stage when a session tunes (a cache hit needs none)."""
@@ -139,9 +127,8 @@ class TuningSession:
         self.rebuild = rebuild
         self.compile_wall_s = 0.0
         self.known: dict[str, Trial] = {}
-        self._measured: dict[str, Trial] = {}
+        self._measured: dict[str, Trial] = {}  # the rounds' (the same dict), and never-tried
         self._artifacts: dict[str, KernelArtifact] = {}
-        self._prepared = False
         self.observer = TrialObserver(p.profile_args.on_trial, p.name)  # the user's on_trial
         self._started = 0.0
         self.stop: Any = None  # the search's SearchOutcome (why it stopped), after run()
@@ -238,16 +225,18 @@ class TuningSession:
         builder = self._builder(scratch.path)
         runner = self._runner()
         self.reporter.started(p.name, self.view.size_bound)
+        rounds = Rounds(p, self.view, builder, runner, self.reporter, self.known, self._keep)
+        self._measured, self._artifacts = rounds.measured, rounds.artifacts
         ref_latency = None
         stop_reason = None
         try:
             builder.start()  # fork workers now, before this run starts any thread
             runner.start()
-            stop_reason = self._search_loop(builder, runner)
-            if self._prepared:
-                self._retime(runner)
+            stop_reason = self._search_loop(rounds)
+            if rounds.prepared:
+                rounds.retime()
                 ref_latency = runner.time_reference()
-            self._build_known_winner(builder)
+            rounds.build_winner()
         except BaseException as exc:
             # an error or Ctrl-C: kill compiles and the run worker now, never wait for them
             builder.cancel()
@@ -258,13 +247,14 @@ class TuningSession:
         finally:
             builder.close()
             runner.close()
+            self.compile_wall_s = rounds.compile_wall_s
         try:
             return self._finish(ref_latency, stop_reason)
         finally:
             scratch.remove()
 
     # -- the search loop ----------------------------------------------------------------------
-    def _search_loop(self, builder: BuildStage, runner: RunStage) -> str | None:
+    def _search_loop(self, rounds: Rounds) -> str | None:
         """Measure the default config, then what the strategy asks for, within the budgets.
 
         The loop is :func:`tileauto.search.run_search`, the same one replays drive; this
@@ -289,7 +279,7 @@ class TuningSession:
             ids = [view.id_at(i) for i in indices]
             ids = pending_default + [c for c in ids if c not in pending_default]
             pending_default.clear()
-            self._measure(ids, builder, runner)
+            rounds.measure(ids)
             return [(i, self._measured[view.id_at(i)]) for i in indices]
 
         outcome = run_search(
@@ -307,7 +297,7 @@ class TuningSession:
             first=[i for i in [view.search_index(self.default_id)] if i >= 0],
         )
         if pending_default:  # the strategy asked for nothing: the default is still measured
-            self._measure(pending_default, builder, runner)
+            rounds.measure(pending_default)
         why = f"{outcome.describe()} ({self.search.describe()})"
         if view.lists_never_tried():
             for cid in view.all_ids():
@@ -321,185 +311,13 @@ class TuningSession:
         self.stop = outcome
         return why if outcome.never_tried != 0 else None  # None: not counted, some left
 
-    def _measure(self, round_ids: list[str], builder: BuildStage, runner: RunStage) -> None:
-        """Build one round in parallel and run each config (CPU: after all its compiles)."""
-        start = time.perf_counter()
-        for cid in round_ids:
-            if cid in self.known and cid != self.default_id:
-                self._record(cid, self.known[cid])  # measured by an earlier run
-        to_build = [cid for cid in round_ids if cid not in self._measured]
-        p = self.problem
-        requests = [
-            BuildRequest(index=k, config=self.view.config(cid), args=p.args, kwargs=p.kwargs)
-            for k, cid in enumerate(to_build)
-        ]
-        self.reporter.steps(2 * len(requests))
-        arrivals: queue.Queue[BuildResult | None] = queue.Queue()
-        broken: list[BaseException] = []  # the builder itself failed (not a config)
-
-        def build_all() -> None:
-            try:
-                builder.build(requests, arrivals.put)
-            except BaseException as exc:  # noqa: BLE001 - raised on the session's thread
-                broken.append(exc)
-            finally:
-                arrivals.put(None)
-
-        # a thread that leaves SIGINT to this one, which wakes every 0.1 s: Ctrl-C is never
-        # delivered to a thread that ignores it (a native pool's, say) and lost
-        thread = background_thread(build_all, name="tileauto-build")
-        pending: dict[str, BuildResult] = {}
-        device = "cpu"
-        built_all = False
-        while not built_all:
-            try:
-                got = [arrivals.get(timeout=0.1)]
-            except queue.Empty:
-                continue
-            # with it, every result that arrived while the last ones ran: a runner with
-            # several device slots (run_many: GPUs) times them at once
-            while got[-1] is not None:
-                try:
-                    got.append(arrivals.get_nowait())
-                except queue.Empty:
-                    break
-            built_all = got[-1] is None
-            for result in got:
-                if result is None:
-                    break
-                cid = to_build[result.index]
-                self.reporter.step()
-                pending[cid] = result
-                if result.ok and result.artifact is not None:
-                    self._artifacts[cid] = result.artifact
-                    device = result.artifact.device_type
-                    if not self._prepared:
-                        runner.prepare(result.artifact)
-                        self._prepared = True
-            # a GPU runs configs as they arrive; a CPU waits until nothing else loads its cores
-            if (
-                not built_all
-                and device != "cpu"
-                and self._prepared
-                and self._default_ready(pending)
-            ):
-                self._run_pending(runner, pending, round_ids)
-        thread.join()
-        if broken:
-            raise broken[0]
-        self.compile_wall_s += time.perf_counter() - start
-        if self._prepared:
-            self._run_pending(runner, pending, round_ids)
-        for cid, result in pending.items():
-            self._record(cid, self._trial(result, None))
-
-    def _default_ready(self, pending: dict[str, BuildResult]) -> bool:
-        return self.default_id in self._measured or self.default_id in pending
-
-    def _run_pending(
-        self, runner: RunStage, pending: dict[str, BuildResult], order: list[str]
-    ) -> None:
-        """Run every built config not yet run, the default first, in space order.
-
-        A run stage with several device slots (``run_many``: Ray actors on several nodes or
-        GPUs) runs the configs after the default in parallel; they are still recorded and
-        reported in this order.
-        """
-        ordered = sorted(pending, key=lambda c: (c != self.default_id, order.index(c)))
-        jobs: list[str] = []  # to be recorded after the default, in this order
-        for cid in ordered:
-            result = pending[cid]
-            if cid == self.default_id and result.ok and result.artifact is not None:
-                self._run_default(runner, cid, pending.pop(cid))
-            else:
-                jobs.append(cid)
-        built = [c for c in jobs if pending[c].ok and pending[c].artifact is not None]
-        outcomes: dict[str, RunOutcome] = {}
-        recorded = 0
-
-        def record_ready() -> None:  # the jobs whose turn has come and whose run is over
-            nonlocal recorded
-            while recorded < len(jobs):
-                cid = jobs[recorded]
-                if cid in built and cid not in outcomes:
-                    return
-                result = pending.pop(cid)
-                self._record(cid, self._trial(result, outcomes.pop(cid, None)))
-                self.reporter.step()
-                recorded += 1
-
-        if isinstance(runner, MultiSlotRunStage) and len(built) > 1:
-            items = [(self._artifacts[c], pending[c].config) for c in built]
-            for k, run in runner.run_many(items):
-                outcomes[built[k]] = run
-                record_ready()
-        while recorded < len(jobs):
-            cid = jobs[recorded]
-            if cid in built and cid not in outcomes:
-                outcomes[cid] = runner.run(
-                    self._artifacts[cid], pending[cid].config, is_reference=False
-                )
-            record_ready()
-
-    def _run_default(self, runner: RunStage, cid: str, result: BuildResult) -> None:
-        """The default config: it makes the reference outputs the others are checked against."""
-        reuse = self.known.get(cid)
-        artifact = self._artifacts[cid]
-        if reuse is not None:
-            # measured before (cache): run once only to produce the reference outputs
-            run = runner.run(artifact, result.config, is_reference=True, time_it=False)
-            self._record(cid, reuse if run.status.ok else self._trial(result, run))
-        else:
-            run = runner.run(artifact, result.config, is_reference=True)
-            self._record(cid, self._trial(result, run))
-        self.reporter.step()
-
-    def _retime(self, runner: RunStage) -> None:
-        """Time the best few configs (and the default) again, interleaved, before picking."""
-        top_k = self.problem.profile_args.retime_top_k
-        retime_contenders(runner, self._measured, self._artifacts, self.default_id, top_k)
-
-    def _build_known_winner(self, builder: BuildStage) -> None:
-        """The winner, when an earlier run measured it, has no library here: build it while
-        the builder is open (a builder behind the kernel cache loads the earlier compile)."""
-
-        def rank(cid: str, trial: Trial) -> tuple[float, int]:
-            return (trial.latency_ms or 0.0, self.view.position(cid))
-
-        pool = {**self.known, **self._measured}
-        ranked = sorted(
-            (rank(cid, t), cid)
-            for cid, t in pool.items()
-            if t.ok and t.latency_ms is not None and self.view.position(cid) >= 0
-        )
-        if not ranked or ranked[0][1] in self._artifacts:
-            return
-        cid, p = ranked[0][1], self.problem
-        request = BuildRequest(index=0, config=self.view.config(cid), args=p.args, kwargs=p.kwargs)
-        built: list[BuildResult] = []
-        builder.build([request], built.append)
-        if built and built[0].ok and built[0].artifact is not None:
-            self._artifacts[cid] = built[0].artifact
-
-    # -- trials ---------------------------------------------------------------------------------
-    def _record(self, cid: str, trial: Trial) -> None:
-        """Keep a config's trial, complete (its index in the space), and report it."""
-        trial = trial.at_index(self.view.position(cid))
-        self._measured[cid] = trial
-        if isinstance(self.store, TrialStore):  # an interrupted or killed run keeps it
+    def _keep(self, trial: Trial) -> None:
+        """A trial the rounds recorded: stored at once (an interrupted or killed run keeps it),
+        reported, and handed to the user's ``on_trial``."""
+        if isinstance(self.store, TrialStore):
             self.store.save_trial(trial)
         self.reporter.trial(trial)
         self.observer.trial(trial)  # a detached copy; a failing callback is switched off
-
-    def _trial(self, build: BuildResult, run: RunOutcome | None) -> Trial:
-        cid = config_id(build.config)
-        validation = Validation.SKIPPED
-        if run is not None:
-            default = self._measured.get(self.default_id)
-            is_default = cid == self.default_id
-            pa = self.problem.profile_args
-            validation = validation_of(pa, run, is_default=is_default, default=default)
-        return trial_of(self.view.position(cid), build, run, validation)
 
     # -- the end --------------------------------------------------------------------------------
     def _finish(self, ref_latency: float | None, stop_reason: str | None) -> AutotuneResult:
