@@ -95,7 +95,7 @@ def node_loss_latency(func, args, *, warmup, rep, config, device, folder, victim
 def problem(
     configs: list[dict],
     *,
-    timeout: float = 5.0,
+    timeout: float = 30.0,  # also bounds making the inputs: room for a loaded machine
     timer: Any = scripted_latency,
     factory: Any = None,
 ):

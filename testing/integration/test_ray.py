@@ -38,6 +38,9 @@ MIXED = [
     {"vec": 16},
     {"mode": "slow", "repeat": 64},
 ]
+# the hanging config's timeout, which also bounds making the inputs in the run worker (5 s
+# was too short for that on a loaded machine; each hang costs this long, twice)
+HANG_S = 15.0
 EXPECTED = {
     0: TrialStatus.OK,
     1: TrialStatus.COMPILE_ERROR,
@@ -116,17 +119,17 @@ def test_warm_up_probes_the_nodes_and_its_workers_compile(cluster, tmp_path):
 def test_fault_matrix_and_results_match_a_local_run(cluster, tmp_path):
     # folders go to the driver and to the run actor as bytes, as between machines
     session, _, runner = h.ray_session(
-        h.problem(MIXED), tmp_path / "ray", RayCluster(share_files=False)
+        h.problem(MIXED, timeout=HANG_S), tmp_path / "ray", RayCluster(share_files=False)
     )
     ray_result = session.run()
     assert not runner.worker.shares_files
     assert not any(tmp_path.glob("ray/**/.tileauto-ray-*"))  # no token: nothing shared
-    local_result = h.local_session(h.problem(MIXED), tmp_path / "local").run()
+    local_result = h.local_session(h.problem(MIXED, timeout=HANG_S), tmp_path / "local").run()
     for index, status in EXPECTED.items():
         assert ray_result.trials[index].status is status, ray_result.trials[index]
     assert "deliberate compile failure" in ray_result.trials[1].error
     assert "Ray run actor died" in ray_result.trials[3].error
-    assert "timed out after 5 s" in ray_result.trials[4].error
+    assert f"timed out after {HANG_S:g} s" in ray_result.trials[4].error
     # the same trials (index, config, status, latency statistics) and the same winner
     assert h.comparable(ray_result.trials) == h.comparable(local_result.trials)
     assert ray_result.config == local_result.config == {"mode": "ok", "repeat": 1, "vec": 16}
@@ -506,7 +509,7 @@ import tileauto, ray_helpers as h
 from tune_kernels import scale_jit
 result = (
     tileauto.AutoTuner.from_kernel(scale_jit(4096), {space!r})
-    .set_profile_args(warmup_iters=1, rep_iters=3, timeout=5.0, timer=h.scripted_latency)
+    .set_profile_args(warmup_iters=1, rep_iters=3, timeout=30.0, timer=h.scripted_latency)
     .run(verbose=False)
 )
 print(json.dumps({{"hit": result.cache_hit, "key": result.key, "config": result.config,
@@ -536,7 +539,7 @@ def test_executor_ray_through_the_api_matches_local_and_warm_starts_without_a_cl
             .set_profile_args(
                 warmup_iters=1,
                 rep_iters=3,
-                timeout=5.0,
+                timeout=30.0,
                 timer=h.scripted_latency,
                 executor=executor,
             )  # fmt: skip
@@ -579,7 +582,7 @@ import ray, tileauto, ray_helpers as h
 from tune_kernels import scale_jit
 result = (
     tileauto.AutoTuner.from_kernel(scale_jit(4096), [{{"vec": 4}}, {{"vec": 16}}])
-    .set_profile_args(warmup_iters=1, rep_iters=3, timeout=5.0, timer=h.scripted_latency)
+    .set_profile_args(warmup_iters=1, rep_iters=3, timeout=30.0, timer=h.scripted_latency)
     .run(verbose=False)
 )
 print(json.dumps({{"config": result.config, "gcs": ray.get_runtime_context().gcs_address}}))
