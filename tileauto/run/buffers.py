@@ -60,8 +60,9 @@ def padded_outputs(
 ) -> tuple[list, list]:
     bindings: dict[str, int] = {}
     for spec, t in zip([p for i, p in enumerate(params) if i not in set(out_idx)], ins):
-        if spec.scalar:  # a length passed by value binds its size variable
-            bindings.setdefault(spec.size_var, int(t))
+        if spec.scalar:  # a length passed by value binds its size variable (a float never does)
+            if spec.dtype.startswith(("int", "uint")):
+                bindings.setdefault(spec.size_var, int(t))
             continue
         for d, dim in enumerate(spec.shape):
             if isinstance(dim, str) and dim.isidentifier():

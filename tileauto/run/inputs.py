@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,23 +192,58 @@ def _pick_inputs(
             f"{source} gave {len(tensors)} tensors; the kernel takes {len(in_pos)} inputs {names} "
             f"(or all {len(params)} parameters including outputs)"
         )
+    sizes: dict[str, tuple[int, str]] = {}  # each size variable's value, and who gave it
     for k, t in enumerate(tensors):
         spec = params[in_pos[k]]
         if spec.scalar:
             if isinstance(t, torch.Tensor) and t.numel() == 1:
-                tensors[k] = t.item()  # a one-element tensor for a scalar: its value
-            elif not isinstance(t, (bool, int, float)):
+                tensors[k] = t = t.item()  # a one-element tensor for a scalar: its value
+            if not isinstance(t, (bool, int, float)):
                 raise InputSupplyError(
                     f"{source}: input {k} ({spec.name}) is the scalar parameter {spec.name} "
                     f"({spec.dtype}): give an int or float, got {type(t).__name__}"
                 )
+            _check_scalar(t, spec, k, source)
         elif not isinstance(t, torch.Tensor):
             raise InputSupplyError(
                 f"{source}: input {k} ({spec.name}) is {type(t).__name__}, not a tensor"
             )
         else:
             _check_fits(t, spec, k, source)
+            _check_sizes(t, spec, k, source, sizes)
     return tensors
+
+
+def _check_scalar(value: bool | int | float, spec: ParamSpec, k: int, source: str) -> None:
+    """An integer scalar's value must be a whole number its dtype holds: TVM would silently
+    wrap ``2**32 + 7`` to 7, or truncate 2.7 to 2, for every config alike."""
+    if not spec.dtype.startswith(("int", "uint")):
+        return
+    info = torch.iinfo(torch_dtype(spec.dtype))
+    whole = isinstance(value, (bool, int)) or (math.isfinite(value) and value == int(value))
+    if not whole or not info.min <= value <= info.max:
+        raise InputSupplyError(
+            f"{source}: input {k} ({spec.name}) is the {spec.dtype} scalar {spec.name}: give "
+            f"a whole number from {info.min} to {info.max}, got {value!r}"
+        )
+
+
+def _check_sizes(
+    t: torch.Tensor, spec: ParamSpec, k: int, source: str, sizes: dict[str, tuple[int, str]]
+) -> None:
+    """Every tensor sized by one size variable gives it the same value (the kernel refuses the
+    call otherwise, for every config alike)."""
+    for d, dim in enumerate(spec.shape):
+        if not (isinstance(dim, str) and dim.isidentifier()):
+            continue
+        given = (int(t.shape[d]), f"input {k} ({spec.name}) dimension {d}")
+        first = sizes.setdefault(dim, given)
+        if first[0] != given[0]:
+            name = dict(spec.renamed).get(dim, dim)
+            raise InputSupplyError(
+                f"{source}: the size {name} is {first[0]} in {first[1]} but {given[0]} in "
+                f"{given[1]}; every tensor it sizes must agree"
+            )
 
 
 def _check_fits(t: torch.Tensor, spec: ParamSpec, k: int, source: str) -> None:

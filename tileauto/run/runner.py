@@ -343,12 +343,20 @@ def _inplace_positions(
     """
     if inplace_args is None:
         return None
-    inputs = [p.name for i, p in enumerate(artifact.params) if i not in set(artifact.out_idx)]
+    params = [p for i, p in enumerate(artifact.params) if i not in set(artifact.out_idx)]
+    inputs = [p.name for p in params]
+    listed = ", ".join(f"{k}: {n}" for k, n in enumerate(inputs))
     bad = [k for k in inplace_args if not -len(inputs) <= k < len(inputs)]
     if bad:
         raise ValueError(
             f"inplace_args={list(inplace_args)}: {bad} {'is' if len(bad) == 1 else 'are'} not "
-            f"input positions; the kernel's {len(inputs)} inputs are "
-            f"{', '.join(f'{k}: {n}' for k, n in enumerate(inputs))}"
+            f"input positions; the kernel's {len(inputs)} inputs are {listed}"
+        )
+    scalars = [k for k in inplace_args if params[k].scalar]
+    if scalars:
+        names = ", ".join(params[k].name for k in scalars)
+        raise ValueError(
+            f"inplace_args={list(inplace_args)}: {scalars} name the scalar parameter(s) {names}, "
+            f"passed by value: a kernel cannot write them; the kernel's inputs are {listed}"
         )
     return tuple(dict.fromkeys(k % len(inputs) for k in inplace_args))

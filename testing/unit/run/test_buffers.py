@@ -104,3 +104,15 @@ def test_interleave_puts_inputs_and_outputs_in_call_order():
     assert interleave(4, [0, 2], ["a", "c"], [1, 3], ["B", "D"]) == ["a", "B", "c", "D"]
     assert interleave(2, [1], ["x"], [0], ["Y"]) == ["Y", "x"]
     assert interleave(1, [0], [3], [], []) == [3]
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), 2.5])
+def test_a_float_scalar_binds_no_size(alpha):
+    # only an integer scalar can size a buffer; int(nan) failed every config
+    params = (
+        ParamSpec("A", ("n",), "float32"),
+        ParamSpec("alpha", (), "float32", scalar=True),
+        ParamSpec("B", ("n",), "float32"),
+    )
+    views, _ = padded_outputs(params, [2], [torch.zeros(3), alpha], "cpu")
+    assert tuple(views[0].shape) == (3,)

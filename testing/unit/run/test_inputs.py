@@ -402,3 +402,46 @@ def test_set_autotune_inputs_rejects_non_tensors():
 def test_set_autotune_inputs_takes_numbers_for_scalar_parameters():
     with set_autotune_inputs(torch.zeros(1), 2.5, 3):
         assert captured_inputs()[1:] == (2.5, 3)
+
+
+# -- scalars and size variables that no config could run with -------------------------------------
+SIZED = (
+    ParamSpec("A", ("n",), "float32"),
+    ParamSpec("s", (), "int32", scalar=True),
+    ParamSpec("B", ("n",), "float32"),
+)
+
+
+def _given(values, params=SIZED, in_pos=(0, 1, 2)):
+    return make_inputs(
+        params, in_pos, captured=values, supply_prog=None, supply_type=None, seed=0, device="cpu"
+    )
+
+
+@pytest.mark.parametrize(
+    "value", [2**31, -(2**31) - 1, 2**32 + 7, 2.7, float("nan"), torch.tensor(2.7)], ids=repr
+)
+def test_an_integer_scalar_that_its_dtype_cannot_hold_is_refused_naming_it(value):
+    # TVM would wrap 2**32 + 7 to 7 (or truncate 2.7) silently, for every config alike
+    with pytest.raises(
+        InputSupplyError, match=r"input 1 \(s\) is the int32 scalar s: give a whole"
+    ):
+        _given([torch.zeros(4), value, torch.zeros(4)])
+
+
+@pytest.mark.parametrize("value", [2**31 - 1, -(2**31), 3.0, True, torch.tensor(5)], ids=repr)
+def test_an_integer_scalar_in_range_is_taken(value):
+    assert _given([torch.zeros(4), value, torch.zeros(4)])[1] == value
+
+
+def test_a_float_scalar_takes_any_float():
+    params = (ParamSpec("A", (4,), "float32"), ParamSpec("alpha", (), "float32", scalar=True))
+    got = _given([torch.zeros(4), float("nan")], params, (0, 1))
+    assert got[1] != got[1]  # NaN
+
+
+def test_tensors_that_give_one_size_variable_two_values_are_refused_naming_both():
+    with pytest.raises(
+        InputSupplyError, match=r"the size n is 16 in input 0 \(A\) .* 8 in input 2"
+    ):
+        _given([torch.zeros(16), 1, torch.zeros(8)])

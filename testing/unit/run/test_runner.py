@@ -64,3 +64,20 @@ def test_kill_is_immediate_and_idempotent(runner, built):
     runner.kill()
     runner.kill()
     assert not runner.worker.alive
+
+
+def test_inplace_args_naming_a_scalar_input_is_refused_naming_it():
+    from types import SimpleNamespace
+
+    from tileauto.artifact import ParamSpec
+    from tileauto.run.runner import _inplace_positions
+
+    params = (
+        ParamSpec("A", (4,), "int32"),
+        ParamSpec("s", (), "int32", scalar=True),
+        ParamSpec("B", (4,), "int32"),
+    )
+    kernel = SimpleNamespace(params=params, out_idx=(2,))
+    assert _inplace_positions((0,), kernel) == (0,)
+    with pytest.raises(ValueError, match=r"inplace_args=\[-1\]: \[-1\] name the scalar .* s"):
+        _inplace_positions((-1,), kernel)
