@@ -228,3 +228,28 @@ def test_a_config_exhausting_memory_is_reported_and_the_worker_replaced(monkeypa
         TrialStatus.OK,
     ]
     assert "more than 1.5 GiB" in result.trials[1].error
+
+
+@pytest.mark.timeout(240)
+def test_after_a_crash_the_new_run_worker_makes_its_reference_on_its_own_inputs():
+    """A ``supply_prog`` need not make the same inputs twice (numpy's ``default_rng()`` draws
+    from the OS): the run worker that replaces a crashed one makes new inputs, and the correct
+    configs after the crash are checked against the default config run again on those, not
+    against its outputs on the first worker's inputs (they all failed as mismatches)."""
+    import numpy as np
+    from tune_kernels import scale_jit
+
+    def unseeded(params):
+        rng = np.random.default_rng()
+        return [torch.from_numpy(rng.standard_normal(p.shape).astype(np.float32)) for p in params]
+
+    result = (
+        tileauto.AutoTuner.from_kernel(
+            scale_jit(4096), [{"vec": 4}, {"mode": "segfault"}, {"vec": 16}]
+        )
+        .set_profile_args(warmup=1, rep=3, supply_prog=unseeded, timer=scripted_latency)
+        .run(verbose=False)
+    )
+    statuses = [(t.status, t.error) for t in result.trials]
+    assert [s for s, _ in statuses] == [TrialStatus.OK, TrialStatus.CRASH, TrialStatus.OK], statuses
+    assert result.config["vec"] == 16

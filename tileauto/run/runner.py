@@ -1,7 +1,9 @@
 """The parent's side of running configs: one isolated run worker per device, replaced on failure.
 
 A config that segfaults, hangs past its timeout or exhausts memory becomes a failed result with
-its reason; the worker is replaced (inputs and reference are sent again) and the next config runs.
+its reason; the worker is replaced and the next config runs. The new worker makes the inputs
+again, and the reference on them: ``ref_prog`` again, or the default config run again (a
+``supply_prog`` need not make the same inputs twice: the old reference would not fit them).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class Runner:
         self._ready: set[str] = set()  # signatures set up in the current worker
         self._setup_errors: dict[str, Exception] = {}  # a failed setup fails its later runs too
         self.reference_signature = ""  # where the default config ran
+        # the default config's run, by signature: run again to make the reference in a new worker
+        self._reference_runs: dict[str, RunRequest] = {}
         self._setup_lock = threading.Lock()
 
     # -- the run stage ----------------------------------------------------------------------
@@ -170,10 +174,14 @@ class Runner:
         """
         key = self.first if key is None else key
         spec = self.specs[key]
+        rerun = self._reference_runs.get(key)
         try:
-            self._setup_step(run_worker.setup, (spec, False), self._inputs_name())
+            sent = spec if rerun is None else _without_reference(spec)
+            self._setup_step(run_worker.setup, (sent, False), self._inputs_name())
             if spec.profile.ref_prog is not None and not spec.profile.skip_check:
                 self._setup_step(run_worker.compute_reference, (key,), "ref_prog")
+            if rerun is not None:
+                self._remake_reference(key, rerun)
         except WorkerCancelled:
             raise  # an interrupt, not a property of this setup: not remembered
         except Exception as exc:
@@ -264,13 +272,40 @@ class Runner:
             )
             return RunOutcome(status, error=f"{exc.remote.type_name}: {exc.remote.message}")
         if outcome.reference is not None:
-            # Kept so a replacement worker gets the same reference without re-running the default.
-            self.specs[key] = dataclasses.replace(
-                self.specs[key],
-                reference=outcome.reference,
-                reference_inplace=outcome.reference_inplace,
-            )
+            self._keep_reference(key, outcome)
+            self._reference_runs[key] = dataclasses.replace(request, time_it=False)
         return dataclasses.replace(outcome, reference=None, reference_inplace=None)
+
+    def _keep_reference(self, key: str, outcome: RunOutcome) -> None:
+        """The default config's outputs, kept with the spec: the fallback of a new worker whose
+        run of the default fails (:meth:`_remake_reference`)."""
+        self.specs[key] = dataclasses.replace(
+            self.specs[key],
+            reference=outcome.reference,
+            reference_inplace=outcome.reference_inplace,
+        )
+
+    def _remake_reference(self, key: str, request: RunRequest) -> None:
+        """In a new worker, whose inputs were made again: run the default config on them again
+        to make the reference (not checked, not timed). Should that run fail, the reference kept
+        from the first worker is set instead (right when the inputs are the same: seeded)."""
+        assert self.worker is not None
+        try:
+            outcome = self.worker.call(run_worker.check_and_time, request, timeout_s=self.timeout_s)
+        except WorkerCancelled:
+            raise
+        except (WorkerTimeout, WorkerCrashed):
+            self.worker.kill()  # the next job starts a new worker, set up again from scratch
+            raise
+        except RemoteJobError:
+            outcome = RunOutcome(TrialStatus.RUN_ERROR)
+        if outcome.reference is not None:
+            self._keep_reference(key, outcome)
+            return
+        spec = self.specs[key]
+        self._setup_step(
+            run_worker.keep_reference, (key, spec.reference, spec.reference_inplace), "reference"
+        )
 
     def retime(
         self, items: Sequence[tuple[KernelArtifact, dict]], rounds: int
@@ -318,6 +353,10 @@ class Runner:
         self.worker.kill()
         self._ready.clear()
         return RunOutcome(status, error=message)
+
+
+def _without_reference(spec: SessionSpec) -> SessionSpec:
+    return dataclasses.replace(spec, reference=None, reference_inplace=None)
 
 
 def _unwrap(exc: RemoteJobError) -> Exception:

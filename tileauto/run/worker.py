@@ -61,6 +61,11 @@ def compute_reference(key: str | None = None) -> None:
     process_worker().compute_reference(key)
 
 
+def keep_reference(key: str, reference: Any, inplace: Any) -> None:
+    """Set a session's reference (the default config's outputs) in this process's run worker."""
+    process_worker().keep_reference(key, reference, inplace)
+
+
 def check_and_time(request: RunRequest) -> RunOutcome:
     """:meth:`RunWorker.check_and_time` in this process's run worker."""
     return process_worker().check_and_time(request)
@@ -134,6 +139,15 @@ class RunWorker:
         self.sessions[key] = session
         if reference:
             self.compute_reference(key)
+
+    def keep_reference(self, key: str, reference: Any, inplace: Any) -> None:
+        """Hold ``reference`` (the default config's outputs, made in an earlier worker) as the
+        expected outputs of the session ``key``."""
+        session = self.sessions[key]
+        session.reference = reference  # as setup() holds a spec's reference
+        if inplace is not None and session.inplace is None:
+            session.inplace = inplace
+        self.reference_key = key
 
     def compute_reference(self, key: str | None = None) -> None:
         """Run ``ref_prog`` once on a session's inputs (the expected outputs), if there is one.
