@@ -14,19 +14,9 @@ import torch
 
 from tileauto.artifact import ParamSpec
 from tileauto.jit.dtypes import torch_dtype
+from tileauto.run.validate import fill_value
 
 PAD = 64  # canary elements on each side; 64 elements keep 64-byte alignment for every dtype
-
-
-def _sentinel(dtype: torch.dtype) -> Any:
-    """A value a stray write is unlikely to leave: NaN, True, or the integer extreme away from
-    zero (the minimum of a signed type, the maximum of an unsigned one, whose minimum is 0)."""
-    if dtype.is_floating_point:
-        return float("nan")
-    if dtype == torch.bool:
-        return True
-    info = torch.iinfo(dtype)
-    return info.min if dtype.is_signed else info.max
 
 
 def padded_buffer(
@@ -35,7 +25,7 @@ def padded_buffer(
     numel = 1
     for d in shape:
         numel *= int(d)
-    buf = torch.full((numel + 2 * PAD,), _sentinel(dtype), dtype=dtype, device=device)
+    buf = torch.full((numel + 2 * PAD,), fill_value(dtype), dtype=dtype, device=device)
     return buf[PAD : PAD + numel].view(tuple(shape)), buf
 
 
@@ -81,7 +71,7 @@ def canaries_intact(buf: torch.Tensor) -> bool:
     pads = torch.cat([buf[:PAD], buf[-PAD:]])
     if pads.is_floating_point():
         return bool(torch.isnan(pads).all())
-    return bool((pads == _sentinel(pads.dtype)).all())
+    return bool((pads == fill_value(pads.dtype)).all())
 
 
 def interleave(

@@ -15,7 +15,14 @@ from typing import Any
 import torch
 
 from tileauto.run.session import RunSession
-from tileauto.run.validate import Verdict, as_list, check_bool, compare, unwritten
+from tileauto.run.validate import (
+    Verdict,
+    as_list,
+    check_bool,
+    compare,
+    unwritten,
+    verdict_value,
+)
 
 
 def check_outputs(
@@ -40,16 +47,16 @@ def check_outputs(
             except Exception as exc:  # noqa: BLE001
                 checked = Verdict(False, f"ref_prog raised {type(exc).__name__}: {exc}")
             else:
-                checked = check_bool(value)
+                checked = check_bool(value, "ref_prog")
         else:
             expected = session.expected
             if session.ref_error is not None:
                 return Verdict(False, f"no reference: {session.ref_error}")
-            if isinstance(expected, bool):
+            if verdict_value(expected) is not None and not single_element(results):
                 return Verdict(
                     False,
-                    "ref_prog(*inputs) returned a bool without seeing the outputs: to check with a "
-                    "bool, make ref_prog take the inputs followed by the results",
+                    f"ref_prog(*inputs) returned {expected!r}, a bool, without seeing the outputs: "
+                    "to check with a bool, make ref_prog take the inputs followed by the results",
                 )
             if expected is None:
                 return Verdict(False, "ref_prog returned None: return the expected outputs")
@@ -63,13 +70,9 @@ def check_outputs(
     if checked is not None and not checked.ok:
         return checked
     if spec.profile.manual_check_prog is not None:
-        try:
-            # always lists, as TileLang passes them, whatever ref_prog returned
-            value = spec.profile.manual_check_prog(list(results), expected_list)
-        except Exception as exc:  # noqa: BLE001
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            return Verdict(False, f"manual_check_prog raised {type(exc).__name__}: {first}")
-        return Verdict(value is not False, "manual_check_prog returned False")
+        if expected_list is None and not session.ref_checker:
+            return Verdict(True, note=NO_REFERENCE_FOR_MANUAL)
+        return manual_check(spec.profile.manual_check_prog, results, expected_list)
     if expected is None or session.ref_checker:
         return Verdict(True)
     with own_work(spec.device):
@@ -83,10 +86,40 @@ def check_outputs(
         )
 
 
+# Without a ref_prog the default config's results are the reference: none when it failed, or
+# when its buffers differ from this config's. manual_check_prog is then not called with None.
+NO_REFERENCE_FOR_MANUAL = (
+    "manual_check_prog not called: no reference to give it (no ref_prog, and the default "
+    "config failed or has other buffers); only checked for unwritten outputs"
+)
+
+
+def manual_check(prog: Any, results: list, expected_list: list | None) -> Verdict:
+    """``prog``'s verdict on the results: raising or returning a false bool fails (see
+    :func:`~tileauto.run.validate.check_bool`), anything else passes."""
+    try:
+        # always lists, as TileLang passes them, whatever ref_prog returned
+        value = prog(list(results), expected_list)
+    except Exception as exc:  # noqa: BLE001
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return Verdict(False, f"manual_check_prog raised {type(exc).__name__}: {first}")
+    verdict = check_bool(value, "manual_check_prog")
+    return Verdict(True) if verdict is None else verdict
+
+
+def single_element(results: Sequence[Any]) -> bool:
+    """Whether the results are one tensor of one element (a flag, a count): a bool from
+    ``ref_prog(*inputs)`` is then its expected value; otherwise it can only be a verdict
+    given without seeing the outputs."""
+    return len(results) == 1 and isinstance(results[0], torch.Tensor) and results[0].numel() == 1
+
+
 def first_unwritten(names: list[str], results: list, expected_list: list | None) -> Verdict | None:
     """The verdict on the first result with elements the kernel never wrote (None if none)."""
     for k, (name, r) in enumerate(zip(names, results)):
         want = expected_list[k] if expected_list is not None and k < len(expected_list) else None
+        if want is not None and not isinstance(want, torch.Tensor):
+            want = as_tensor(want)  # a number or an array, as compare() takes them
         if not isinstance(want, torch.Tensor) or want.numel() != r.numel():
             want = None  # compare() reports a reference of another size
         else:
@@ -120,3 +153,11 @@ def own_work(device: str) -> Iterator[None]:
 
 def clones(tensors: Sequence[Any]) -> list[Any]:
     return [t.clone() if isinstance(t, torch.Tensor) else t for t in tensors]
+
+
+def as_tensor(value: Any) -> torch.Tensor | None:
+    """``value`` as a tensor, or None when torch cannot make one (compare() then says why)."""
+    try:
+        return torch.as_tensor(value)
+    except Exception:  # noqa: BLE001
+        return None

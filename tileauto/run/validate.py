@@ -11,16 +11,32 @@ import torch
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of a comparison: ok, and if not, a message with the worst error."""
+    """The outcome of a comparison: ok, and if not, a message with the worst error.
+
+    ``note`` is for a config that passes with something left out (a check that could not run).
+    """
 
     ok: bool
     message: str = ""
+    note: str = ""
 
 
 def as_list(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
+
+
+def fill_value(dtype: torch.dtype) -> Any:
+    """The value outputs hold before the kernel runs (run/buffers.py fills them with it), one
+    a stray write is unlikely to leave: NaN, True, or the integer extreme away from zero (the
+    minimum of a signed type, the maximum of an unsigned one, whose minimum is 0)."""
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    info = torch.iinfo(dtype)
+    return info.min if dtype.is_signed else info.max
 
 
 def compare(
@@ -34,11 +50,13 @@ def compare(
 ) -> Verdict:
     """Compare the kernel's results with reference tensors.
 
-    Outputs are filled with NaN before the kernel runs, so a NaN result where the reference is
-    finite is work the kernel never did: that fails whatever the tolerances (they are for
-    rounding, not for missing elements). Otherwise an element mismatches when
-    ``|r - e| > atol + rtol * |e|``, or when the reference is NaN and the result is not; the
-    check fails when more than ``max_mismatched_ratio`` of a result's elements mismatch.
+    Outputs are filled before the kernel runs (see :func:`fill_value`), so a result still
+    holding the fill value where the reference does not is work the kernel may never have
+    done: that fails whatever the tolerances (they are for rounding, not for missing
+    elements). Otherwise an element mismatches when ``|r - e| > atol + rtol * |e|``, or when
+    the reference is NaN and the result is not; the check fails when more than
+    ``max_mismatched_ratio`` of a result's elements mismatch. Integer and bool results are
+    compared as integers (see :func:`_integer_mismatches`).
     """
     expected_list = as_list(expected)
     if len(expected_list) != len(results):
@@ -64,16 +82,28 @@ def compare(
 
 
 def unwritten(name: str, got: torch.Tensor, want: torch.Tensor | None = None) -> Verdict | None:
-    """A failing verdict when ``got`` holds NaN the kernel never overwrote, else None.
+    """A failing verdict when ``got`` still holds its fill value where it should not, else None.
 
-    With a reference, only NaN where the reference is not NaN counts (a reference may compute
-    NaN itself); without one, every NaN does.
+    A float result's NaN counts where the reference is not NaN (a reference may compute NaN
+    itself), and every NaN without a reference. An integer or bool result's fill value
+    (:func:`fill_value`) counts only where a reference differs from it: a kernel may compute
+    that value (``True`` most of all), and only the reference tells the two apart. Either way
+    the kernel may have computed the value rather than skipped the element, so the message
+    says both.
     """
-    if not got.is_floating_point() and not got.is_complex():
+    if got.is_floating_point() or got.is_complex():
+        missing = torch.isnan(got)
+        if want is not None and (want.is_floating_point() or want.is_complex()):
+            missing &= ~torch.isnan(want)
+        held = "NaN where the reference is not NaN" if want is not None else "NaN"
+        why = "never written, or computed as NaN"
+    elif want is None:
         return None
-    missing = torch.isnan(got)
-    if want is not None and (want.is_floating_point() or want.is_complex()):
-        missing &= ~torch.isnan(want)
+    else:
+        fill = fill_value(got.dtype)
+        missing = (got == fill) & (want != fill)
+        held = f"the fill value {fill} where the reference differs"
+        why = "never written, or computed as that value"
     n = int(missing.sum())
     if n == 0:
         return None
@@ -81,7 +111,7 @@ def unwritten(name: str, got: torch.Tensor, want: torch.Tensor | None = None) ->
     return Verdict(
         False,
         f"unwritten output: {n} elements of {name} (of {got.numel()}; first at flat index "
-        f"{first}): the kernel left them as filled before the run",
+        f"{first}) hold {held} ({why})",
     )
 
 
@@ -91,30 +121,116 @@ def _compare_one(
     missing = unwritten(name, got, want)
     if missing is not None:
         return missing
-    g = got.detach().to(torch.float64)
-    w = want.detach().to(torch.float64)
-    g_nan, w_nan = torch.isnan(g), torch.isnan(w)
-    diff = (g - w).abs()
-    bad = (diff > atol + rtol * w.abs()) | (g_nan != w_nan)
-    bad |= (torch.isinf(g) | torch.isinf(w)) & (g != w)  # inf bounds would accept anything
-    bad &= ~(g_nan & w_nan)
+    integers = _as_integers(got, want)
+    if integers is not None:
+        g, w = integers
+        bad, worst = _integer_mismatches(g, w, rtol, atol)
+        show: Any = int
+    else:
+        g = got.detach().to(torch.float64)
+        w = want.detach().to(torch.float64)
+        g_nan, w_nan = torch.isnan(g), torch.isnan(w)
+        diff = (g - w).abs()
+        bad = (diff > atol + rtol * w.abs()) | (g_nan != w_nan)
+        bad |= (torch.isinf(g) | torch.isinf(w)) & (g != w)  # inf bounds would accept anything
+        bad &= ~(g_nan & w_nan)
+        finite = diff[~(g_nan | w_nan)]
+        worst = f"{float(finite.max()):.4g}" if finite.numel() else "nan"
+        show = _six_digits
     n_bad = int(bad.sum())
     total = max(1, g.numel())
     if n_bad / total <= ratio:
         return Verdict(True)
-    finite = diff[~(g_nan | w_nan)]
-    worst = float(finite.max()) if finite.numel() else float("nan")
     idx = int(bad.flatten().nonzero()[0])
     return Verdict(
         False,
         f"{name}: {n_bad}/{total} elements ({100 * n_bad / total:.2f}%) outside rtol={rtol:g}, "
-        f"atol={atol:g} (allowed {100 * ratio:g}%); worst abs error {worst:.4g}; "
-        f"first at flat index {idx}: got {float(g.flatten()[idx]):.6g}, expected {float(w.flatten()[idx]):.6g}",
+        f"atol={atol:g} (allowed {100 * ratio:g}%); worst abs error {worst}; "
+        f"first at flat index {idx}: got {show(g.flatten()[idx])}, expected {show(w.flatten()[idx])}",
     )
 
 
-def check_bool(value: Any) -> Verdict | None:
-    """ref_prog may return a bool: True passes, False fails. None when it returned tensors."""
+def _six_digits(value: torch.Tensor) -> str:
+    return f"{float(value):.6g}"
+
+
+def _as_integers(got: torch.Tensor, want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both sides as int64 when the result is an integer or bool tensor and the reference
+    holds whole numbers, else None (then compared in float64).
+
+    float64 keeps 53 bits: int64 values past 2**53 would round there, and 2**60 + 8 would
+    equal 2**60 + 1 whatever the tolerances.
+    """
+    if got.is_floating_point() or got.is_complex() or want.is_complex():
+        return None
+    if want.is_floating_point():
+        w = want.detach().to(torch.float64)
+        whole = torch.isfinite(w) & (w == w.round()) & (w.abs() < 2.0**63)
+        if not bool(whole.all()):
+            return None
+        return got.detach().to(torch.int64), w.to(torch.int64)
+    return got.detach().to(torch.int64), want.detach().to(torch.int64)
+
+
+def _integer_mismatches(
+    g: torch.Tensor, w: torch.Tensor, rtol: float, atol: float
+) -> tuple[torch.Tensor, str]:
+    """Where ``|g - w| > atol + rtol * |w|``, with the difference exact, and the worst one.
+
+    The difference is taken in int64; one of 2**61 or more (which int64 might overflow) is
+    taken in float64, whose rounding there is far below the difference itself. For an
+    integer difference, ``d > bound`` is ``d > floor(bound)``, an exact integer comparison.
+    """
+    approx = (g.to(torch.float64) - w.to(torch.float64)).abs()
+    bound = atol + rtol * w.to(torch.float64).abs()
+    huge = approx >= 2.0**61
+    diff = torch.where(huge, 0, g - w).abs()  # exact: below 2**62, no overflow
+    limit = bound.floor().clamp(max=2.0**62).to(torch.int64)
+    bad = torch.where(huge, approx > bound, diff > limit)
+    if not diff.numel():
+        return bad, "0"
+    if bool(huge.any()):
+        return bad, f"{float(approx.max()):.4g}"
+    return bad, str(int(diff.max()))
+
+
+def verdict_value(value: Any) -> bool | None:
+    """``value`` as a check's answer: a Python or numpy bool, or a one-element bool tensor or
+    array (what ``(a == b).all()`` and ``np.all`` return); None for anything else.
+
+    ``tensor(False)`` is not ``False``: judging by type alone let such answers pass.
+    """
     if isinstance(value, bool):
-        return Verdict(value, "" if value else "ref_prog returned False")
+        return value
+    if _bool_elements(value) == 1:
+        return bool(value)
+    return None
+
+
+def _bool_elements(value: Any) -> int | None:
+    """The element count of a torch or numpy bool tensor, array or scalar, else None."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() if value.dtype == torch.bool else None
+    if type(value).__module__ == "numpy" and str(getattr(value, "dtype", "")) == "bool":
+        return int(value.size)
+    return None
+
+
+def check_bool(value: Any, who: str = "ref_prog") -> Verdict | None:
+    """The verdict a check (``who``) returned: a bool (see :func:`verdict_value`) passes when
+    true. None when it returned something else (None, tensors: it raises to fail).
+
+    A bool tensor of several elements is an element-wise answer, not one verdict: it fails,
+    naming what came, rather than pass whatever its elements say.
+    """
+    answer = verdict_value(value)
+    if answer is not None:
+        return Verdict(answer, "" if answer else f"{who} returned {value!r}")
+    n = _bool_elements(value)
+    if n is not None:
+        return Verdict(
+            False,
+            f"{who} returned a bool tensor of {n} elements, expected one bool: reduce it "
+            "(e.g. bool((a == b).all()))",
+        )
     return None

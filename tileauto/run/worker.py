@@ -297,6 +297,8 @@ class RunWorker:
             verdict = check_outputs(session, ins, results, names, mutated)
         if not verdict.ok:
             return RunOutcome(TrialStatus.MISMATCH, error=verdict.message, notes=notes)
+        if verdict.note:  # a check that passed with something to say (a check skipped)
+            notes += (verdict.note,)
         samples: tuple[float, ...] = ()
         if request.time_it:
             samples, busy = _time(session, func, full, request.config)
