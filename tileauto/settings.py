@@ -169,7 +169,30 @@ def parse_redis_url(name: str, raw: str) -> str | None:
             f"{name}={_masked(raw)!r}: expected redis://host:port/db or rediss://host:port/db (TLS), "
             "e.g. redis://cache.local:6379/0"
         )
+    _check_redis_db(name, raw, parts.path, parts.query)
     return value
+
+
+def _check_redis_db(name: str, raw: str, path: str, query: str) -> None:
+    """The URL's database: a path that is not a number (redis-py reads it as db 0) and a
+    ``db=`` argument that disagrees with the path (it wins, while messages show the path)
+    would each put a fleet's entries in a database nobody meant."""
+    from urllib.parse import parse_qs
+
+    path = path.strip("/")
+    if path and not path.isdigit():
+        raise SettingsError(
+            f"{name}={_masked(raw)!r}: expected the database as a number after the port "
+            f"(redis://host:port/0), got {path!r}"
+        )
+    dbs = parse_qs(query).get("db", [])
+    if any(not d.isdigit() for d in dbs) or len(set(map(int, dbs))) > 1:
+        raise SettingsError(f"{name}={_masked(raw)!r}: expected db= to be one number, got {dbs}")
+    if path and dbs and int(dbs[0]) != int(path):
+        raise SettingsError(
+            f"{name}={_masked(raw)!r}: the path names database {int(path)} and db= names "
+            f"{int(dbs[0])}: give the database once (redis://host:port/{int(dbs[0])})"
+        )
 
 
 def without_password(url: str) -> str:

@@ -266,10 +266,17 @@ def test_a_signed_kernel_is_loaded_with_the_key_and_compiled_without(tmp_path, r
     assert unkeyed["cache_hit"] and unkeyed["ok"] and unkeyed["compiles"] == 1
     assert unkeyed["remote"]["kernel"] == "compiled here"
     wrong_env = {**env, "TILEAUTO_REMOTE_CACHE_KEY": "another-secret"}
+    client = redis.client()
+    name = f"tileauto:r1:entry:{first['key']}"
+    published = client.hgetall(name)
     wrong = Child(tmp_path, "wrong", tmp_path / "d", wrong_env)
     result = wrong.result()
-    assert not result["cache_hit"] and result["ok"]  # refused: tuned on its own
-    assert "signature does not verify" in wrong.stderr()
+    # another key (a rotation, a typo): used as without a key, never tuned again and published
+    # over the fleet's entry (the nodes of each key re-tuned and replaced it, in turn)
+    assert result["cache_hit"] and result["ok"] and result["compiles"] == 1
+    assert result["remote"]["kernel"] == "compiled here"
+    assert wrong.stderr().count("signature does not verify") == 1
+    assert client.hgetall(name) == published
 
 
 def test_a_winner_with_tuples_is_used_by_the_other_machines(tmp_path, redis):

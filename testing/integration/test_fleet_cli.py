@@ -126,3 +126,45 @@ def test_store_option_on_the_decorator_and_the_builder(tmp_path, monkeypatch):
         assert len(remote.entry_keys()) == 1
         result = builder(1024, RemoteCache(srv.url))
         assert result.key in remote.entry_keys() and len(remote.entry_keys()) == 2
+
+
+def test_push_refuses_a_kernel_entry_keeps_families_and_pull_fails_on_what_it_skips(
+    tmp_path, monkeypatch, capsys
+):
+    from tileauto.cache import catalog
+    from tileauto.cache.entry import KIND_KERNEL
+    from tileauto.cache.remote import RemoteCache
+
+    with redis_server(tmp_path / "redis") as srv:
+        tuned = tune(tmp_path / "ci", monkeypatch)
+        before = {e.key for e in catalog.list_entries(tmp_path / "ci", (KIND_KERNEL,))}
+        tileauto.jit(out_idx=[-1], target="llvm")(fleet_kernel)(1000)  # a kernels/ entry
+        (jit,) = [e for e in catalog.list_entries(tmp_path / "ci", (KIND_KERNEL,))
+                  if e.key not in before]  # fmt: skip
+        monkeypatch.setenv("TILEAUTO_REMOTE_CACHE", srv.url)
+        code, out, err = run(capsys, "cache", "push", jit.key[:12])
+        assert code == 2 and f"kernels/{jit.key}" in err and "not a tuned result" in err
+        assert RemoteCache(srv.url).entry_keys() == []  # nothing published
+
+        code, out, _ = run(capsys, "cache", "push", tuned.key[:12])  # no key: configs only
+        assert code == 0 and "pushed 1 entries" in out
+        family = catalog.find_entry(tmp_path / "ci", tuned.key).manifest["family"]
+        client = srv.client()
+        assert client.smembers(f"tileauto:r1:family:{family}") == {tuned.key.encode()}
+
+        monkeypatch.setenv("TILEAUTO_REMOTE_CACHE_KEY", "fleet-secret")
+        code, out, _ = run(capsys, "cache", "pull", "--cache-dir", str(tmp_path / "n1"), tuned.key)
+        assert code == 1 and "skipped" in out and "no signed kernel" in out  # named: a failure
+        code, out, _ = run(capsys, "cache", "pull", "--cache-dir", str(tmp_path / "n1"))
+        assert code == 0 and "1 skipped" in out  # everything: a configs-only entry is no fault
+
+        code, out, _ = run(capsys, "cache", "push", "--cache-dir", str(tmp_path / "ci"))
+        assert code == 0 and "signed kernels" in out
+        code, out, _ = run(capsys, "cache", "pull", "--cache-dir", str(tmp_path / "n2"))
+        assert code == 0 and "pulled 1 entries" in out
+        pulled = catalog.find_entry(tmp_path / "n2", tuned.key).manifest
+        assert pulled["family"] == family  # the disk prior's "same problem" finds it
+
+        client.hset(f"tileauto:r1:entry:{tuned.key}", "sha256", "0" * 64)  # damaged
+        code, out, _ = run(capsys, "cache", "pull", "--cache-dir", str(tmp_path / "n3"))
+        assert code == 1 and "damaged" in out

@@ -9,14 +9,16 @@
 
 ``<key>`` is the disk entry's key. A record carries configs and measurements only: loading
 it never runs code from the database. A kernel is shared only under the operator's key
-(HMAC-SHA256, verified before it is written to disk). A damaged or forged entry is a miss
-with one warning; an entry of another format or version is ignored. Every operation has a
-short time limit, and a failure is one warning naming the address: tuning goes on locally.
+(HMAC-SHA256, verified before it is written to disk). A damaged entry is a miss with one
+warning; a record signed under another key is used as unsigned (one warning); an entry of
+another format or version is ignored. Every operation has a short time limit, and a failure
+is one warning naming the address: tuning goes on locally (a waiter first reconnects).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 import urllib.parse
@@ -34,6 +36,7 @@ from tileauto.cache.key import versions
 from tileauto.errors import SettingsError
 from tileauto.records import Trial
 from tileauto.settings import parse_redis_url
+from tileauto.space import config_id
 
 log = get_logger("cache")
 
@@ -42,6 +45,12 @@ PREFIX = f"tileauto:r{FORMAT}"
 RECORD_FILES = ("best_config.json", "latency.json", "trials.json", "problem.json")
 KERNEL_FILES = (*KernelArtifact.FILES, KernelArtifact.META)
 _INSTALL = 'the remote cache needs the redis client: pip install "tileauto[fleet]"'
+_BAD_SIGNATURE = (
+    "its signature does not verify under TILEAUTO_REMOTE_CACHE_KEY (another key signed it): "
+    "its configs are used and its winner is compiled here, its kernel is not loaded"
+)
+RECONNECT_FIRST_S = 0.05  # a waiter's first pause after a dropped connection (then doubled)
+RECONNECT_MAX_S = 1.0
 
 
 def check_url(url: Any, source: str) -> str:
@@ -75,6 +84,7 @@ class RemoteEntry:
     kernel: dict[str, bytes] | None
     size_bytes: int
     signed: bool  # the record's HMAC verified under this process's key
+    note: str | None = None  # a warning: its signature does not verify, used as unsigned
 
     @property
     def config(self) -> dict[str, Any]:
@@ -85,12 +95,24 @@ class RemoteEntry:
         latency = self.record["files"]["latency.json"].get("latency_ms")
         return float(latency) if latency is not None else None
 
-    def trials(self) -> list[Trial]:
-        """Every trial the entry stores (the default config's included)."""
+    @property
+    def default(self) -> Trial | None:
+        """The default config's trial (None: not measured)."""
+        stored = self.record["files"]["trials.json"].get("default")
+        return Trial.from_json(stored) if stored else None
+
+    def trials(self, with_default: bool = True) -> list[Trial]:
+        """Every trial the entry stores, the default config's included once: a default that
+        is also one of the configs is stored twice (as a config and as the default), and the
+        search must not count its measurement twice. ``with_default=False``: the configs'
+        trials alone (a table shows the default in a row of its own)."""
         stored = self.record["files"]["trials.json"]
         out = [Trial.from_json(t) for t in stored.get("trials", ())]
-        if stored.get("default"):
-            out.append(Trial.from_json(stored["default"]))
+        default = self.default if with_default else None
+        if default is not None and config_id(default.config) not in {
+            config_id(t.config) for t in out
+        }:
+            out.append(default)
         return out
 
     def write_records(self, out: Path) -> None:
@@ -241,6 +263,8 @@ class RemoteCache:
         entry, problem = self.check(key, fields)
         if problem is not None:
             self.report(f"remote entry {key} at {self.address} is unusable: {problem}; ignored")
+        if entry is not None and entry.note is not None:
+            self.report(f"remote entry {key} at {self.address}: {entry.note}")
         return entry
 
     def check(self, key: str, fields: dict[bytes, bytes]) -> tuple[RemoteEntry | None, str | None]:
@@ -258,16 +282,19 @@ class RemoteCache:
             [Trial.from_json(t) for t in files["trials.json"]["trials"]]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return None, f"its record is malformed ({type(exc).__name__}: {exc})"
-        if record.get("format") != FORMAT or record.get("versions") != versions():
-            log.info("remote entry %s: another format or tileauto version; ignored", key)
+        other = another_version(record)
+        if other is not None:
+            log.info("remote entry %s: %s; ignored", key, other)
             return None, None
         if record.get("key") != key:
             return None, f"it names another key ({record.get('key')!r})"
-        signed, kernel = False, None
+        signed, kernel, note = False, None, None
         if self.signing_key is not None and b"hmac" in fields:
-            if not _signing.verify(self.signing_key, fields[b"hmac"], raw):
-                return None, "its signature does not verify under TILEAUTO_REMOTE_CACHE_KEY"
-            signed = True
+            # the sha256 held, so the record is what some node published: a node of another
+            # key (a rotation, a typo) uses it as a keyless node does, never re-tuning and
+            # overwriting the fleet's entry; only the kernel needs the signature
+            signed = _signing.verify(self.signing_key, fields[b"hmac"], raw)
+            note = None if signed else _BAD_SIGNATURE
         if signed and b"kernel" in fields:
             assert self.signing_key is not None
             blob = fields[b"kernel"]
@@ -277,7 +304,7 @@ class RemoteCache:
             if kernel is None:
                 return None, "its signed kernel is malformed"
         size = sum(len(v) for v in fields.values())
-        return RemoteEntry(key, record, kernel, size, signed), None
+        return RemoteEntry(key, record, kernel, size, signed, note), None
 
     def put(
         self,
@@ -352,31 +379,65 @@ class RemoteCache:
         (False). The holder's death frees the lease when it expires; a holder past its time
         limit is taken over. ``on_wait(holder)`` is called for each new holder.
 
+        A connection dropped once the wait has talked to the server (a proxy's idle timeout,
+        a restarted Redis) does not end it: the waiter reconnects, subscribes again and looks
+        again, as long as the server answers again within one lease expiry (a server away
+        longer would have let the holder's lease expire too). Tuning without the lease while
+        its holder tunes would tune the key twice.
+
         Raises:
-            redis.RedisError, OSError: the server failed (the caller tunes locally).
+            redis.RedisError, OSError: the server failed, or stayed away past the bound (the
+                caller tunes locally).
         """
-        told: bytes | None = None
-        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        try:
-            pubsub.subscribe(self.name("done", key))  # before looking: no publish is missed
-            while True:
-                if lease.acquire():
-                    return True
-                if self.exists(key) and self.get(key) is not None:
-                    return False  # published (an unusable entry is replaced by this tuning)
-                holder = lease.holder()
-                if holder is None:
-                    continue  # it expired or was released since: take it
-                if holder.overdue(time.time()) and lease.take_over(holder):
-                    log.info("took over %s from %s (past its time limit)", key, holder.owner)
-                    return True
-                if on_wait is not None and holder.raw != told:
-                    told = holder.raw
-                    on_wait(holder)
-                # woken by the publish; else look again within a fraction of the expiry
-                pubsub.get_message(timeout=min(1.0, self.lease_s / 4))
-        finally:
-            pubsub.close()
+        told: list[bytes | None] = [None]
+        retry = _Reconnect(self.lease_s)
+        while True:
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self.name("done", key))  # before looking: no publish is missed
+                return self._wait_subscribed(key, lease, pubsub, on_wait, told, retry)
+            except Exception as exc:
+                if not retry.again(exc):
+                    raise
+                log.info(
+                    "remote cache %s: the wait for %s lost its connection (%s: %s); reconnecting",
+                    self.address,
+                    key,
+                    type(exc).__name__,
+                    _first_line(exc),
+                )
+            finally:
+                with contextlib.suppress(Exception):  # a dead connection may not close cleanly
+                    pubsub.close()
+            retry.pause()
+
+    def _wait_subscribed(
+        self,
+        key: str,
+        lease: Lease,
+        pubsub: Any,
+        on_wait: Callable[[Holder], None] | None,
+        told: list[bytes | None],
+        retry: _Reconnect,
+    ) -> bool:
+        """:meth:`wait_for` on one subscribed connection (``told``: the holder last told)."""
+        while True:
+            if lease.acquire():
+                return True
+            retry.answered()
+            if self.exists(key) and self.get(key) is not None:
+                return False  # published (an unusable entry is replaced by this tuning)
+            holder = lease.holder()
+            if holder is None:
+                continue  # it expired or was released since: take it
+            if holder.overdue(time.time()) and lease.take_over(holder):
+                log.info("took over %s from %s (past its time limit)", key, holder.owner)
+                return True
+            if on_wait is not None and holder.raw != told[0]:
+                told[0] = holder.raw
+                on_wait(holder)
+            # woken by the publish; else look again within a fraction of the expiry
+            pubsub.get_message(timeout=min(1.0, self.lease_s / 4))
 
     # -- the search's transfer ------------------------------------------------------------------
     def trials_elsewhere(
@@ -472,8 +533,68 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:200]
 
 
-def iter_checked(cache: RemoteCache) -> Iterator[tuple[str, RemoteEntry | None, str | None]]:
-    """Every remote entry with why it is unusable (the CLI's list and verify).
+class _Reconnect:
+    """When a waiter reconnects: after a dropped connection (never a refused password), once
+    the server has answered this wait, until ``bound_s`` pass without an answer. The pauses
+    double from :data:`RECONNECT_FIRST_S` to :data:`RECONNECT_MAX_S`."""
+
+    def __init__(self, bound_s: float) -> None:
+        self.bound_s = bound_s
+        self.reached = False  # the server answered this wait once: a fault now is a drop
+        self.lost_since: float | None = None
+        self.delay = RECONNECT_FIRST_S
+
+    def answered(self) -> None:
+        self.reached, self.lost_since, self.delay = True, None, RECONNECT_FIRST_S
+
+    def again(self, exc: BaseException) -> bool:
+        """Whether to reconnect after ``exc`` (False: raise it)."""
+        import redis
+
+        dropped = isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError))
+        if not self.reached or not dropped or isinstance(exc, redis.AuthenticationError):
+            return False
+        now = time.monotonic()
+        if self.lost_since is None:
+            self.lost_since = now
+        return now - self.lost_since < self.bound_s
+
+    def pause(self) -> None:
+        time.sleep(self.delay)  # a backoff, not a synchronization: the next try looks anew
+        self.delay = min(self.delay * 2, RECONNECT_MAX_S)
+
+
+def another_version(record: dict[str, Any]) -> str | None:
+    """What differs when ``record`` is of another remote format or version than this node
+    (``another TVM version (0.26.0; here 0.27.0)``), None when it is of this one."""
+    if record.get("format") != FORMAT:
+        return f"another remote format ({record.get('format')!r}; here {FORMAT})"
+    theirs, ours = record.get("versions"), versions()
+    if theirs == ours:
+        return None
+    if not isinstance(theirs, dict):
+        return f"another version ({theirs!r})"
+    names = {"format": "cache format", "tileauto": "tileauto", "tvm": "TVM"}
+    differ = [
+        f"{names.get(k, k)} {theirs.get(k)!s} (here {ours.get(k)!s})"
+        for k in sorted(set(ours) | set(theirs))
+        if theirs.get(k) != ours.get(k)
+    ]
+    return "another " + ", ".join(differ)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One remote entry as the CLI's list and verify see it."""
+
+    key: str
+    entry: RemoteEntry | None  # None: unusable (``problem``) or of another version
+    problem: str | None  # why it is unusable: damaged, forged, malformed
+    other: str | None  # which version differs: valid for the nodes of that version
+
+
+def iter_checked(cache: RemoteCache) -> Iterator[Checked]:
+    """Every remote entry, checked (the CLI's list and verify).
 
     Raises:
         redis.RedisError, OSError: the server failed.
@@ -483,6 +604,15 @@ def iter_checked(cache: RemoteCache) -> Iterator[tuple[str, RemoteEntry | None, 
         if not fields:
             continue  # removed since the scan
         entry, problem = cache.check(key, fields)
+        other = None
         if entry is None and problem is None:
-            problem = "another format or tileauto version (ignored)"
-        yield key, entry, problem
+            other = version_of_fields(fields) or "another format or version"
+        yield Checked(key, entry, problem, other)
+
+
+def version_of_fields(fields: dict[bytes, bytes]) -> str | None:
+    """:func:`another_version` of an entry's raw hash (None: unreadable, or this version)."""
+    try:
+        return another_version(json.loads(fields[b"record"]))
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -12,6 +12,8 @@
     tileauto cache prior KERNEL DIR             every tuned entry of KERNEL as trial files: a
                                                 search's prior on another machine
     tileauto cache list|show|verify|clear --remote [URL]   the same, on the fleet's Redis
+                                                (show KEY --remote, or show --remote KEY: a
+                                                value without :// is the key, not a URL)
     tileauto cache push [KEY...] / pull [KEY...]           seed the fleet's Redis / the disk
     tileauto env                                every TILEAUTO_* setting, as in effect now
 
@@ -77,6 +79,25 @@ def _local_or_remote(local: Any, remote: Any) -> Any:
     return run
 
 
+def _key_after_remote(run: Any) -> Any:
+    """``show --remote KEY``: ``--remote`` takes an optional URL, so argparse hands it the
+    key. A key is never a URL (it has no ``://``), so such a value is the key and the remote
+    is ``TILEAUTO_REMOTE_CACHE``, as ``show KEY --remote`` means."""
+
+    def show(args: argparse.Namespace) -> int:
+        if args.key is None and args.remote and "://" not in args.remote:
+            args.key, args.remote = args.remote, ""
+        if args.key is None:
+            raise CommandError(
+                "show: expected KEY (the key, or a unique prefix of it), got none; with a "
+                "URL: show KEY --remote URL",
+                EXIT_USAGE,
+            )
+        return int(run(args))
+
+    return show
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command and verb; each sets ``func``, the command to run."""
     parser = argparse.ArgumentParser(
@@ -119,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p = add("show", "show one entry: its facts and the table of every config's trial", cmd_show)
     add_remote(p, cmd_show, remote_commands.cmd_show)
-    p.add_argument("key", metavar="KEY", help="the key, or a unique prefix of it")
+    p.set_defaults(func=_key_after_remote(p.get_default("func")))
+    # optional for argparse only: ``show --remote KEY`` gives the key to --remote
+    p.add_argument("key", metavar="KEY", nargs="?", help="the key, or a unique prefix of it")
     p.add_argument(
         "--plot",
         metavar="IMG",

@@ -54,10 +54,19 @@ def remote_of(args: argparse.Namespace) -> Any:
     return cache
 
 
-def _checked(cache: Any) -> list[tuple[str, Any, str | None]]:
+def _checked(cache: Any) -> list[Any]:
+    """Every entry as :class:`tileauto.cache.remote.Checked`: usable, unusable or of another
+    version."""
     from tileauto.cache.remote import iter_checked
 
     return list(iter_checked(cache))
+
+
+def _why(checked: Any) -> str | None:
+    """Why an entry is not used here: its problem, or the version that differs."""
+    if checked.problem is not None:
+        return str(checked.problem)
+    return f"{checked.other} (left alone)" if checked.other is not None else None
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -65,28 +74,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     now = time.time()
     entries = _checked(cache)
     if args.json:
-        data = [
-            {
-                "key": key,
-                "kernel": entry.record.get("kernel") if entry else None,
-                "target": entry.record.get("target") if entry else None,
-                "age_s": round(now - float(entry.record.get("created", now)), 3) if entry else None,
-                "size_bytes": entry.size_bytes if entry else None,
-                "latency_ms": entry.latency_ms if entry else None,
-                "signed_kernel": bool(entry and entry.kernel),
-                "problem": problem,
-            }
-            for key, entry, problem in entries
-        ]
+        data = [_listed(c, now) for c in entries]
         print(json.dumps(data, indent=1))
         return EXIT_OK
     if not entries:
         print(f"no entries in {cache.address}")
         return EXIT_OK
     rows = [("KEY", "KERNEL", "TARGET", "AGE", "SIZE", "BEST MS", "BINARY")]
-    for key, entry, problem in entries:
+    for c in entries:
+        key, entry = c.key, c.entry
         if entry is None:
-            rows.append((key, f"({problem})", "-", "-", "-", "-", "-"))
+            rows.append((key, f"({_why(c)})", "-", "-", "-", "-", "-"))
             continue
         lat = entry.latency_ms
         rows.append(
@@ -105,6 +103,22 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _listed(checked: Any, now: float) -> dict[str, Any]:
+    """One entry of ``list --remote --json``."""
+    entry = checked.entry
+    record = entry.record if entry is not None else {}
+    return {
+        "key": checked.key,
+        "kernel": record.get("kernel"),
+        "target": record.get("target"),
+        "age_s": round(now - float(record.get("created", now)), 3) if entry else None,
+        "size_bytes": entry.size_bytes if entry else None,
+        "latency_ms": entry.latency_ms if entry else None,
+        "signed_kernel": bool(entry and entry.kernel),
+        "problem": _why(checked),
+    }
+
+
 def _find(cache: Any, prefix: str) -> str:
     matches = [k for k in cache.entry_keys() if k.startswith(prefix)]
     if not matches:
@@ -115,13 +129,16 @@ def _find(cache: Any, prefix: str) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from tileauto.cache.remote import version_of_fields
     from tileauto.report.table import format_table
 
     cache = remote_of(args)
     key = _find(cache, args.key)
-    entry, problem = cache.check(key, cache.fields(key))
+    fields = cache.fields(key)
+    entry, problem = cache.check(key, fields)
     if entry is None:
-        print(f"key     {key}\nstatus  {problem or 'another format or tileauto version'}")
+        other = version_of_fields(fields) or "another format or version"
+        print(f"key     {key}\nstatus  {problem or f'{other} (left alone)'}")
         return EXIT_FAIL
     record = entry.record
     versions = record.get("versions", {})
@@ -135,35 +152,52 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("versions", f"tileauto {versions.get('tileauto')}, TVM {versions.get('tvm')}"),
         ("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))),
         ("size", format_size(entry.size_bytes)),
-        ("binary", "signed kernel (verified)" if entry.kernel else "none: configs only"),
+        ("binary", _binary(entry)),
         ("best config", json.dumps(entry.config, sort_keys=True)),
         ("best latency", f"{entry.latency_ms:.4g} ms" if entry.latency_ms else "-"),
     ]
     width = max(len(k) for k, _ in facts)
     for k, v in facts:
         print(f"{k.ljust(width)}  {v}")
-    trials = [t for t in entry.trials() if t.index >= 0 or t.config != entry.config]
+    # the stored configs' trials; the default's row (and the "vs default" ratios) come from
+    # the default's own trial, which entry.trials() would add as one more config
+    trials = entry.trials(with_default=False)
     best = next((t.index for t in trials if t.ok and t.config == entry.config), None)
     print()
-    print(format_table(trials, best, None, title=f"{len(trials)} configs"))
+    print(format_table(trials, best, entry.default, title=f"{len(trials)} configs"))
     return EXIT_OK
+
+
+def _binary(entry: Any) -> str:
+    if entry.kernel:
+        return "signed kernel (verified)"
+    if entry.note:
+        return "none usable here: the signature does not verify under TILEAUTO_REMOTE_CACHE_KEY"
+    return "none: configs only"
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     cache = remote_of(args)
-    bad = 0
+    bad = others = 0
     checked = _checked(cache)
-    for key, entry, problem in checked:
-        if entry is not None:
-            if args.verbose:
-                print(f"ok    {key}")
+    for c in checked:
+        if c.entry is not None:
+            if c.entry.note is not None:
+                print(f"note  {c.key}: {c.entry.note}")
+            elif args.verbose:
+                print(f"ok    {c.key}")
+            continue
+        if c.problem is None:  # valid for the nodes of that version: never a failure
+            others += 1
+            print(f"other {c.key}: {_why(c)}")
             continue
         bad += 1
-        print(f"FAIL  {key}: {problem}")
+        print(f"FAIL  {c.key}: {c.problem}")
         if args.delete:
-            cache.delete(key)
-            print(f"      deleted {key}")
-    print(f"{len(checked)} remote entries checked, {bad} unusable")
+            cache.delete(c.key)
+            print(f"      deleted {c.key}")
+    tail = f", {others} of another version (left alone)" if others else ""
+    print(f"{len(checked)} remote entries checked, {bad} unusable{tail}")
     return EXIT_FAIL if bad and not args.delete else EXIT_OK
 
 
@@ -171,7 +205,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
     cache = remote_of(args)
     now = time.time()
     removed = 0
-    for key, entry, _ in _checked(cache):
+    for c in _checked(cache):
+        key, entry = c.key, c.entry
         if args.older_than is not None and entry is not None:
             if now - float(entry.record.get("created", now)) < args.older_than:
                 continue
@@ -195,7 +230,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     root = settings_of(args, reading=True).cache_dir
     entries = catalog.list_entries(root, (KIND_TUNED,))
     if args.keys:
-        entries = [catalog.find_entry(root, k) for k in args.keys]
+        entries = [_tuned_entry(root, k) for k in args.keys]
     pushed = failed = 0
     for info in entries:
         problem = catalog.verify_entry(info)
@@ -209,13 +244,32 @@ def cmd_push(args: argparse.Namespace) -> int:
             print(f"skipped {info.key}: {problem}")
             failed += 1
             continue
-        if cache.put(info.key, record, info.path / KERNEL_DIR):
+        family = meta.get("family")
+        family = family if isinstance(family, str) else None  # the search's transfer finds it
+        if cache.put(info.key, record, info.path / KERNEL_DIR, family):
             pushed += 1
         else:
             failed += 1
     binary = "with signed kernels" if cache.signing_key else "configs and trials only"
     print(f"pushed {pushed} entries to {cache.address} ({binary}); {failed} not pushed")
     return EXIT_OK if failed == 0 else EXIT_FAIL
+
+
+def _tuned_entry(root: Any, key: str) -> Any:
+    """The tuned disk entry of ``key`` (a prefix); a @jit kernel's entry is refused: the
+    fleet's Redis holds tuning results, and a kernel's entry has no configs or trials."""
+    from tileauto.cache import catalog
+    from tileauto.cache.entry import KIND_TUNED
+
+    info = catalog.find_entry(root, key)
+    if info.kind != KIND_TUNED:
+        raise CommandError(
+            f"push {key}: {info.kind}/{info.key} is a @jit kernel's entry, not a tuned result: "
+            f"expected the key of an entry under {KIND_TUNED}/ (tileauto cache list --kind "
+            f"{KIND_TUNED})",
+            EXIT_USAGE,
+        )
+    return info
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -233,19 +287,18 @@ def cmd_pull(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     keys = [_find(cache, k) for k in args.keys] if args.keys else cache.entry_keys()
-    pulled = skipped = 0
+    pulled = skipped = failed = 0
     for key in keys:
-        entry, problem = cache.check(key, cache.fields(key))
+        fields = cache.fields(key)
+        entry, problem = cache.check(key, fields)
         if entry is None or entry.kernel is None:
-            why = problem or ("no signed kernel" if entry is not None else "another version")
-            print(f"skipped {key}: {why}")
+            print(f"skipped {key}: {_not_pulled(entry, problem, fields)}")
             skipped += 1
+            # a damaged entry, or one the command named, is a failure; the others of a
+            # pull of everything (configs only, another version) are not for this node
+            failed += problem is not None or bool(args.keys)
             continue
-        meta = {
-            k: v
-            for k, v in entry.record.items()
-            if k not in ("files", "created", "versions", "family")
-        }
+        meta = {k: v for k, v in entry.record.items() if k not in ("files", "created", "versions")}
         meta.update(entry.record["versions"])
         meta["kind"] = KIND_TUNED
 
@@ -258,4 +311,15 @@ def cmd_pull(args: argparse.Namespace) -> int:
     print(
         f"pulled {pulled} entries from {cache.address} into {settings.cache_dir}; {skipped} skipped"
     )
-    return EXIT_OK
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def _not_pulled(entry: Any, problem: str | None, fields: Any) -> str:
+    """Why ``pull`` skips an entry."""
+    from tileauto.cache.remote import version_of_fields
+
+    if problem is not None:
+        return problem
+    if entry is None:
+        return f"{version_of_fields(fields) or 'another format or version'} (left alone)"
+    return entry.note or "no signed kernel (its configs only: a tuning compiles its winner)"

@@ -1,7 +1,8 @@
 """The remote level of the tuning cache against a real ``redis-server`` (started per test).
 
-Records round-trip; a damaged, forged, foreign-version or foreign-format entry is a miss (one
-warning for the first two); a signed kernel is accepted under the key and refused without it;
+Records round-trip; a damaged, foreign-version or foreign-format entry is a miss (one warning
+for the first); a record of another key gives its configs, never its kernel (one warning); a
+signed kernel is accepted under the key and refused without it;
 the lease gives one holder, is taken over past the holder's limit or after its expiry; a
 server that is down, paused or full is one warning naming the address.
 """
@@ -105,8 +106,9 @@ def test_a_forged_record_fails_its_signature(server):
         name, mapping={"record": raw, "sha256": _signing.sha256_hex(raw), "hmac": forged_mac}
     )
     entry, messages = caught(lambda: signed.get(KEY))
-    assert entry is None
-    assert len(messages) == 1 and "signature" in messages[0]
+    # its configs only, as a keyless node reads them (its winner is compiled and checked)
+    assert entry is not None and not entry.signed and entry.kernel is None
+    assert len(messages) == 1 and "signature does not verify" in messages[0]
 
 
 def test_a_signed_kernel_is_accepted_with_the_key_and_refused_without(server, tmp_path):
@@ -118,7 +120,8 @@ def test_a_signed_kernel_is_accepted_with_the_key_and_refused_without(server, tm
     without = RemoteCache(server.url).get(KEY)
     assert without is not None and without.kernel is None  # its config only: compiled locally
     other, messages = caught(lambda: RemoteCache(server.url, signing_key="other").get(KEY))
-    assert other is None and "signature" in messages[0]
+    assert other is not None and other.kernel is None and not other.signed  # as without a key
+    assert "signature does not verify" in messages[0]
 
 
 def test_a_swapped_kernel_fails_its_signature(server, tmp_path):
@@ -346,14 +349,15 @@ def test_a_waiter_does_not_stop_at_an_unusable_entry(server):
 
 
 def test_the_holder_renews_its_lease(server):
-    cache = RemoteCache(server.url, lease_s=1.5)
+    # the helper process must start within one lease: 1.5 s was too short at load 12
+    cache = RemoteCache(server.url, lease_s=9)
     lease = cache.lease(KEY)
     assert lease.acquire()
     client = server.client()
     lowest = client.pttl(lease.name)
     lease.keep_renewed(cache.connection())  # a helper process: the tuning forks its workers
     try:
-        while True:  # until a renewal has pushed the expiry back (every 0.5 s)
+        while True:  # until a renewal has pushed the expiry back (every 3 s)
             left = client.pttl(lease.name)
             assert left > 0, "the lease expired: it was not renewed"
             if left > lowest:
@@ -413,8 +417,8 @@ def test_settings_read_the_remote_variables_and_hide_secrets():
 
 def test_a_password_is_never_shown_in_a_query_or_a_refused_url():
     # redis-py reads ?password= too; a refused URL was echoed whole in the error
-    s = Settings.from_env({"TILEAUTO_REMOTE_CACHE": "redis://h:6379/0?password=hunter2&db=1"})
-    assert s.describe()["TILEAUTO_REMOTE_CACHE"] == "redis://h:6379/0?password=***&db=1"
+    s = Settings.from_env({"TILEAUTO_REMOTE_CACHE": "redis://h:6379/1?password=hunter2&db=1"})
+    assert s.describe()["TILEAUTO_REMOTE_CACHE"] == "redis://h:6379/1?password=***&db=1"
     for bad in ("redis//:hunter2@cache.local:6379/0", "http://h/0?Password=hunter2"):
         with pytest.raises(SettingsError, match="expected redis://") as exc:
             Settings.from_env({"TILEAUTO_REMOTE_CACHE": bad})
