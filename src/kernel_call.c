@@ -21,6 +21,11 @@
  *   - fast returned None (it found no framework allocator in the arguments, e.g. numpy
  *     arrays): nothing ran, the Python path allocates and runs.
  *
+ * A tensor argument whose data is not aligned as the compiled code assumes (a view such as
+ * x[1:]: TVM tells LLVM every buffer is 64-byte aligned, and an aligned vector load of a
+ * misaligned address kills the process) takes none of these paths: the Python method names
+ * it (or, where a buffer assumes less, calls the kernel). See _set_alignment.
+ *
  * When direct, fast or dest raises one of the "argument errors" (exception types set with fast), the
  * kernel's own checks rejected an argument before it ran: the Python method
  * _fast_failed(args, exc) then names the argument (it raises a KernelArgumentError) or, when
@@ -57,6 +62,9 @@ typedef struct {
 
 typedef struct {
   PyObject_HEAD
+  Py_ssize_t align;    /* the data alignment (bytes) to check tensors against; 0: none */
+  PyTypeObject *align_type;           /* torch.Tensor, whose data pointers are checked */
+  const DLPackExchangeAPI *align_api; /* how a torch.Tensor's data pointer is read */
   PyObject *fast;      /* callable or NULL: fast(*inputs) -> output, or None */
   PyObject *errors;    /* exception type or tuple of them, or NULL */
   Py_ssize_t nargs;    /* the argument count the fast callable takes */
@@ -153,7 +161,8 @@ static void raise_ffi_error(const Direct *d) {
  *
  * Returns 0 when it does not apply (an argument that is not a CPU torch.Tensor, too many
  * arguments or bytes): nothing ran, no error is set. Returns 1 when the call was made: *result is the
- * output (alloc), args[out] (destination passing), or NULL with the error set.
+ * output (alloc), args[out] (destination passing), or NULL with the error set. Returns 2 when
+ * a tensor's data is not aligned as kc->align says: nothing ran, the Python method decides.
  */
 static int direct_call(KernelCall *kc, PyObject *args, Py_ssize_t n, int alloc,
                        PyObject **result) {
@@ -171,6 +180,10 @@ static int direct_call(KernelCall *kc, PyObject *args, Py_ssize_t n, int alloc,
       return 0;
     }
     if (tensors[i].device.device_type != kDLCPU) return 0;
+    if (kc->align > 1 &&
+        ((uintptr_t)tensors[i].data + tensors[i].byte_offset) % (uintptr_t)kc->align != 0) {
+      return 2;
+    }
     int64_t bytes = ((int64_t)tensors[i].dtype.bits * tensors[i].dtype.lanes + 7) / 8;
     for (int k = 0; k < tensors[i].ndim; ++k) bytes *= tensors[i].shape[k];
     total_bytes += bytes;
@@ -231,6 +244,22 @@ static int direct_call(KernelCall *kc, PyObject *args, Py_ssize_t n, int alloc,
   return 1;
 }
 
+/* Whether a torch.Tensor among args has data that is not kc->align-byte aligned (a tensor
+ * torch cannot view is left to the path that takes it, as before). */
+static int misaligned(const KernelCall *kc, PyObject *args, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *arg = PyTuple_GET_ITEM(args, i);
+    if (Py_TYPE(arg) != kc->align_type) continue;
+    DLTensor view;
+    if (kc->align_api->dltensor_from_py_object_no_sync(arg, &view) != 0) {
+      PyErr_Clear();
+      continue;
+    }
+    if (((uintptr_t)view.data + view.byte_offset) % (uintptr_t)kc->align != 0) return 1;
+  }
+  return 0;
+}
+
 static PyObject *KernelCall_call(PyObject *self, PyObject *args, PyObject *kwargs) {
   KernelCall *kc = (KernelCall *)self;
   const Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -239,7 +268,9 @@ static PyObject *KernelCall_call(PyObject *self, PyObject *args, PyObject *kwarg
     const int alloc = kc->direct.alloc && n == kc->nargs;
     if (alloc || (kc->dest != NULL && n == kc->nparams)) {
       PyObject *result = NULL;
-      if (direct_call(kc, args, n, alloc, &result)) {
+      const int called = direct_call(kc, args, n, alloc, &result);
+      if (called == 2) return call_python(self, args, kwargs);
+      if (called) {
         if (result != NULL) return result;
         if (kc->errors != NULL && PyErr_ExceptionMatches(kc->errors)) {
           return fast_failed(self, args);
@@ -248,7 +279,12 @@ static PyObject *KernelCall_call(PyObject *self, PyObject *args, PyObject *kwarg
       }
     }
   }
-  if (kc->fast != NULL && n == kc->nargs) {
+  const int fast = kc->fast != NULL && n == kc->nargs;
+  if ((fast || (kc->dest != NULL && n == kc->nparams)) && kc->align > 1 &&
+      misaligned(kc, args, n)) {
+    return call_python(self, args, kwargs);
+  }
+  if (fast) {
     PyObject *result = PyObject_Call(kc->fast, args, NULL);
     if (result == Py_None) {
       Py_DECREF(result);  /* nothing ran: the Python path */
@@ -410,8 +446,44 @@ static PyObject *KernelCall_fast(PyObject *self, void *closure) {
   return Py_NewRef(kc->fast != NULL ? kc->fast : Py_None);
 }
 
+static PyObject *KernelCall_set_alignment(PyObject *self, PyObject *args) {
+  KernelCall *kc = (KernelCall *)self;
+  Py_ssize_t align = 0;
+  PyObject *tensor_type = Py_None, *capsule = Py_None;
+  if (!PyArg_ParseTuple(args, "n|OO:_set_alignment", &align, &tensor_type, &capsule)) {
+    return NULL;
+  }
+  if (align <= 1) {
+    kc->align = 0;
+    Py_CLEAR(kc->align_type);
+    kc->align_api = NULL;
+    Py_RETURN_NONE;
+  }
+  if (!PyType_Check(tensor_type)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_set_alignment(align, tensor_type, capsule): expected a type");
+    return NULL;
+  }
+  const DLPackExchangeAPI *api =
+      (const DLPackExchangeAPI *)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+  if (api == NULL) return NULL;
+  if (api->header.version.major != DLPACK_MAJOR_VERSION ||
+      api->dltensor_from_py_object_no_sync == NULL) {
+    PyErr_Format(PyExc_ValueError,
+                 "_set_alignment(capsule=...): a DLPack exchange API of major version %d with a "
+                 "DLTensor view was expected, got version %u without it",
+                 DLPACK_MAJOR_VERSION, (unsigned)api->header.version.major);
+    return NULL;
+  }
+  kc->align = align;
+  Py_XSETREF(kc->align_type, (PyTypeObject *)Py_NewRef(tensor_type));
+  kc->align_api = api;
+  Py_RETURN_NONE;
+}
+
 static int KernelCall_traverse(PyObject *self, visitproc visit, void *arg) {
   KernelCall *kc = (KernelCall *)self;
+  Py_VISIT(kc->align_type);
   Py_VISIT(kc->fast);
   Py_VISIT(kc->errors);
   Py_VISIT(kc->dest);
@@ -423,6 +495,9 @@ static int KernelCall_traverse(PyObject *self, visitproc visit, void *arg) {
 
 static int KernelCall_clear(PyObject *self) {
   KernelCall *kc = (KernelCall *)self;
+  Py_CLEAR(kc->align_type);
+  kc->align_api = NULL;
+  kc->align = 0;
   Py_CLEAR(kc->fast);
   Py_CLEAR(kc->errors);
   Py_CLEAR(kc->dest);
@@ -443,6 +518,10 @@ static PyMethodDef KernelCall_methods[] = {
     {"_set_dest_call", KernelCall_set_dest, METH_VARARGS,
      "_set_dest_call(dest, nparams=0, out=0): for calls of nparams positional arguments, "
      "call dest(*args) and return args[out] (None: the Python method _call_python)."},
+    {"_set_alignment", KernelCall_set_alignment, METH_VARARGS,
+     "_set_alignment(align, tensor_type=None, capsule=None): send a call with a tensor_type "
+     "argument whose data is not align-byte aligned to the Python method _call_python "
+     "(capsule: the DLPack exchange API that reads a tensor's data pointer); align <= 1: never."},
     {"_set_direct_call", KernelCall_set_direct, METH_VARARGS,
      "_set_direct_call(func, handle=0, tensor_type=None, capsule=None, error_type=None, "
      "shape=None, like=-1, dtype=None): call the FFI function at handle with torch tensors as "

@@ -16,6 +16,9 @@ class KernelCall:
     def _set_dest_call(
         self, dest: Callable[..., Any] | None, nparams: int = 0, out: int = 0
     ) -> None: ...
+    def _set_alignment(
+        self, align: int, tensor_type: type | None = None, capsule: Any = None
+    ) -> None: ...
     def _set_direct_call(
         self,
         func: Any,

@@ -35,6 +35,9 @@ class ParamSpec:
     dtype: str
     scalar: bool = False
     renamed: tuple[tuple[str, str], ...] = ()
+    #: the byte alignment the compiled code assumes of a buffer's data (TVM's
+    #: ``data_alignment``, 64 unless the PrimFunc says otherwise); a call checks it
+    align: int = 64
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -84,6 +87,8 @@ class ParamSpec:
             data["scalar"] = True
         if self.renamed:  # absent when nothing is renamed: the format of older entries
             data["renamed"] = [list(pair) for pair in self.renamed]
+        if self.align != 64:  # absent: TVM's default, the format of older entries
+            data["align"] = self.align
         return data
 
     @classmethod
@@ -108,6 +113,7 @@ class ParamSpec:
             dtype=data["dtype"],
             scalar=bool(data.get("scalar", False)),
             renamed=pairs,
+            align=int(data.get("align", 64)),
         )
 
 

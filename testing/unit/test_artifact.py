@@ -165,3 +165,11 @@ def test_evaluate_dim_names_an_unbound_variable():
 def test_evaluate_dim_refuses_anything_else(expr):
     with pytest.raises(ValueError, match="unsupported shape expression"):
         evaluate_dim(expr, {"n": 4})
+
+
+def test_param_spec_keeps_an_alignment_other_than_tvms_default_through_json():
+    spec = ParamSpec("A", (4,), "float32", align=16)
+    assert spec.to_json()["align"] == 16
+    assert ParamSpec.from_json(spec.to_json()) == spec
+    assert "align" not in A.to_json()  # 64, TVM's default: the old format
+    assert ParamSpec.from_json({"name": "A", "shape": [4], "dtype": "float32"}).align == 64

@@ -60,6 +60,11 @@ class CallPlan:
     native_dtype: str | None  # the dtype of the one output k(*inputs) allocates in C/C++
     out_dims: tuple[tuple[Any, ...], ...]
 
+    @property
+    def align(self) -> int:
+        """The most any buffer assumes of its data's byte alignment (0: no buffer)."""
+        return max((p.align for p in self.params if not p.scalar), default=0)
+
     @classmethod
     def make(
         cls, params: tuple[ParamSpec, ...], out_idx: Sequence[int], device_type: str
@@ -212,6 +217,8 @@ def install_c_paths(
     """Give the kernel's C call slot (``src/kernel_call.c``) its paths: the native output
     caller for ``k(*inputs)``, the compiled function for ``k(*every_buffer)`` with one
     output, and before either, for small CPU calls, the direct call."""
+    if not _set_alignment(kernel, plan):
+        return  # no C path can check what the kernel assumes: every call takes the Python one
     kernel._set_fast_call(native_out, plan.num_in, argument_errors)
     if plan.single_out is not None and plan.num_params > 0:
         kernel._set_dest_call(func, plan.num_params, plan.single_out)
@@ -224,6 +231,24 @@ def install_c_paths(
             plan.out_like if native else None,
             plan.native_dtype,
         )
+
+
+def _set_alignment(kernel: Any, plan: CallPlan) -> bool:
+    """Have the C call slot send a call with a tensor whose data is not aligned as the kernel
+    assumes (TVM: 64 bytes) to the Python path, which names it: the compiled code's aligned
+    loads would crash the process. False when the C slot cannot read a tensor's data pointer
+    (torch without the DLPack C exchange API)."""
+    align = plan.align
+    if align <= 1:
+        return True
+    api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if api is None:
+        return False
+    try:
+        kernel._set_alignment(align, torch.Tensor, api)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def ffi_views(args: tuple) -> tuple:

@@ -123,7 +123,8 @@ def describe_params(func: tvm.tirx.PrimFunc) -> tuple[ParamSpec, ...]:
                 if (key := _key_of(v, keys)) != str(v.name)
             )
         )
-        specs.append(ParamSpec(name, dims, str(param.dtype), renamed=renamed))
+        align = int(getattr(param, "data_alignment", 64) or 1)
+        specs.append(ParamSpec(name, dims, str(param.dtype), renamed=renamed, align=align))
     return tuple(specs)
 
 

@@ -81,6 +81,7 @@ class JITKernel(_KernelCallBase):
             plan.single_out,
         )
         self._out_template, self._out_like = plan.out_template, plan.out_like
+        self._align = plan.align  # a call checks its tensors' data against it
         self._native_out = plan.native_output_call(self._func)
         if _C_CALL:
             install_c_paths(self, plan, self._func, self._native_out, _ARGUMENT_ERRORS)
@@ -195,6 +196,8 @@ class JITKernel(_KernelCallBase):
         # an input), allocated in C++ by the native caller; and one output after the inputs,
         # allocated from a template or like an input. Everything else, a wrong argument count
         # included, takes the general path.
+        if self._align > 1 and _misaligned(args, self._align):
+            self._raise_argument_error(args, None)  # unless each buffer assumes less
         if len(args) == self._num_params:
             try:
                 self._func(*args)
@@ -333,6 +336,11 @@ def _no_cuda_runtime(name: str, exc: Exception) -> Any:
     return unavailable
 
 
+def _misaligned(args: tuple, align: int) -> bool:
+    """Whether a tensor among ``args`` has data that is not ``align``-byte aligned."""
+    return any(isinstance(a, torch.Tensor) and a.data_ptr() % align for a in args)
+
+
 def _check_scalar(spec: ParamSpec, value: Any) -> str | None:
     """Why ``value`` cannot be the scalar parameter ``spec``, or None."""
     import numbers
@@ -395,4 +403,10 @@ def _check_tensor(
                 )
     if not value.is_contiguous():
         return f"parameter {name!r}: the tensor is not contiguous (strides {list(value.stride())}); pass .contiguous()"
+    if spec.align > 1 and value.numel() and value.data_ptr() % spec.align:
+        return (
+            f"parameter {name!r}: its data is not {spec.align}-byte aligned (a view starting "
+            f"{value.storage_offset()} elements into its storage, such as x[1:]), which the "
+            "compiled kernel assumes (a misaligned call would crash the process); pass .clone()"
+        )
     return None

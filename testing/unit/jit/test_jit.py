@@ -298,6 +298,13 @@ def _bad_calls():
         "int dtype": ((ok, torch.ones(64, dtype=torch.int32)), ["'B'", "float32", "int32"]),
         "non-contiguous": ((torch.randn(128)[::2], ok), ["'A'", "not contiguous", "strides [2]"]),
         "non-tensor": ((ok, [0.0] * 64), ["'B'", "expected a [64] float32 tensor", "got list"]),
+        # contiguous, but 4 bytes into its storage: TVM's code assumes 64-byte aligned data,
+        # and its aligned vector loads killed the process
+        "misaligned": ((torch.randn(65)[1:], ok), ["'A'", "not 64-byte aligned", "1 elements"]),
+        "misaligned output": (
+            (ok, ok, torch.empty(72)[8:]),
+            ["argument 2", "'C'", "not 64-byte aligned", "8 elements"],
+        ),
         "device": (
             (ok, torch.empty(64, device="meta")),
             ["'B'", "wrong device", "on cpu", "on meta"],
@@ -324,6 +331,20 @@ def test_prepare_checks_arguments_too(add64, case):
     args, _ = BAD_CALLS[case]
     with pytest.raises(KernelArgumentError):
         add64.prepare(*args)
+
+
+@pytest.mark.parametrize("n", [16, 200_000])  # a small call (C's direct path) and a large one
+def test_a_misaligned_view_is_refused_on_every_call_path(dyn_add, n):
+    a, b = torch.randn(n), torch.randn(n + 1)[1:]
+    with pytest.raises(KernelArgumentError, match="'B': its data is not 64-byte aligned"):
+        dyn_add(a, b)
+    with pytest.raises(KernelArgumentError, match="'B': its data is not 64-byte aligned"):
+        dyn_add(a, b, torch.empty(n))
+    torch.testing.assert_close(dyn_add(a, b.clone()), a + b)
+    aligned = torch.randn(n + 16)[16:]  # 64 bytes in: as the kernel assumes
+    torch.testing.assert_close(dyn_add(a, aligned), a + aligned)
+    empty = torch.randn(2)[1:1]  # no element is loaded: nothing to refuse
+    assert dyn_add(empty, empty).numel() == 0
 
 
 def test_inconsistent_symbolic_dims_between_inputs(dyn_add):
