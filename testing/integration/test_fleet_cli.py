@@ -60,6 +60,13 @@ def test_push_list_show_verify_pull_clear(tmp_path, monkeypatch, capsys):
         code, out, _ = run(capsys, "cache", "verify", "--remote")
         assert code == 0 and "1 remote entries checked, 0 unusable" in out
 
+        # a push without the key would replace the signed entry by one without its kernel
+        monkeypatch.delenv("TILEAUTO_REMOTE_CACHE_KEY")
+        code, out, _ = run(capsys, "cache", "push", "--cache-dir", str(tmp_path / "ci"))
+        assert code == 1 and f"skipped {tuned.key}: the fleet's entry is signed" in out
+        assert srv.client().hexists(f"tileauto:r1:entry:{tuned.key}", "kernel")
+        monkeypatch.setenv("TILEAUTO_REMOTE_CACHE_KEY", "fleet-secret")
+
         code, out, _ = run(capsys, "cache", "pull", "--cache-dir", str(tmp_path / "node"))
         assert code == 0 and "pulled 1 entries" in out
         before = compiler.COMPILES.count

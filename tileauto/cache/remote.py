@@ -341,6 +341,14 @@ class RemoteCache:
             return False
         return True
 
+    def signed(self, key: str) -> bool:
+        """Whether the stored entry of ``key`` is signed (it holds an HMAC; not checked here).
+
+        Raises:
+            redis.RedisError, OSError: the server did not answer.
+        """
+        return bool(self.client.hexists(self.name("entry", key), "hmac"))
+
     def exists(self, key: str) -> bool:
         """Whether an entry of ``key`` is stored (not checked).
 

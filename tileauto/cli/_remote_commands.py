@@ -244,6 +244,15 @@ def cmd_push(args: argparse.Namespace) -> int:
             print(f"skipped {info.key}: {problem}")
             failed += 1
             continue
+        if cache.signing_key is None and _signed_remotely(cache, info.key):
+            # a push replaces the entry whole: the fleet's signed kernel would be dropped
+            print(
+                f"skipped {info.key}: the fleet's entry is signed, and this push without "
+                "TILEAUTO_REMOTE_CACHE_KEY would replace it by an unsigned one (no kernel); "
+                "set the key to push it"
+            )
+            failed += 1
+            continue
         family = meta.get("family")
         family = family if isinstance(family, str) else None  # the search's transfer finds it
         if cache.put(info.key, record, info.path / KERNEL_DIR, family):
@@ -253,6 +262,15 @@ def cmd_push(args: argparse.Namespace) -> int:
     binary = "with signed kernels" if cache.signing_key else "configs and trials only"
     print(f"pushed {pushed} entries to {cache.address} ({binary}); {failed} not pushed")
     return EXIT_OK if failed == 0 else EXIT_FAIL
+
+
+def _signed_remotely(cache: Any, key: str) -> bool:
+    """Whether the fleet holds a signed entry of ``key`` (False when Redis does not answer:
+    the push then reports that fault itself)."""
+    try:
+        return cache.signed(key)
+    except Exception:  # noqa: BLE001 - the put that follows reports the fault
+        return False
 
 
 def _tuned_entry(root: Any, key: str) -> Any:
