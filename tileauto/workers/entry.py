@@ -35,6 +35,7 @@ from typing import Any
 import cloudpickle
 
 from tileauto.utils.tmp import use_own_tempdir
+from tileauto.workers.pickling import dumps_plain
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -153,7 +154,7 @@ def serve(conn: Connection, env: dict[str, str], set_threads: bool = False) -> N
         except BaseException as exc:  # noqa: BLE001 - every failure goes back as data
             result = ("error", RemoteError(type(exc).__name__, str(exc), traceback.format_exc()))
         try:
-            data = pickle.dumps(result)
+            data = dumps_plain(result)
         except Exception as exc:  # noqa: BLE001
             data = pickle.dumps(
                 ("error", RemoteError(type(exc).__name__, f"result not picklable: {exc}", ""))
