@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -48,6 +49,15 @@ def _normalize_out_idx(out_idx: Any) -> tuple[int, ...] | None:
     for item in items:
         if isinstance(item, bool) or not isinstance(item, int):
             raise TypeError(f"out_idx must be None, an int or a list of ints, got {out_idx!r}")
+    same_sign = all(i >= 0 for i in items) or all(i < 0 for i in items)
+    if same_sign and items != sorted(items):
+        warnings.warn(
+            f"out_idx={items}: a call returns the outputs in parameter order, "
+            f"{sorted(items)}, and ref_prog's expected outputs are read in that order too "
+            f"(TileLang keeps the order given); write out_idx={sorted(items)} to say so",
+            UserWarning,
+            stacklevel=4,
+        )
     return tuple(items)
 
 

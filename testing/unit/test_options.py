@@ -191,3 +191,18 @@ def test_num_threads_above_the_process_cpus_is_refused_at_the_call():
             make()
         assert f"the {cpus} CPUs this process may use" in str(info.value)
         assert f"expected at most {cpus}" in str(info.value)
+
+
+def test_an_out_idx_not_in_parameter_order_warns_that_outputs_come_in_parameter_order():
+    import warnings
+
+    with pytest.warns(
+        UserWarning,
+        match=r"out_idx=\[2, 1\]: a call returns the outputs in parameter order, \[1, 2\]",
+    ):
+        CompileArgs(out_idx=[2, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CompileArgs(out_idx=[1, 2])
+        CompileArgs(out_idx=[-2, -1])
+        CompileArgs(out_idx=[0, -1])  # mixed signs: the order is known at compile only
