@@ -280,10 +280,12 @@ def store_of(
 
 
 def _check_once(problem: TuningProblem) -> Any:
-    """Runs a winner compiled from a remote entry once against the reference (``ref_prog`` or
-    ``manual_check_prog``); None when no reference is given (nothing to check against)."""
+    """Runs a winner compiled from a remote entry once against ``ref_prog`` (then through
+    ``manual_check_prog`` too, when given); None without a ``ref_prog``: run alone, the winner
+    has no reference to be checked against (the default config's results are one only in a
+    tuning), and ``manual_check_prog`` is not called without one."""
     pa = problem.profile_args
-    if pa.skip_check or (pa.ref_prog is None and pa.manual_check_prog is None):
+    if pa.skip_check or pa.ref_prog is None:
         return None
 
     def check(artifact: Any, config: dict[str, Any]) -> str | None:
