@@ -16,6 +16,12 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
     "int32": torch.int32,
     "int64": torch.int64,
     "uint8": torch.uint8,
+    # torch has them (2.3+), with fewer operations than the signed ones
+    **{
+        f"uint{bits}": getattr(torch, f"uint{bits}")
+        for bits in (16, 32, 64)
+        if hasattr(torch, f"uint{bits}")
+    },
     "bool": torch.bool,
     "float8_e4m3fn": getattr(torch, "float8_e4m3fn", torch.uint8),
     "float8_e5m2": getattr(torch, "float8_e5m2", torch.uint8),

@@ -6,9 +6,10 @@ worker cannot read their source, which TVMScript's ``@T.prim_func`` needs ("coul
 source code"). :func:`dumps` pickles as cloudpickle does but keeps each code object's file
 name; a worker on another machine needs that file at the same path.
 
-Both directions also carry the tensors torch cannot pickle itself: a float8 (or float4)
-tensor's ``pickle.dumps`` fails in torch 2.13 (``UntypedStorage`` has no ``dtype`` on
-loading), so such a tensor travels as its bytes (a ``uint8`` view) and its dtype's name.
+Both directions also carry the tensors torch cannot pickle itself: a float8, float4 or
+uint16/32/64 tensor's pickle does not load in torch 2.13 (``UntypedStorage`` has no
+``dtype``), so such a tensor travels as a view of a dtype of its element size that pickles
+(``uint8``, ``int16``...), with its own dtype's name.
 """
 
 from __future__ import annotations
@@ -39,23 +40,33 @@ def _code_reduce(code: types.CodeType) -> Any:
     return constructor, args
 
 
-# the dtypes whose tensors torch's own pickling cannot load back (by the dtype's name)
-_AS_BYTES = ("torch.float8", "torch.float4")
+# the carrier of each dtype whose tensors torch's own pickling cannot load back (by the
+# start of the dtype's name): a dtype of the same element size, so a view keeps the strides
+_CARRIERS = {
+    "torch.float8": "uint8",
+    "torch.float4": "uint8",
+    "torch.uint16": "int16",
+    "torch.uint32": "int32",
+    "torch.uint64": "int64",
+}
 
 
 def _tensor_as_bytes(obj: Any) -> Any:
-    """The reduction of a tensor of a dtype in :data:`_AS_BYTES`, else NotImplemented."""
+    """The reduction of a tensor of a dtype in :data:`_CARRIERS`, else NotImplemented."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(obj, torch.Tensor):
         return NotImplemented
     name = str(obj.dtype)
-    if not name.startswith(_AS_BYTES):
+    carrier = next((c for prefix, c in _CARRIERS.items() if name.startswith(prefix)), None)
+    if carrier is None:
         return NotImplemented
-    return tensor_from_bytes, (obj.detach().view(torch.uint8), name.removeprefix("torch."))
+    data = obj.detach().view(getattr(torch, carrier))
+    return tensor_from_bytes, (data, name.removeprefix("torch."))
 
 
 def tensor_from_bytes(data: Any, dtype: str) -> Any:
-    """A tensor of ``dtype`` (a torch dtype's name) over the bytes ``data`` (a uint8 tensor)."""
+    """A tensor of ``dtype`` (a torch dtype's name) over ``data``, a tensor of a dtype of the
+    same element size."""
     import torch
 
     return data.view(getattr(torch, dtype))

@@ -137,6 +137,14 @@ def test_int_and_float64_dtypes():
     torch.testing.assert_close(kd(x, x), 2 * x)
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_unsigned_dtypes_torch_has(dtype):
+    # torch has them since 2.3: "has no torch equivalent" was false
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)(32, block=8, dtype=dtype)
+    a = torch.arange(32, dtype=torch.int64).to(getattr(torch, dtype))
+    assert k(a, a).dtype == a.dtype and torch.equal(k(a, a).to(torch.int64), 2 * a.to(torch.int64))
+
+
 def test_output_dtype_differs_from_input():
     k = tileauto.jit(out_idx=-1, target="llvm")(kernels.cast_int)(8)
     out = k(torch.full((8,), 2.5))
