@@ -71,7 +71,7 @@ def generate(
     elif dtype == torch.bool:
         t = torch.randint(0, 2, shape, generator=generator).bool()
     elif supply is TensorSupplyType.Integer or not is_float:  # real-valued draws truncate to 0
-        low, high = (0, 4) if dtype == torch.uint8 else (-2, 3)
+        low, high = (0, 4) if not dtype.is_signed else (-2, 3)
         t = torch.randint(low, high, shape, generator=generator).to(dtype)
     elif supply is TensorSupplyType.Uniform:
         t = (torch.rand(shape, generator=generator) * 2 - 1).to(dtype)

@@ -445,3 +445,9 @@ def test_tensors_that_give_one_size_variable_two_values_are_refused_naming_both(
         InputSupplyError, match=r"the size n is 16 in input 0 \(A\) .* 8 in input 2"
     ):
         _given([torch.zeros(16), 1, torch.zeros(8)])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
+def test_generated_unsigned_integers_are_small_and_not_wrapped(dtype):
+    (t,) = gen(TensorSupplyType.Auto, params=(ParamSpec("A", (256,), dtype),), in_pos=(0,))
+    assert int(t.to(torch.int64).min()) >= 0 and int(t.to(torch.int64).max()) <= 3
