@@ -25,13 +25,14 @@ _EXPORTS = {
     "import_ray": "tileauto.scale.ray.cluster",
     "NoMatchingNodeError": "tileauto.scale.ray.nodes",
     "RayBuilder": "tileauto.scale.ray.build",
+    "ClusterBusyError": "tileauto.scale.ray.build",
     "RayWorker": "tileauto.scale.ray.actor",
     "RayRunner": "tileauto.scale.ray.run",
 }
 
 if TYPE_CHECKING:
     from tileauto.scale.ray.actor import RayWorker
-    from tileauto.scale.ray.build import RayBuilder
+    from tileauto.scale.ray.build import ClusterBusyError, RayBuilder
     from tileauto.scale.ray.cluster import (
         LOCAL_SYSTEM_CONFIG,
         NodeLost,
@@ -55,6 +56,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "LOCAL_SYSTEM_CONFIG",
+    "ClusterBusyError",
     "NoMatchingNodeError",
     "NodeLost",
     "RayBuilder",

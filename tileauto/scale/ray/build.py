@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+import numbers
 import os
 import re
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
 from tileauto.build.driver import WAKE_S, SlotStage
 from tileauto.build.job import compile_job, error_text, failed, first_lines, memory_error
+from tileauto.errors import TileautoError
 from tileauto.options import CompileArgs
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
 from tileauto.scale.ray._files import (
@@ -45,6 +48,15 @@ _COMPILE_ENV = {"env_vars": {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}
 _WARMED: set[tuple[str, str]] = set()
 _WARMED_LOCK = threading.Lock()
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the terminal colours of Ray's task errors
+# a compile task's start-up on its node (a fresh Ray worker imports torch, TVM and the
+# factory's modules: seconds, not the config's compile): bounded apart from the compile's
+# timeout, by the larger of the two (docs/scale.md, "Waits that end")
+LOAD_TIMEOUT_S = 120.0
+# no compile of a build started nor ran for this long while one waits for its CPUs: warn
+# once what it waits for; after PENDING_LIMIT_S, the build fails (docs/scale.md, "Waits that end")
+PENDING_WARN_S = 60.0
+PENDING_LIMIT_S = 900.0
+_LOADED = "loaded"  # what a compile task yields once the factory is loaded on its node
 
 
 def _warm_task(setup: bytes, probed: Any = None) -> dict[str, Any]:
@@ -79,8 +91,9 @@ def _compile_task(
 ) -> Any:
     """On a node (a streaming Ray task): say where it started, then compile one config.
 
-    Yields the node id first (the driver counts the timeout from then), then
-    ``("ok", artifact JSON, files)``, ``("here", artifact JSON)`` when the node shares the
+    Yields the node id first, then ``"loaded"`` once the factory and TVM's compiler are
+    loaded (a fresh worker imports them: :data:`LOAD_TIMEOUT_S` bounds that; the compile's
+    timeout counts from then), then ``("ok", artifact JSON, files)``, ``("here", artifact JSON)`` when the node shares the
     driver's files (``here``: the driver's folder for this config and the token of
     :meth:`RayCluster.share_files`; the kernel is compiled into it),
     ``("error", type name, message)``, or ``("unloadable", message)`` when the factory does
@@ -97,6 +110,14 @@ def _compile_task(
     except BaseException as exc:  # noqa: BLE001 - the node's fault, not the config's
         yield ("unloadable", not_loaded(exc, ray.util.get_node_ip_address()))
         return
+    try:
+        from tileauto.jit.compiler import load_compiler
+
+        with collector_paused():
+            load_compiler()
+    except BaseException:  # noqa: BLE001 - the compile itself reports it properly
+        pass
+    yield _LOADED
     folder, token = here
     # the task's own temp folder (the kernel's too, when it travels back as bytes): what a
     # compile killed on its timeout leaves there goes with it (workers.tempdirs)
@@ -122,7 +143,8 @@ def _compile_task(
 class _Event(enum.Enum):
     """What a compile task said, short of a result."""
 
-    STARTED = "started"  # on a node: the timeout counts from now
+    STARTED = "started"  # on a node: loading the factory (LOAD_TIMEOUT_S counts from now)
+    LOADED = "loaded"  # the factory is loaded: the compile's timeout counts from now
     LOST = "lost"  # its node died: submitted again, elsewhere
 
 
@@ -134,6 +156,7 @@ class _Job:
     ref: Any = None  # the task's ObjectRefGenerator
     node: str | None = None
     started: float | None = None
+    loaded: float | None = None  # when the factory was loaded on its node (the compile began)
     submitted: float = 0.0
     attempts: int = 0
     dead_before: frozenset[str] = frozenset()
@@ -154,9 +177,15 @@ class RayBuilder(SlotStage):
         factory: the kernel factory (sent by cloudpickle, once per build, via the object store).
         compile_args: target, out_idx and pass options.
         staging_dir: the driver's folder for built kernels (one ``build-<id>`` per build).
-        timeout_s: per-config compile limit, from the moment the task starts on its node.
+        timeout_s: per-config compile limit, from the moment the factory is loaded on the
+            task's node (loading it in a fresh Ray worker has its own bound,
+            ``max(timeout_s, LOAD_TIMEOUT_S)``).
         cluster: the cluster (default: ``RayCluster()``, this process's Ray or a local one).
-        num_cpus: CPUs each compile task reserves.
+        num_cpus: CPUs each compile task reserves (a positive number: it also says how
+            many compiles a node runs at once).
+
+    Raises:
+        ValueError: ``num_cpus`` is not a positive number.
 
     Attributes:
         submitted: compile tasks submitted (resubmissions after a node loss included).
@@ -181,7 +210,7 @@ class RayBuilder(SlotStage):
         self.staging_dir = Path(staging_dir)
         self.timeout_s = timeout_s
         self.cluster = cluster if cluster is not None else RayCluster()
-        self.num_cpus = num_cpus
+        self.num_cpus = _positive_cpus(num_cpus)
         self.submitted = 0
         self.resubmitted = 0
         self.unfit: dict[str, str] = {}
@@ -192,6 +221,10 @@ class RayBuilder(SlotStage):
         self._workers: int | None = None
         self._waiting: set[threading.Condition] = set()  # builds to wake up on a cancel
         self._warming: dict[Any, tuple[str, str]] = {}  # start()'s warm-ups: (job, node)
+        # compile tasks on a node now, and when one last started or ended (see _TaskSlot._stalled)
+        self._running = 0
+        self._progress = time.monotonic()
+        self._pending_warned = False
         # called (on the build's thread) as a compile starts on a node: (request index, node)
         self.on_start: Callable[[int, str | None], None] | None = None
 
@@ -199,7 +232,7 @@ class RayBuilder(SlotStage):
     def workers(self) -> int:
         """How many configs compile at once: the cluster's CPUs (read once)."""
         if self._workers is None:
-            self._workers = max(1, int(self.cluster.cpus() // max(self.num_cpus, 1e-9)))
+            self._workers = max(1, int(self.cluster.cpus() // self.num_cpus))
         return self._workers
 
     def start(self) -> None:
@@ -219,7 +252,7 @@ class RayBuilder(SlotStage):
         probes: dict[str, Any] = {}
         warming: dict[Any, tuple[str, str]] = {}
         for node, resources in self.cluster.nodes().items():
-            slots = int(resources.get("CPU", 0.0) // max(self.num_cpus, 1e-9))
+            slots = int(resources.get("CPU", 0.0) // self.num_cpus)
             if slots <= 0:
                 continue
             pinned = on_node(ray, node)
@@ -388,6 +421,9 @@ class RayBuilder(SlotStage):
         if job.started is None:
             job.node, job.started = value, time.monotonic()
             return _Event.STARTED
+        if value == _LOADED:
+            job.loaded = time.monotonic()
+            return _Event.LOADED
         wall = _since(job)
         if value[0] == "unloadable":
             return _Unfit(job.node, value[1])
@@ -428,8 +464,27 @@ def _ray_error_text(exc: BaseException) -> str:
     return _ANSI.sub("", f"{type(cause).__name__}: {cause}")
 
 
+def _positive_cpus(num_cpus: Any) -> float:
+    """``num_cpus`` as a float, or a ValueError: 0 or less would make the compile slots
+    endless (the cluster's CPUs divided by it) and start() submit that many warm-ups."""
+    if isinstance(num_cpus, bool) or not isinstance(num_cpus, numbers.Real):
+        raise ValueError(
+            f"RayBuilder(num_cpus=...) must be a positive number of CPUs per compile task, "
+            f"got {num_cpus!r} ({type(num_cpus).__name__})"
+        )
+    value = float(num_cpus)
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f"RayBuilder(num_cpus=...) must be a positive, finite number of CPUs per compile "
+            f"task (each compile reserves that many), got {num_cpus!r}"
+        )
+    return value
+
+
 def _since(job: _Job) -> float:
-    return time.monotonic() - (job.started if job.started is not None else job.submitted)
+    """Seconds the config has compiled (from the factory's load, else the task's start)."""
+    begun = job.loaded if job.loaded is not None else job.started
+    return time.monotonic() - (begun if begun is not None else job.submitted)
 
 
 def _cancel(ray: Any, ref: Any) -> None:
@@ -471,6 +526,9 @@ class _TaskSlot:
             finally:
                 with b._lock:
                     b._inflight.discard(job.ref)
+                    if job.started is not None:
+                        b._running -= 1
+                        b._progress = time.monotonic()
             if isinstance(answer, BuildResult):
                 return answer
             if isinstance(answer, _Unfit):
@@ -489,7 +547,7 @@ class _TaskSlot:
     ) -> None:
         """``node``: there (unless it is gone); the nodes in ``dead`` were dead before."""
         job.attempts += node is None
-        job.node, job.started = None, None
+        job.node, job.started, job.loaded = None, None, None
         job.submitted = time.monotonic()
         job.dead_before = dead
         options = dict(self.options)
@@ -501,28 +559,101 @@ class _TaskSlot:
             self.builder.submitted += 1
 
     def _wait(self, job: _Job, request: BuildRequest, out: Path) -> _Event | _Unfit | BuildResult:
-        """Until the task answers (its start: on to its result), times out or is cancelled."""
+        """Until the task answers (its start and load: on to its result), times out or is
+        cancelled."""
         b, ray = self.builder, self.ray
         while True:
             if b._cancelled.is_set():
                 _cancel(ray, job.ref)
                 return failed(request, BuildStatus.CANCELLED, "cancelled")
             b.cluster.check_own_node()
-            wait = WAKE_S
-            if job.started is not None:
-                wait = min(wait, max(0.0, job.started + b.timeout_s - time.monotonic()))
+            if job.started is None:
+                self._stalled(job)
+            deadline = self._deadline(job)
+            wait = WAKE_S if deadline is None else min(WAKE_S, max(0.0, deadline - _now()))
             if ray.wait([job.ref], num_returns=1, timeout=wait)[0]:
                 answer = b._answer(ray, job, request, out)
-                if answer is not _Event.STARTED:
-                    return answer
-                if b.on_start is not None:
-                    b.on_start(request.index, job.node)
-                continue
-            if job.started is not None and time.monotonic() - job.started > b.timeout_s:
+                if answer is _Event.STARTED:
+                    with b._lock:
+                        b._running += 1
+                        b._progress = time.monotonic()
+                    if b.on_start is not None:
+                        b.on_start(request.index, job.node)
+                    continue
+                if answer is _Event.LOADED:
+                    continue
+                return answer
+            if deadline is not None and _now() > deadline:
                 _cancel(ray, job.ref)
-                return failed(
-                    request,
-                    BuildStatus.TIMEOUT,
-                    f"compile timed out after {b.timeout_s:g} s; its Ray worker was killed",
-                    time.monotonic() - job.started,
-                )
+                return self._timed_out(job, request)
+
+    def _deadline(self, job: _Job) -> float | None:
+        """When the task's load (from its start) or its compile (from the load) is over time."""
+        b = self.builder
+        if job.loaded is not None:
+            return job.loaded + b.timeout_s
+        if job.started is not None:
+            return job.started + max(b.timeout_s, LOAD_TIMEOUT_S)
+        return None
+
+    def _timed_out(self, job: _Job, request: BuildRequest) -> BuildResult:
+        b = self.builder
+        if job.loaded is not None:
+            reason = f"compile timed out after {b.timeout_s:g} s; its Ray worker was killed"
+        else:
+            load_s = max(b.timeout_s, LOAD_TIMEOUT_S)
+            reason = (
+                f"compile timed out: its Ray worker on node {str(job.node)[:12]} did not load "
+                f"the factory (its modules, TVM's compiler) within {load_s:g} s of starting, "
+                "before any compiling; the worker was killed"
+            )
+        return failed(request, BuildStatus.TIMEOUT, reason, _since(job))
+
+    def _stalled(self, job: _Job) -> None:
+        """A task still waits for its CPUs: warn once after PENDING_WARN_S, and raise after
+        PENDING_LIMIT_S, while no compile of the build runs nor started meanwhile (a
+        cluster whose CPUs other work holds: before, this waited forever, silently)."""
+        b = self.builder
+        with b._lock:
+            if b._running:
+                return
+            idle = _now() - max(b._progress, job.submitted)
+            warn = idle > PENDING_WARN_S and not b._pending_warned
+            if warn:
+                b._pending_warned = True
+            pending = len(b._inflight)
+        if not warn and idle <= PENDING_LIMIT_S:
+            return
+        what = self._busy_cpus(pending, idle)
+        if idle > PENDING_LIMIT_S:
+            raise ClusterBusyError(f"{what}; gave up after {PENDING_LIMIT_S:g} s")
+        warnings.warn(
+            f"{what}; still waiting (an error after {PENDING_LIMIT_S:g} s)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        log.warning("%s", what)
+
+    def _busy_cpus(self, pending: int, idle: float) -> str:
+        """What the compile tasks wait for, with the cluster's CPUs now."""
+        b = self.builder
+        try:
+            total = self.ray.cluster_resources().get("CPU", 0.0)
+            free = self.ray.available_resources().get("CPU", 0.0)
+            cpus = f"the cluster has {total:g} CPUs, {free:g} of them free"
+        except Exception:  # noqa: BLE001 - Ray would not say: the message goes without it
+            cpus = "the cluster's CPUs are not known"
+        return (
+            f"Ray compiles waiting for CPUs: {pending} compile task(s) pending for "
+            f"{idle:.0f} s, none started, each needs {b.num_cpus:g} CPU (resource 'CPU'); "
+            f"{cpus}. Other work (another tenant's tasks or actors) holds them"
+        )
+
+
+class ClusterBusyError(TileautoError):
+    """No compile task of a Ray build got a CPU for ``PENDING_LIMIT_S``: other work holds the
+    cluster's CPUs."""
+
+
+def _now() -> float:
+    return time.monotonic()

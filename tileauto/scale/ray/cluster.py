@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,10 @@ START_POLL_S = 0.2  # how often a start in progress looks whether it was stopped
 # Ray's settings for a cluster tileauto starts: idle compile workers kept for the next tuning
 # (docs/scale.md, "Warm workers")
 LOCAL_SYSTEM_CONFIG = {"idle_worker_killing_time_threshold_ms": 600_000}
+# how long a timing waits for every CPU of its node (other work holding some: a compile, another
+# tenant's actor); then it times without them, with a warning (docs/scale.md, "Waits that end")
+HOLD_WAIT_S = 60.0
+_WARNED_ADDRESSES: set[tuple[str, str]] = set()  # (address asked for, Ray joined) warned of
 
 
 class NodeLost(WorkerError):
@@ -95,6 +101,7 @@ class RayCluster:
         self._early_probes: dict[str, Any] = {}
         self._token: tuple[str, str] | None = None  # see share_files
         self._joined = False  # connect() ran once (it looks at a Ray already there then)
+        self._short: set[str] = set()  # nodes timed without all their CPUs (warned once)
         self.probed: dict[str, dict[str, Any]] = {}  # node -> its hardware probe's answer
 
     def connect(self) -> Any:
@@ -105,6 +112,8 @@ class RayCluster:
             if local and not self._joined and ray.is_initialized():
                 if self.own_node_lost(ask_gcs=True):
                     ray.shutdown()  # a Ray whose node died runs nothing again: start a new one
+            if not self._joined and ray.is_initialized():
+                self._warn_other_address(ray)
             self._joined = True
             if not ray.is_initialized():
                 kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
@@ -141,6 +150,27 @@ class RayCluster:
                         "'Unauthenticated')?"
                     ) from None
         return ray
+
+    def _warn_other_address(self, ray: Any) -> None:
+        """Warn (once per pair) that this process already joined a Ray other than the
+        ``address`` asked for: Ray joins one cluster per process, so that one is used."""
+        if self.address in (None, "local", "auto"):
+            return
+        try:
+            joined = ray.get_runtime_context().gcs_address
+        except Exception:  # noqa: BLE001 - not known: nothing to compare with
+            return
+        if _same_address(self.address, joined) or (self.address, joined) in _WARNED_ADDRESSES:
+            return
+        _WARNED_ADDRESSES.add((self.address, joined))
+        message = (
+            f"{self.source}={self.address!r} is not used: this process already joined the "
+            f"Ray cluster at {joined} (an earlier ray.init()), and Ray joins one cluster per "
+            f"process, so the tuning runs there. Call ray.shutdown() first to tune on "
+            f"{self.address}, or unset {self.source}"
+        )
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        log.warning("%s", message)
 
     def own_node_lost(self, *, ask_gcs: bool = False) -> str | None:
         """Why this process's own Ray node is gone, or None while it runs (or is not known:
@@ -185,12 +215,17 @@ class RayCluster:
         return int(sum(r.get("CPU", 0.0) for r in self.nodes().values()))
 
     # -- the cores of timing nodes ---------------------------------------------------------------
-    def hold_cores(self, node_id: str) -> None:
+    def hold_cores(self, node_id: str, wait_s: float | None = None) -> None:
         """Hold every CPU of ``node_id`` (waits for the compiles running there to end); the
         nodes held already stay held (several run actors time at once, one per node).
 
         The hold is a placement group pinned by the node's ``ray.io/node-id`` label (no
         process); on a Ray without node labels, an actor with the node's CPUs.
+
+        Other work may hold some of the node's CPUs for good (another tenant's actor): after
+        ``wait_s`` (default :data:`HOLD_WAIT_S`) this returns without them, with a warning
+        (once per node), and the hold stays asked for: it takes the CPUs once they are free.
+        Until :meth:`release_cores`, the node's next timings do not wait again.
 
         Raises:
             NodeLost: the node died before its cores were free.
@@ -207,11 +242,9 @@ class RayCluster:
         hold = _placement_hold(ray, node_id, cpus) if labelled else None
         if hold is None:
             hold = _actor_hold(ray, node_id, cpus)
+        wait_s = HOLD_WAIT_S if wait_s is None else wait_s
         try:
-            while not ray.wait([hold.ready], timeout=1.0)[0]:
-                if not self.node_alive(node_id):
-                    raise NodeLost(f"node {node_id[:12]} was lost while its cores were reserved")
-            ray.get(hold.ready)
+            held = self._wait_hold(ray, hold, node_id, time.monotonic() + wait_s)
         except BaseException as exc:
             hold.release()
             if isinstance(exc, ray.exceptions.RayError):
@@ -221,6 +254,37 @@ class RayCluster:
             raise
         with self._lock:
             self._holds[node_id] = hold
+        if not held:
+            self._warn_short(ray, node_id, cpus, wait_s)
+
+    def _wait_hold(self, ray: Any, hold: _Hold, node_id: str, deadline: float) -> bool:
+        """Whether the hold got its CPUs before ``deadline``."""
+        while True:
+            left = max(0.0, min(1.0, deadline - time.monotonic()))
+            if ray.wait([hold.ready], timeout=left)[0]:
+                ray.get(hold.ready)
+                return True
+            if not self.node_alive(node_id):
+                raise NodeLost(f"node {node_id[:12]} was lost while its cores were reserved")
+            if time.monotonic() >= deadline:
+                return False
+
+    def _warn_short(self, ray: Any, node_id: str, cpus: float, wait_s: float) -> None:
+        """Say, once per node, that its timings run while other work holds some of its CPUs."""
+        with self._lock:
+            if node_id in self._short:
+                return
+            self._short.add(node_id)
+        free = _free_cpus(ray, node_id)
+        held = "some" if free is None else f"{cpus - free:g}"
+        message = (
+            f"timing on Ray node {node_id[:12]} without holding its CPUs: other work (not "
+            f"this tuning's timings) held {held} of its {cpus:g} CPUs for {wait_s:g} s. The "
+            "timings taken meanwhile share the node with that work and may be slower or "
+            "noisier than on an idle node; the node's CPUs are taken once they are free"
+        )
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        log.warning("%s", message)
 
     def release_cores(self) -> None:
         """Give back the cores held for timing (a build is about to use them)."""
@@ -261,6 +325,31 @@ class RayCluster:
         with self._lock:
             probes, self._early_probes = self._early_probes, {}
         return probes
+
+
+def _free_cpus(ray: Any, node_id: str) -> float | None:
+    """The CPUs free on a node now (None where Ray does not say: an internal API)."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        return float(available_resources_per_node().get(node_id, {}).get("CPU", 0.0))
+    except Exception:  # noqa: BLE001 - Ray's private layout: the warning goes without it
+        return None
+
+
+def _same_address(asked: str, joined: str) -> bool:
+    """Whether ``host:port`` ``asked`` names the GCS at ``joined`` (host names resolved)."""
+
+    def norm(address: str) -> tuple[str, str]:
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        try:
+            host = socket.gethostbyname(host)
+        except OSError:
+            pass
+        return host, port
+
+    return norm(asked) == norm(joined)
 
 
 def _local_raylet(ray: Any) -> tuple[Any, str]:
