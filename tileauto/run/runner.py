@@ -287,25 +287,25 @@ class Runner:
 
     def _remake_reference(self, key: str, request: RunRequest) -> None:
         """In a new worker, whose inputs were made again: run the default config on them again
-        to make the reference (not checked, not timed). Should that run fail, the reference kept
-        from the first worker is set instead (right when the inputs are the same: seeded)."""
+        to make the reference (not checked, not timed). Should that run fail this time, the
+        reference kept from the first worker is used, as before (right when the inputs are
+        the same: seeded); a worker that died with it is set up again from the start."""
         assert self.worker is not None
         try:
             outcome = self.worker.call(run_worker.check_and_time, request, timeout_s=self.timeout_s)
         except WorkerCancelled:
             raise
-        except (WorkerTimeout, WorkerCrashed):
-            self.worker.kill()  # the next job starts a new worker, set up again from scratch
-            raise
-        except RemoteJobError:
-            outcome = RunOutcome(TrialStatus.RUN_ERROR)
-        if outcome.reference is not None:
+        except (WorkerTimeout, WorkerCrashed, RemoteJobError):
+            outcome = None  # a timeout or a crash killed the worker: a new one starts below
+        if outcome is not None and outcome.reference is not None:
             self._keep_reference(key, outcome)
             return
         spec = self.specs[key]
-        self._setup_step(
-            run_worker.keep_reference, (key, spec.reference, spec.reference_inplace), "reference"
-        )
+        if self.worker.alive:
+            reference = (key, spec.reference, spec.reference_inplace)
+            self._setup_step(run_worker.keep_reference, reference, "reference")
+        else:
+            self._setup_step(run_worker.setup, (spec, False), self._inputs_name())
 
     def retime(
         self, items: Sequence[tuple[KernelArtifact, dict]], rounds: int

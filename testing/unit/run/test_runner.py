@@ -81,3 +81,30 @@ def test_inplace_args_naming_a_scalar_input_is_refused_naming_it():
     assert _inplace_positions((0,), kernel) == (0,)
     with pytest.raises(ValueError, match=r"inplace_args=\[-1\]: \[-1\] name the scalar .* s"):
         _inplace_positions((-1,), kernel)
+
+
+@pytest.mark.timeout(180)
+def test_a_new_worker_whose_run_of_the_default_fails_keeps_the_first_reference(
+    runner, built, monkeypatch
+):
+    """A worker replaced after a crash runs the default config again for its reference; where
+    that run fails too, the first worker's reference is used (the inputs are seeded: the
+    same), rather than the failure ending the tuning."""
+    import os
+
+    from tileauto.run import worker as run_worker
+
+    runner.start()
+    runner.prepare(built["ok"])
+    assert run(runner, built["ok"], reference=True).status is TrialStatus.OK
+    assert run(runner, built["segfault"]).status is TrialStatus.CRASH
+    original = run_worker.check_and_time
+
+    def default_dies(request):  # sent by value to the new worker
+        if request.is_reference:
+            os._exit(3)
+        return original(request)
+
+    monkeypatch.setattr(run_worker, "check_and_time", default_dies)
+    assert run(runner, built["ok"]).status is TrialStatus.OK  # against the first reference
+    assert run(runner, built["wrong"]).status is TrialStatus.MISMATCH
