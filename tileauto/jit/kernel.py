@@ -197,7 +197,8 @@ class JITKernel(_KernelCallBase):
         # allocated from a template or like an input. Everything else, a wrong argument count
         # included, takes the general path.
         if self._align > 1 and _misaligned(args, self._align):
-            self._raise_argument_error(args, None)  # unless each buffer assumes less
+            if len(args) in (self._num_in, self._num_params):  # else: the count's error below
+                self._raise_argument_error(args, None)  # unless each buffer assumes less
         if len(args) == self._num_params:
             try:
                 self._func(*args)

@@ -309,6 +309,7 @@ def _bad_calls():
         # contiguous, but 4 bytes into its storage: TVM's code assumes 64-byte aligned data,
         # and its aligned vector loads killed the process
         "misaligned": ((torch.randn(65)[1:], ok), ["'A'", "not 64-byte aligned", "1 elements"]),
+        "misaligned, too few": ((torch.randn(65)[1:],), ["takes 2 input tensor(s)", "got 1"]),
         "misaligned output": (
             (ok, ok, torch.empty(72)[8:]),
             ["argument 2", "'C'", "not 64-byte aligned", "8 elements"],
