@@ -299,8 +299,8 @@ class Settings:
         "TILEAUTO_AUTO_TUNING_CPU_COUNTS",
         -1,
         lambda n, r: _parse_int(n, r, 1),
-        "Exact number of compile workers, at most the CPUs this process may use; `-1` derives "
-        "it from the CPU fraction.",
+        "Exact number of compile workers, at most the CPUs this process may use (with the Ray "
+        "executor: the cluster's compile slots); `-1` derives it from the CPU fraction.",
     )
     max_cpu_count: int = _var(
         "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT",
@@ -476,9 +476,12 @@ class Settings:
         """Whether plain ``@jit`` compiles are read from and written to disk."""
         return not self.disable_cache
 
-    def compile_workers(self, cpu_count: int | None = None) -> int:
-        """Number of compile workers the settings allow on a machine with ``cpu_count`` CPUs
-        (default: the CPUs this process may use).
+    def compile_workers(
+        self, cpu_count: int | None = None, where: str = "CPUs this process may use"
+    ) -> int:
+        """Number of compile workers the settings allow with ``cpu_count`` CPUs (default: the
+        CPUs this process may use; a Ray tuning gives its cluster's compile slots, ``where``
+        naming them in the error).
 
         Raises:
             SettingsError: ``TILEAUTO_AUTO_TUNING_CPU_COUNTS`` is more than those CPUs (checked
@@ -489,7 +492,7 @@ class Settings:
         if self.cpu_counts > cpus:
             raise SettingsError(
                 f"TILEAUTO_AUTO_TUNING_CPU_COUNTS={self.cpu_counts}: {self.cpu_counts} compile "
-                f"workers are more than the {cpus} CPUs this process may use: expected at most "
+                f"workers are more than the {cpus} {where}: expected at most "
                 f"{cpus} (or -1: TILEAUTO_AUTO_TUNING_CPU_UTILITIES of them)"
             )
         if self.cpu_counts > 0:

@@ -95,17 +95,35 @@ def _stop(runner: RayRunner, worker) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_memory_limit_above_the_nodes_memory_is_an_error_naming_the_node(cluster):
-    """Checked on the node, against its memory (a node's differs from the driver's)."""
+    """Checked on the node, against its memory (a node's differs from the driver's): by the
+    run actor as it starts (the runner's own check at its start is the next test's)."""
     from tileauto.errors import SettingsError
 
     total_mb = psutil.virtual_memory().total // 2**20  # the loopback nodes are this machine
-    runner = RayRunner(ProfileArgs(), threads=1, memory_limit_mb=4 * total_mb, cluster=RayCluster())
-    worker = runner.make_worker("cpu", 1, runner.memory_limit_mb)
+    runner = RayRunner(ProfileArgs(), threads=1, cluster=RayCluster())
+    worker = runner.make_worker("cpu", 1, 4 * total_mb)
     try:
         with pytest.raises(SettingsError, match=r"more than the \d+ MiB of memory of the Ray node"):
             worker.start()
     finally:
         _stop(runner, worker)
+
+
+@pytest.mark.timeout(120)
+def test_a_memory_limit_above_the_nodes_memory_is_refused_before_any_compile(cluster):
+    """The runner's start (before the session compiles anything) checks each matching node's
+    memory, from the probe that matched it. Before, the check waited for the run actor, whose
+    first job comes after every config of the first batch compiled."""
+    from tileauto.errors import SettingsError
+
+    total_mb = psutil.virtual_memory().total // 2**20
+    runner = RayRunner(ProfileArgs(), threads=1, memory_limit_mb=4 * total_mb, cluster=RayCluster())
+    try:
+        with pytest.raises(SettingsError, match=r"more than the \d+ MiB of memory of the Ray node"):
+            runner.start()
+        assert runner.worker is None  # no actor was started
+    finally:
+        runner.kill()
 
 
 @pytest.mark.timeout(120)

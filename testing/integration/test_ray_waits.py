@@ -225,3 +225,48 @@ def test_an_address_not_used_because_ray_is_joined_already_is_warned_of(cluster)
     messages = [str(w.message) for w in caught if "is not used" in str(w.message)]
     assert len(messages) == 1, [str(w.message) for w in caught]
     assert "TILEAUTO_RAY_ADDRESS='127.0.0.1:1'" in messages[0] and joined in messages[0]
+
+
+@pytest.mark.parametrize(
+    ("env", "workers"),
+    [
+        ({}, 2),  # round(2 CPUs * 0.9)
+        ({"TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT": "1"}, 1),
+        ({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "1"}, 1),
+        ({"TILEAUTO_AUTO_TUNING_CPU_UTILITIES": "0.4"}, 1),
+    ],
+)
+def test_the_compile_worker_settings_size_the_clusters_compiles(cluster, tmp_path, env, workers):
+    """Before, they were ignored on Ray: every CPU of the cluster compiled whatever they said."""
+    from tune_kernels import scale, scale_jit
+
+    from tileauto.settings import Settings
+
+    builder = RayBuilder(
+        scale,
+        scale_jit.compile_args,
+        staging_dir=tmp_path,
+        cluster=RayCluster(),
+        settings=Settings.from_env(env),
+    )
+    assert builder.workers == workers
+
+
+def test_more_compile_workers_than_the_clusters_cpus_is_refused(cluster, tmp_path):
+    """Before, a count refused locally was taken on Ray (and meant nothing)."""
+    from tune_kernels import scale, scale_jit
+
+    from tileauto.errors import SettingsError
+    from tileauto.settings import Settings
+
+    for num_cpus, where in [(1, "2 CPUs of the Ray cluster"), (2, "1 compile slots")]:
+        builder = RayBuilder(
+            scale,
+            scale_jit.compile_args,
+            staging_dir=tmp_path,
+            cluster=RayCluster(),
+            num_cpus=num_cpus,
+            settings=Settings.from_env({"TILEAUTO_AUTO_TUNING_CPU_COUNTS": "3"}),
+        )
+        with pytest.raises(SettingsError, match=rf"CPU_COUNTS=3: .* than the {where}"):
+            _ = builder.workers

@@ -138,6 +138,7 @@ def default_builder(
                     staging_dir=staging_dir,
                     timeout_s=p.settings.compile_timeout_s,
                     cluster=cluster,
+                    settings=p.settings,
                 ),
             )
         if decide_spin and p.device_type == "cpu":

@@ -35,6 +35,7 @@ from tileauto.scale.ray._files import (
 from tileauto.scale.ray.cluster import RayCluster, import_ray, on_node
 from tileauto.scale.ray.node import probe, use_path
 from tileauto.scale.ray.nodes import NoMatchingNodeError, not_loaded
+from tileauto.settings import Settings
 from tileauto.utils.imports import collector_paused
 from tileauto.workers import pickling
 from tileauto.workers.tempdirs import job_temp_dir
@@ -183,6 +184,10 @@ class RayBuilder(SlotStage):
         cluster: the cluster (default: ``RayCluster()``, this process's Ray or a local one).
         num_cpus: CPUs each compile task reserves (a positive number: it also says how
             many compiles a node runs at once).
+        settings: the tuning's settings (default: read from the environment now): the
+            compile worker variables apply to the cluster's compile slots as they do to this
+            machine's CPUs (``TILEAUTO_AUTO_TUNING_CPU_COUNTS`` at most the slots,
+            ``..._CPU_UTILITIES`` of them, at most ``..._MAX_CPU_COUNT``).
 
     Raises:
         ValueError: ``num_cpus`` is not a positive number.
@@ -204,8 +209,10 @@ class RayBuilder(SlotStage):
         timeout_s: float = 300.0,
         cluster: RayCluster | None = None,
         num_cpus: float = 1,
+        settings: Settings | None = None,
     ) -> None:
         self.factory = factory
+        self.settings = settings if settings is not None else Settings.from_env()
         self.compile_args = compile_args
         self.staging_dir = Path(staging_dir)
         self.timeout_s = timeout_s
@@ -230,9 +237,20 @@ class RayBuilder(SlotStage):
 
     @property
     def workers(self) -> int:
-        """How many configs compile at once: the cluster's CPUs (read once)."""
+        """How many configs compile at once: the cluster's compile slots (its CPUs over
+        ``num_cpus``, read once), as the compile worker settings allow.
+
+        Raises:
+            SettingsError: ``TILEAUTO_AUTO_TUNING_CPU_COUNTS`` is more than those slots.
+        """
         if self._workers is None:
-            self._workers = max(1, int(self.cluster.cpus() // self.num_cpus))
+            slots = max(1, int(self.cluster.cpus() // self.num_cpus))
+            where = (
+                f"compile slots of the Ray cluster ({self.num_cpus:g} CPU each)"
+                if self.num_cpus != 1
+                else "CPUs of the Ray cluster"
+            )
+            self._workers = self.settings.compile_workers(slots, where)
         return self._workers
 
     def start(self) -> None:
@@ -251,6 +269,7 @@ class RayBuilder(SlotStage):
         job = ray.get_runtime_context().get_job_id()
         probes: dict[str, Any] = {}
         warming: dict[Any, tuple[str, str]] = {}
+        left = self.workers  # no more warm workers than compiles run at once
         for node, resources in self.cluster.nodes().items():
             slots = int(resources.get("CPU", 0.0) // self.num_cpus)
             if slots <= 0:
@@ -262,7 +281,8 @@ class RayBuilder(SlotStage):
             with _WARMED_LOCK:
                 if (job, node) in _WARMED:
                     continue  # an earlier build of this process warmed its workers (kept idle)
-            for _ in range(slots):
+            for _ in range(min(slots, left)):
+                left -= 1
                 ref = warm_task.options(
                     num_cpus=self.num_cpus,
                     max_retries=0,

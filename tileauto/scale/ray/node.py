@@ -39,11 +39,13 @@ def use_path(path: list[str]) -> None:
 
 
 def probe(device: str, path: list[str]) -> dict[str, Any]:
-    """On a node (a Ray task): which node, and its hardware."""
+    """On a node (a Ray task): which node, its hardware and its memory (bytes)."""
     use_path(path)
+    import psutil
     import ray
 
     return {
         "node": ray.get_runtime_context().get_node_id(),
         "hardware": local_hardware(device),
+        "memory": psutil.virtual_memory().total,
     }

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from tileauto._logging import get_logger
 from tileauto.artifact import KernelArtifact
+from tileauto.machine import run_memory_limit_bytes
 from tileauto.options import ProfileArgs
 from tileauto.records import RunOutcome
 from tileauto.run.runner import Runner
@@ -76,11 +77,17 @@ class RayRunner(Runner):
 
         Raises:
             NoMatchingNodeError: no node matches.
+            SettingsError: ``TILEAUTO_RUN_MEMORY_LIMIT_MB`` is more than a matching node's
+                memory.
         """
         self.cluster.connect()
         if self.device == "cpu":
             self.nodes = matching_nodes(self.cluster, "cpu")
             self._hardware = local_hardware("cpu")
+            for node in self.nodes:  # before any compile: each run actor checks its node too
+                memory = self.cluster.probed.get(node, {}).get("memory")
+                if memory is not None:
+                    run_memory_limit_bytes(self.memory_limit_mb, memory, f"the Ray node {node}")
         else:
             gpus = [n for n, r in self.cluster.nodes().items() if r.get("GPU", 0.0) >= 1]
             if not gpus:
