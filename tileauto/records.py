@@ -6,6 +6,7 @@ No torch, no TVM: these are read by the cache and the command line without heavy
 from __future__ import annotations
 
 import enum
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -84,11 +85,24 @@ class LatencyStats:
     samples: int
     stdev_ms: float = 0.0  # sample standard deviation (0 for one sample; absent in old entries)
 
+    @staticmethod
+    def bad_sample(samples_ns: Sequence[int | float]) -> str | None:
+        """Why these samples cannot be a latency (a timer's NaN, inf or negative time), or
+        None."""
+        for s in samples_ns:
+            if not math.isfinite(s) or s < 0:
+                kind = "negative" if math.isfinite(s) else "non-finite"
+                return f"the timer returned a {kind} sample ({s!r} ns); a latency is >= 0"
+        return None
+
     @classmethod
     def from_samples_ns(cls, samples_ns: Sequence[int | float]) -> LatencyStats:
         """Summarize per-iteration samples given in nanoseconds."""
         if not samples_ns:
             raise ValueError("no latency samples to summarize")
+        bad = cls.bad_sample(samples_ns)
+        if bad is not None:
+            raise ValueError(bad)
         ms = sorted(float(s) / 1e6 for s in samples_ns)
         return cls(
             median_ms=statistics.median(ms),

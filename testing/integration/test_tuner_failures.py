@@ -253,3 +253,31 @@ def test_after_a_crash_the_new_run_worker_makes_its_reference_on_its_own_inputs(
     statuses = [(t.status, t.error) for t in result.trials]
     assert [s for s, _ in statuses] == [TrialStatus.OK, TrialStatus.CRASH, TrialStatus.OK], statuses
     assert result.config["vec"] == 16
+
+
+def test_a_timer_answering_nan_inf_or_a_negative_time_fails_its_config_only():
+    """Before, a NaN or inf sample ended the tuning with an AttributeError out of
+    ``statistics.stdev``, and a negative one won; a median of 0 ms (a CUDA event's resolution)
+    made every table raise ZeroDivisionError (the console's silently, `result.table()` and
+    `cache show` with a traceback)."""
+    from tune_kernels import scale_jit
+
+    answers = {4: [float("nan")], 8: [float("inf")], 16: [-5000.0], 2: [0.0]}
+
+    def timer(func, args, *, warmup, rep, config, device):
+        func(*args)
+        return answers[config["vec"]] * rep
+
+    configs = [{"vec": v} for v in (4, 8, 16, 2)]
+    result = (
+        tileauto.AutoTuner.from_kernel(scale_jit(4096), configs)
+        .set_profile_args(warmup=1, rep=3, timer=timer, retime_top_k=0)
+        .run(verbose=False)
+    )
+    by_vec = {t.config["vec"]: t for t in result.trials}
+    for vec, kind in [(4, "non-finite"), (8, "non-finite"), (16, "negative")]:
+        assert by_vec[vec].status is TrialStatus.RUN_ERROR, by_vec[vec]
+        assert f"the timer returned a {kind} sample" in by_vec[vec].error
+    assert by_vec[2].ok and result.config["vec"] == 2 and result.latency == 0.0
+    table = result.table()
+    assert "non-finite sample" in table and "negative sample" in table

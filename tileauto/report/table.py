@@ -40,7 +40,7 @@ def format_table(
             lat = format_ms(t.latency.median_ms)
             spread = f"{format_ms(t.latency.p20_ms)}-{format_ms(t.latency.p80_ms)}"
             n = str(t.latency.samples)
-            speed = f"{base / t.latency.median_ms:.2f}x" if base else "-"
+            speed = f"{base / t.latency.median_ms:.2f}x" if base and t.latency.median_ms else "-"
             status = "ok"
         else:
             lat, spread, n, speed = "-", "-", "-", "-"

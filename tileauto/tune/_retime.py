@@ -48,7 +48,7 @@ def retime_contenders(
         return
     share = (time.perf_counter() - start) / len(chosen)
     for cid, got in zip(chosen, samples, strict=True):
-        if got:
+        if got and LatencyStats.bad_sample(got) is None:  # else the first timing stands
             t = measured[cid]
             measured[cid] = replace(
                 t,

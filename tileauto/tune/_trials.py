@@ -59,11 +59,12 @@ def trial_of(
             compile_s=build.compile_s,
             error="no run worker was available",
         )
-    ok = run.status.ok and run.samples_ns
+    bad = LatencyStats.bad_sample(run.samples_ns) if run.status.ok else None
+    ok = run.status.ok and run.samples_ns and bad is None
     latency = LatencyStats.from_samples_ns(run.samples_ns) if ok else None
     status, error = run.status, run.error
     if status.ok and latency is None:
-        status, error = TrialStatus.RUN_ERROR, "the timer returned no samples"
+        status, error = TrialStatus.RUN_ERROR, bad or "the timer returned no samples"
     return Trial(
         index,
         build.config,
