@@ -106,13 +106,17 @@ def _parse_fraction(name: str, raw: str) -> float:
     return value
 
 
+MAX_SECONDS = 1e6  # a bound of the seconds settings: more overflows a timer or Redis's lease
+
+
 def _parse_positive_float(name: str, raw: str) -> float:
+    expected = f"expected a positive number of seconds, at most {MAX_SECONDS:.0f}"
     try:
         value = float(raw.strip())
     except ValueError:
-        raise SettingsError(f"{name}={raw!r}: expected a positive number of seconds") from None
-    if not value > 0 or math.isinf(value):
-        raise SettingsError(f"{name}={raw!r}: expected a positive number of seconds")
+        raise SettingsError(f"{name}={raw!r}: {expected}") from None
+    if not 0 < value <= MAX_SECONDS:
+        raise SettingsError(f"{name}={raw!r}: {expected}")
     return value
 
 
@@ -142,7 +146,13 @@ def parse_folder(name: str, raw: str) -> Path:
         raise SettingsError(f"{name} is set but empty: expected a directory path")
     # Absolute now: the run's workers, its exit handlers and the paths it logs must all mean
     # the folder meant when the run started, whatever the process's working directory is later.
-    path = Path(os.path.abspath(Path(raw).expanduser()))
+    try:
+        path = Path(os.path.abspath(Path(raw.strip()).expanduser()))
+    except RuntimeError as exc:  # ~user of no such user, or no home to expand ~ to
+        raise SettingsError(
+            f"{name}={raw!r}: cannot expand {raw.strip().split('/')[0]!r} ({exc}): expected a "
+            "folder path"
+        ) from None
     if path.exists() and not path.is_dir():
         raise SettingsError(
             f"{name}={raw!r} is a file, not a folder: expected a folder (or a path where one "
@@ -443,11 +453,13 @@ class Settings:
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            for env in (f.metadata["env"], *f.metadata["also"]):
-                raw = environ.get(env)
-                if raw is not None:
-                    values[f.name] = f.metadata["parse"](env, raw)
-                    break
+            names = (f.metadata["env"], *f.metadata["also"])
+            given = [(env, environ[env]) for env in names if env in environ]
+            # an empty name (`ENV X=` in a Dockerfile) leaves the place to an alias that is set
+            given = [g for g in given if g[1].strip()] or given[:1]
+            if given:
+                env, raw = given[0]
+                values[f.name] = f.metadata["parse"](env, raw)
         if values.get("num_threads", -1) <= 0 and "TVM_NUM_THREADS" in environ:
             # the caller's own setting for TVM's pool: kernels are tuned with what they run with
             values["num_threads"] = _parse_tvm_threads(environ["TVM_NUM_THREADS"])

@@ -139,6 +139,18 @@ def test_paths_expand_user():
 
 
 @pytest.mark.parametrize("var", sorted(PATH_FIELDS))
+def test_a_home_of_no_such_user_is_an_error_naming_the_variable(var):
+    """It was a RuntimeError out of pathlib (a traceback from `tileauto env`)."""
+    with pytest.raises(SettingsError, match=rf"{var}='~nosuchuser-x9/cache': cannot expand"):
+        settings(**{var: "~nosuchuser-x9/cache"})
+
+
+def test_a_path_loses_the_spaces_around_it_as_every_other_setting(tmp_path):
+    """``TILEAUTO_CACHE_DIR="/data/cache "`` used a folder whose name ends in a space."""
+    assert settings(TILEAUTO_CACHE_DIR=f" {tmp_path}/c ").cache_dir == tmp_path / "c"
+
+
+@pytest.mark.parametrize("var", sorted(PATH_FIELDS))
 def test_a_relative_path_is_made_absolute_when_read(var, tmp_path, monkeypatch):
     # a program that changes directory after a run started must not move the run's folders
     monkeypatch.chdir(tmp_path)
@@ -219,6 +231,12 @@ def test_disable_autotune_is_read_under_cutile_and_metile_name_too():
     assert not settings(DISABLE_AUTOTUNE="1", TILEAUTO_DISABLE_AUTOTUNE="0").disable_autotune
     with pytest.raises(SettingsError, match="DISABLE_AUTOTUNE='maybe'"):
         settings(DISABLE_AUTOTUNE="maybe")
+
+
+def test_an_empty_variable_leaves_the_place_to_its_other_name_that_is_set():
+    """``ENV TILEAUTO_DISABLE_AUTOTUNE=`` (empty) hid ``DISABLE_AUTOTUNE=1``."""
+    assert settings(TILEAUTO_DISABLE_AUTOTUNE="", DISABLE_AUTOTUNE="1").disable_autotune
+    assert not settings(TILEAUTO_DISABLE_AUTOTUNE="").disable_autotune
 
 
 # -- integers -------------------------------------------------------------------------------------
@@ -302,10 +320,19 @@ def test_compile_timeout(raw, expected):
     assert settings(TILEAUTO_COMPILE_TIMEOUT=raw).compile_timeout_s == expected
 
 
-@pytest.mark.parametrize("raw", ["0", "-1", "abc", "inf", "nan", ""])
+@pytest.mark.parametrize("raw", ["0", "-1", "abc", "inf", "nan", "", "1e300", "1000001"])
 def test_bad_compile_timeout(raw):
     with pytest.raises(SettingsError, match="TILEAUTO_COMPILE_TIMEOUT"):
         settings(TILEAUTO_COMPILE_TIMEOUT=raw)
+
+
+@pytest.mark.parametrize("var", ["TILEAUTO_REMOTE_CACHE_TIMEOUT", "TILEAUTO_REMOTE_CACHE_LEASE"])
+def test_seconds_past_what_a_timer_or_redis_takes_are_refused(var):
+    """1e300 passed, then failed far away as "cannot reach redis" (an OverflowError) or a
+    lease Redis refused, and the fleet went off silently."""
+    with pytest.raises(SettingsError, match=rf"{var}='1e300': .* at most 1000000"):
+        settings(**{var: "1e300"})
+    assert settings(**{var: "1000000"})
 
 
 LOG_LIMITS = {"TILEAUTO_LOG_MAX_AGE_DAYS": "log_max_age_days", "TILEAUTO_LOG_MAX_MB": "log_max_mb"}

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 import tvm
 from tvm.target import Target
 
+from tileauto.errors import SettingsError
 from tileauto.settings import Settings
 
 TargetLike: TypeAlias = str | dict | Target | None
@@ -67,8 +68,14 @@ def resolve_target(target: TargetLike, target_host: TargetLike = None) -> Target
     """
     if target is None or (isinstance(target, str) and target.strip() == "auto"):
         default = Settings.from_env().default_target
-        if default != "auto":
-            return resolve_target(default, target_host)
+        if default.lower() != "auto":
+            try:
+                return resolve_target(default, target_host)
+            except ValueError as exc:  # the variable's fault, not the call's target="auto"
+                raise SettingsError(
+                    f"TILEAUTO_DEFAULT_TARGET={default!r} (the target of target='auto'): "
+                    f"{str(exc).replace(f'target={default!r} ', '', 1)}"
+                ) from None
         resolved = _cuda_target() if cuda_usable() else host_cpu_target()
     elif isinstance(target, Target):
         resolved = target

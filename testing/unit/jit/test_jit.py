@@ -817,10 +817,16 @@ def test_default_target_llvm(monkeypatch):
     assert resolve_target("auto").attrs["mcpu"] == codegen.llvm_get_system_cpu()
 
 
-def test_bad_default_target_names_it(monkeypatch):
+def test_bad_default_target_names_the_variable(monkeypatch):
+    """The error said ``target='warp-drive'`` where the call said target="auto": the
+    variable was never named."""
+    from tileauto.errors import SettingsError
+
     monkeypatch.setenv("TILEAUTO_DEFAULT_TARGET", "warp-drive")
-    with pytest.raises(ValueError, match="target='warp-drive'"):
+    with pytest.raises(SettingsError, match=r"TILEAUTO_DEFAULT_TARGET='warp-drive' .*is not a"):
         resolve_target("auto")
+    monkeypatch.setenv("TILEAUTO_DEFAULT_TARGET", "AUTO")  # any case, as the call's "auto"
+    assert resolve_target("auto") == resolve_target(None)
 
 
 def test_cuda_targets_get_a_host():
