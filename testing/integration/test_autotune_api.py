@@ -378,6 +378,29 @@ def test_pruning_to_one_config_still_gives_a_tuner_result():
     assert result.trials == () and math.isnan(result.latency)  # compiled, never benchmarked
 
 
+def test_a_result_never_timed_saves_strict_json_and_loads_its_nan_back(tmp_path):
+    """``latency.json`` said ``"latency_ms": NaN``, which jq and JavaScript refuse."""
+    import json
+
+    tuned = tileauto.autotune(
+        configs=[{"vec": 4}, {"vec": 8}],
+        prune_configs_by={"perf_model": lambda n, vec, **rest: -vec, "top_k": 1},
+        timer=by_vec,
+        **FAST,
+    )(scale_jit)
+    tuned(256)
+    result = tuned.get_tuner_result(256)
+    saved = result.save_to_disk(tmp_path / "saved")
+
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+
+    latency = json.loads((saved / "latency.json").read_text(), parse_constant=refuse)
+    assert latency["latency_ms"] is None
+    loaded = tileauto.AutotuneResult.load_from_disk(saved)
+    assert math.isnan(loaded.latency) and loaded.config == {"vec": 8}
+
+
 def test_prune_functions_run_once_per_tuning_key():
     calls = {"early": 0, "model": 0}
 

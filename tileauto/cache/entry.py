@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import errno
 import json
+import math
 import os
 import shutil
 import stat
@@ -117,9 +118,10 @@ def fill_result(result: Any, out: Path) -> None:
     _dump(
         out / "latency.json",
         {
-            "latency_ms": result.latency,
-            "ref_latency_ms": result.ref_latency,
-            "default_latency_ms": result.default_latency,
+            # strict JSON: no NaN (a config used without being timed), null instead
+            "latency_ms": _finite(result.latency),
+            "ref_latency_ms": _finite(result.ref_latency),
+            "default_latency_ms": _finite(result.default_latency),
             "best": best.latency.to_json() if best is not None and best.latency else None,
         },
     )
@@ -153,7 +155,7 @@ def read_result(entry_dir: Path, manifest: dict[str, Any]) -> StoredResult:
         path=entry_dir,
         manifest=manifest,
         config=dict(config),
-        latency_ms=float(latency["latency_ms"]),
+        latency_ms=math.nan if latency["latency_ms"] is None else float(latency["latency_ms"]),
         ref_latency_ms=latency.get("ref_latency_ms"),
         trials=tuple(Trial.from_json(t) for t in trials["trials"]),
         default_trial=Trial.from_json(trials["default"]) if trials.get("default") else None,
@@ -197,6 +199,10 @@ def config_record(config: dict[str, Any]) -> dict[str, Any]:
 def config_of(record: dict[str, Any]) -> dict[str, Any]:
     """The config of a ``best_config.json`` record, with the user's tuples."""
     return dict(without_literal(record)["config"])
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _dump(path: Path, data: Any, indent: int | None = 1) -> None:

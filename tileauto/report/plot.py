@@ -88,7 +88,8 @@ def plot_trials(
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, min_n_ticks=1))
     passed = sum(t.ok for t in trials)
     configs = f"{len(trials)} config{'s' if len(trials) != 1 else ''}"
-    ax.set_title(title if title is not None else f"{configs}, {passed} passed")
+    # a title is text, never TeX: a config value such as "$x^$" is not a formula to parse
+    ax.set_title(title if title is not None else f"{configs}, {passed} passed", parse_math=False)
     fig.savefig(path, dpi=120)
     return path
 

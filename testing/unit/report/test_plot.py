@@ -84,3 +84,12 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r'pip install "tileauto\[plot\]"'):
         plot_trials([_ok(0, 1.0)], tmp_path / "a.png")
     assert not (tmp_path / "a.png").exists()
+
+
+def test_a_title_with_dollar_signs_is_drawn_as_text(tmp_path):
+    """A config value such as ``"$x^$"`` in the title (``result.plot`` puts the config there)
+    was parsed as TeX: a ValueError, and "cost $5 and $6" drawn in math italics."""
+    pytest.importorskip("matplotlib")
+    trial = _ok(0, 1.0)
+    title = "k: {'tag': '$x^$'}, 1.0000 ms"
+    assert _image(plot_trials([trial], tmp_path / "t.png", best_index=0, title=title)).size
