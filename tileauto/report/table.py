@@ -21,6 +21,17 @@ def format_config(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items()) or "(defaults)"
 
 
+_CELL = 70  # characters of a config or a status shown in a table cell; longer ones are cut
+
+
+def _cell(text: str) -> str:
+    """``text`` on one line (control characters such as a newline escaped, as repr does) and
+    at most ``_CELL`` characters: one row per config, whatever its values."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
+
+
 def format_table(
     trials: Sequence[Trial], best_index: int | None, default: Trial | None, title: str = ""
 ) -> str:
@@ -44,20 +55,15 @@ def format_table(
             status = "ok"
         else:
             lat, spread, n, speed = "-", "-", "-", "-"
-            status = t.reason
-            if len(status) > 70:
-                status = status[:67] + "..."
+            status = _cell(t.reason)
         comp = f"{t.compile_s:.2f}" if t.compile_s is not None else "-"
-        rows.append((mark, idx, format_config(t.config), status, lat, spread, n, speed, comp))
+        rows.append(
+            (mark, idx, _cell(format_config(t.config)), status, lat, spread, n, speed, comp)
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    widths[3] = min(widths[3], 70)
     lines = [title] if title else []
     for j, r in enumerate(rows):
-        lines.append(
-            "  ".join(
-                c.ljust(widths[i]) if i != 3 else c.ljust(widths[3]) for i, c in enumerate(r)
-            ).rstrip()
-        )
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip())
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
     if never:

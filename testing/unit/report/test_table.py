@@ -55,3 +55,19 @@ def test_never_tried_configs_are_not_a_failure_group():
         "  [280] block=280: crash: x",
         "  [281] block=281: crash: x",
     ]
+
+
+def test_a_long_or_multi_line_config_keeps_one_row_of_bounded_width():
+    """A 150-character config value made 300-character lines (the status was cut at 70, the
+    config never), and a newline in a value broke its row in two."""
+    latency = LatencyStats.from_samples_ns([1e6])
+    trials = [
+        Trial(0, {"tag": "x" * 150}, TrialStatus.OK, latency),
+        Trial(1, {"tag": "a\nb\tc"}, TrialStatus.OK, latency),
+        Trial(2, {"tag": "y"}, TrialStatus.COMPILE_ERROR, error="z" * 200),
+    ]
+    lines = format_table(trials, 0, None).splitlines()
+    assert len(lines) == 2 + len(trials)
+    assert max(len(line) for line in lines) < 200
+    assert "tag=a\\nb\\tc" in lines[3]
+    assert "tag=" + "x" * 63 + "..." in lines[2] and "x" * 64 not in lines[2]
