@@ -259,13 +259,17 @@ class Settings:
         "TILEAUTO_TMP_DIR",
         None,
         parse_folder,
-        "Staging directory for builds and cache writes. Default: `$TILEAUTO_CACHE_DIR/tmp`.",
+        "Staging directory for builds and cache writes. Default: `$TILEAUTO_CACHE_DIR/tmp`. "
+        "It may hold other things: only what tileauto made there (by its exact names and "
+        "claim) is ever removed.",
     )
     log_dir: Path | None = _var(
         "TILEAUTO_LOG_DIR",
         None,
         parse_folder,
-        "Where tuning logs are written. Default: `$TILEAUTO_CACHE_DIR/logs`.",
+        "Where tuning logs are written. Default: `$TILEAUTO_CACHE_DIR/logs`. It may hold other "
+        "files: only tileauto's logs (`autotune-*.jsonl`, `workers/tileauto-worker-*.log`) "
+        "are pruned.",
     )
     log_max_age_days: float = _var(
         "TILEAUTO_LOG_MAX_AGE_DAYS",

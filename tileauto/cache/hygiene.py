@@ -32,12 +32,24 @@ __all__ = [
     "log_in_use",
     "prune_kernels",
     "prune_logs",
+    "worker_log_name",
 ]
 
 IN_USE_S = 60.0  # a log written this recently may be written again: kept
 PRUNE_MAX = 100  # logs deleted at most by one prune_logs, so that a tuning's start stays cheap
 _RUN_LOG = re.compile(r"^autotune-.*-\d{8}-\d{6}-(?P<pid>\d+)(?:-\d+)?\.(?:log|jsonl)$")
-_WORKER_LOG = re.compile(r"^.+-(?P<pid>\d+)\.log$")
+# workers/: worker_log_name's, and the exact names tileauto gave them before (a compile pool's
+# ``compile-<n>``, a run worker's ``run-<device>``); other names there are never touched. A
+# pid has at most 7 digits (Linux's limit is 2**22): a date such as 20240101 is none.
+_WORKER_LOG = re.compile(
+    r"^(?:tileauto-worker-.+|compile-[0-9]+|run-(?:cpu|cuda))-(?P<pid>[1-9][0-9]{0,6})\.log$"
+)
+
+
+def worker_log_name(worker: str, pid: int) -> str:
+    """The file name of worker ``worker``'s log in ``<logs>/workers``, for the process ``pid``
+    that started it: tileauto's own prefix, so that pruning never takes a file of yours."""
+    return f"tileauto-worker-{worker}-{pid}.log"
 
 
 # -- logs ----------------------------------------------------------------------------------------
@@ -55,7 +67,9 @@ def list_logs(logs_dir: Path) -> list[LogFile]:
     """The tileauto logs in ``logs_dir`` and ``logs_dir/workers``, oldest first.
 
     Only names tileauto writes are listed (``autotune-*-<stamp>-<pid>.log``/``.jsonl``,
-    ``workers/<name>-<pid>.log``), and only regular files: the folder may hold other things.
+    ``workers/tileauto-worker-<name>-<pid>.log``, and the older ``workers/compile-<n>-<pid>.log``
+    and ``workers/run-<device>-<pid>.log``), and only regular files: the folder may hold other
+    things.
     """
     return [LogFile(Path(path), size, mtime, pid) for mtime, path, size, pid in _scan(logs_dir)]
 

@@ -3,7 +3,10 @@
 A scratch folder (a tuning's builds ``tune-*``, a process's ``proc-*``, a compile worker's temp
 folder ``work-*``, a Ray run actor's kernels ``run-*``) is claimed by an ``flock`` on its ``.owner`` file (:func:`claim_scratch_dir`),
 which the system drops however its process dies; :func:`remove_leftovers` takes that lock
-before it decides, so a folder in use is never touched. The rules: ``docs/cache_format.md``
+before it decides, so a folder in use is never touched. The staging dir may be a folder of the
+user's with other things in it: only the exact names tileauto makes are looked at, and a
+scratch folder only when its ``.owner`` holds tileauto's claim record for the pid in its name;
+nothing is ever created or written in a folder to judge it. The rules: ``docs/cache_format.md``
 ("Leftovers and logs"). Reads and deletes files only: no torch, no TVM.
 """
 
@@ -41,11 +44,17 @@ __all__ = [
 ]
 
 OWNER = ".owner"  # in each scratch folder; its flock is held by the process using the folder
+MARK = "scratch"  # the claim record's "tileauto" field: this folder is tileauto's
 _CLAIM_TRIES = 8
-# Children of the staging dir that tileauto makes; anything else there is left alone.
-_SCRATCH = re.compile(r"^(?P<kind>tune|proc|work|run)-(?:(?P<pid>\d+)-)?[0-9a-z_]+$")
-_AGED = re.compile(r"^(?:stage-|\.stage-|\.probe-)[0-9a-z_]+$")  # short writes: age rule
-_TRASH = re.compile(r"^\.trash-[0-9a-f]+$")  # a delete in progress or interrupted: no reader
+_HEX = "[0-9a-f]{12}"  # uuid4().hex[:12], as every name below is made
+# The names tileauto makes in the staging dir, exactly; anything else there is left alone.
+# claim_scratch_dir: <kind>-<pid>-<hex>
+_SCRATCH = re.compile(rf"^(?P<kind>tune|proc|work|run)-(?P<pid>[1-9][0-9]*)-{_HEX}$")
+_STAGE = re.compile(rf"^stage-{_HEX}$")  # disk.stage_dir: a folder; short writes, age rule
+_PROBE = re.compile(r"^\.probe-[a-z0-9_]{8}$")  # locks.writable_staging's mkstemp: a file
+_TRASH = re.compile(rf"^\.trash-{_HEX}$")  # a delete in progress or interrupted: no reader
+_PROBE_MAX = 4096  # what writable_staging writes in its probe
+_LEGACY_RECORD = frozenset(("pid", "host", "time"))  # claims made before the mark was added
 _LOCK_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF)
 
 
@@ -103,7 +112,9 @@ def claim_scratch_dir(parent: Path, prefix: str) -> ScratchDir:
         OSError: the folder cannot be created.
     """
     folders.make_private_dir(Path(parent))
-    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()})
+    record = json.dumps(
+        {"tileauto": MARK, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+    )
     for _ in range(_CLAIM_TRIES):
         path = Path(parent) / f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         path.mkdir(mode=0o700)
@@ -174,12 +185,15 @@ def remove_leftovers(
 ) -> Cleanup:
     """Remove what killed runs left in the staging dir ``staging``; keep what is in use.
 
-    Scratch folders (``tune-*``, ``proc-*``, a worker's temp folder ``work-*``) go when no
-    process holds their claim (see the module's docstring); interrupted writes (``stage-*``,
-    ``.stage-*``, ``.probe-*``) once older than ``disk.STALE_S``; interrupted deletes
-    (``.trash-*``) at once. Other names are never touched: the staging dir may be a folder of
-    yours with other things in it. ``dry_run`` decides the same way and removes nothing;
-    ``only`` (such as ``"work"``) looks at the scratch folders of that kind alone.
+    Scratch folders (``tune-<pid>-<hex>``, ``proc-*``, ``run-*``, a worker's temp folder
+    ``work-*``) go when no process holds their claim and their ``.owner`` holds tileauto's
+    claim record for that pid (see the module's docstring); interrupted writes (folders
+    ``stage-<hex>``, files ``.probe-<8 chars>``) once older than ``disk.STALE_S``; interrupted
+    deletes (``.trash-<hex>``) at once (``<hex>``: 12 hex digits). Other names, and scratch
+    names without tileauto's claim record, are never touched, nor written to: the staging dir
+    may be a folder of yours with other things in it. ``dry_run`` decides the same way and
+    removes nothing; ``only`` (such as ``"work"``) looks at the scratch folders of that kind
+    alone.
     """
     now = time.time() if now is None else now
     removed: list[Leftover] = []
@@ -199,14 +213,15 @@ def remove_leftovers(
         scratch = _SCRATCH.match(name)
         if only is not None and (scratch is None or scratch.group("kind") != only):
             continue
+        item: Leftover | bool
         if scratch and stat.S_ISDIR(st.st_mode):
-            item = _scratch_leftover(child, now, dry_run)
+            item = _scratch_leftover(child, int(scratch.group("pid")), now, dry_run)
         elif _TRASH.match(name):
             item = Leftover(child, disk.dir_size(child), "an interrupted delete")
             if not dry_run:
                 with contextlib.suppress(OSError):
                     disk.discard(child)
-        elif _AGED.match(name) and now - st.st_mtime >= disk.STALE_S:
+        elif _interrupted_write(name, st) and now - st.st_mtime >= disk.STALE_S:
             age = _age_text(now - st.st_mtime)
             item = Leftover(child, disk.dir_size(child), f"an interrupted write, {age} old")
             if not dry_run:
@@ -214,43 +229,52 @@ def remove_leftovers(
                     disk.discard(child)
         else:
             continue
-        if item is None:
+        if item is True:
             in_use.append(child)
-        else:
+        elif isinstance(item, Leftover):
             removed.append(item)
     return Cleanup(tuple(removed), tuple(in_use))
 
 
-def _scratch_leftover(path: Path, now: float, dry_run: bool) -> Leftover | None:
-    """Decide about one scratch folder under its claim lock; remove it unless ``dry_run``.
+def _interrupted_write(name: str, st: os.stat_result) -> bool:
+    """Whether ``name`` is what an interrupted write of tileauto leaves: a ``stage-<hex>``
+    folder, or a ``.probe-*`` file of the size written there."""
+    if _STAGE.match(name):
+        return stat.S_ISDIR(st.st_mode)
+    if _PROBE.match(name):
+        return stat.S_ISREG(st.st_mode) and st.st_size <= _PROBE_MAX
+    return False
 
-    Returns None when the folder is in use (or cannot be judged).
+
+def _scratch_leftover(path: Path, pid: int, now: float, dry_run: bool) -> Leftover | bool:
+    """Decide about one folder named as a scratch folder of ``pid``; remove it unless ``dry_run``.
+
+    Returns the leftover removed, True when the folder is in use, False when it is not
+    tileauto's to judge: no ``.owner`` that holds tileauto's claim record for ``pid`` (a
+    folder of the user's, or one being made). Nothing is created or written in the folder.
     """
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
-    newest = disk.newest_mtime(path)  # before a lock file made here changes it
+    newest = disk.newest_mtime(path)
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # RDWR: flock over NFS
     try:
         fd = os.open(path / OWNER, flags)
-    except FileNotFoundError:
-        if dry_run:  # an older tileauto's folder (or one being made): judged without a lock
-            return _leftover(path, _unclaimed_leftover(path, newest, now))
-        try:  # the lock a claimant of this folder will wait for (see claim_scratch_dir)
-            fd = os.open(path / OWNER, flags | os.O_CREAT, 0o600)
-        except OSError:
-            return None
     except OSError:
-        return None  # not a folder we can write: not ours to remove
+        return False  # none, a link, or not ours to open: not a claimed folder
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        claim = _read_claim(fd)
+        if claim is None or not _made_by_tileauto(claim, pid):
+            return False
         locked = _lock(fd, blocking=False)
         if locked is False:
-            return None  # claimed by a running process
-        claim = _read_claim(fd) if locked else None
-        why: str | None
-        if claim is not None:
-            why = f"its process (pid {claim.get('pid', '?')}) has ended"
-        else:  # an older tileauto's folder, or no flock here: go by age and process id
-            why = _unclaimed_leftover(path, newest, now)
+            return True  # claimed by a running process
+        if locked:
+            why: str | None = f"its process (pid {pid}) has ended"
+        else:  # no flock on this file system: go by age and process id
+            why = _unclaimed_leftover(claim, pid, newest, now)
         if why is None:
-            return None
+            return True
         size = disk.dir_size(path)
         trash = None
         if not dry_run:
@@ -258,7 +282,7 @@ def _scratch_leftover(path: Path, now: float, dry_run: bool) -> Leftover | None:
             try:
                 os.rename(path, trash)  # under the lock: a claimant waiting for it sees it go
             except OSError:
-                return None
+                return True
     finally:
         os.close(fd)
     if trash is not None:
@@ -267,36 +291,38 @@ def _scratch_leftover(path: Path, now: float, dry_run: bool) -> Leftover | None:
     return Leftover(path, size, why)
 
 
-def _leftover(path: Path, why: str | None) -> Leftover | None:
-    return None if why is None else Leftover(path, disk.dir_size(path), why)
-
-
 def _read_claim(fd: int) -> dict[str, Any] | None:
-    """The claim record in a locked ``.owner`` (None: empty, so never claimed)."""
+    """The claim record in ``.owner`` (None: empty, not JSON, or not a record)."""
     try:
         data = os.pread(fd, 4096, 0)
     except OSError:
         return None
-    if not data:
-        return None
     try:
         record = json.loads(data)
     except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+        return None
+    return record if isinstance(record, dict) else None
 
 
-def _unclaimed_leftover(path: Path, newest: float, now: float) -> str | None:
-    """Why an unclaimed folder, last changed at ``newest``, is a leftover (None: it may
-    still be in use)."""
+def _made_by_tileauto(claim: dict[str, Any], pid: int) -> bool:
+    """Whether ``claim`` is the record :func:`claim_scratch_dir` wrote for process ``pid``:
+    tileauto's mark (or, from before the mark, exactly its fields) and that pid."""
+    claimed = claim.get("pid")
+    if type(claimed) is not int or claimed != pid:
+        return False
+    return claim.get("tileauto") == MARK or set(claim) == _LEGACY_RECORD
+
+
+def _unclaimed_leftover(claim: dict[str, Any], pid: int, newest: float, now: float) -> str | None:
+    """Why a claimed folder with no lock to go by, last changed at ``newest``, is a leftover
+    (None: it may still be in use)."""
     if now - newest < disk.STALE_S:
         return None
-    m = _SCRATCH.match(path.name)
-    pid = int(m.group("pid")) if m and m.group("pid") else None
-    if pid is not None and process_running_since(pid, newest):
+    if claim.get("host") != socket.gethostname():
+        return None  # its process id says nothing on this machine
+    if process_running_since(pid, newest):
         return None
-    unchanged = f"unchanged for {_age_text(now - newest)}"
-    return f"{unchanged}, its process (pid {pid}) has ended" if pid is not None else unchanged
+    return f"unchanged for {_age_text(now - newest)}, its process (pid {pid}) has ended"
 
 
 def process_running_since(pid: int, when: float) -> bool:

@@ -445,11 +445,12 @@ class Worker:
     def _output_file(self) -> str | None:
         """A private log file for this worker's output, under the settings' log directory."""
         try:
+            from tileauto.cache.hygiene import worker_log_name
             from tileauto.settings import Settings
 
             folder = Settings.from_env().logs_dir / "workers"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = str(folder / f"{self.name}-{os.getpid()}.log")
+            path = str(folder / worker_log_name(self.name, os.getpid()))
             # opened here first: a folder that exists but cannot be written (a read-only
             # cache) must not be found out by the worker, which could only die of it
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -84,6 +85,16 @@ def names(cleanup: scratch.Cleanup) -> set[str]:
     return {item.path.name for item in cleanup.removed}
 
 
+def claimed(staging: Path, pid: int, kind: str = "tune", hexid: str = "0123456789ab", **record):
+    """A folder as claim_scratch_dir makes it for process ``pid``, its claim not locked."""
+    folder = staging / f"{kind}-{pid}-{hexid}"
+    (folder / "build-1").mkdir(parents=True)
+    (folder / "build-1" / "lib.so").write_bytes(b"y" * 100)
+    fields = {"tileauto": scratch.MARK, "pid": pid, "host": socket.gethostname(), "time": 0.0}
+    (folder / scratch.OWNER).write_text(json.dumps({**fields, **record}))
+    return folder
+
+
 # -- claims and leftovers ----------------------------------------------------------------------
 def test_a_claimed_folder_is_named_by_pid_and_holds_the_claim(staging):
     with scratch.claim_scratch_dir(staging, "tune") as claim:
@@ -118,14 +129,13 @@ def test_a_killed_runs_folder_goes_and_a_live_runs_folder_stays(staging):
 def test_dry_run_decides_the_same_and_removes_nothing(staging):
     dead = Claimant(staging)
     dead.kill()
-    legacy = staging / "tune-0123456789ab"
-    legacy.mkdir()
-    age(legacy, 2 * disk.STALE_S)
+    stale = staging / "stage-0123456789ab"
+    stale.mkdir()
+    age(stale, 2 * disk.STALE_S)
     cleanup = scratch.remove_leftovers(staging, dry_run=True)
-    assert names(cleanup) == {dead.path.name, legacy.name}
-    assert dead.path.is_dir() and legacy.is_dir()
-    assert not (legacy / scratch.OWNER).exists()  # a dry run writes nothing either
-    assert names(scratch.remove_leftovers(staging)) == {dead.path.name, legacy.name}
+    assert names(cleanup) == {dead.path.name, stale.name}
+    assert dead.path.is_dir() and stale.is_dir()
+    assert names(scratch.remove_leftovers(staging)) == {dead.path.name, stale.name}
     assert list(staging.iterdir()) == []
 
 
@@ -166,33 +176,52 @@ def test_a_claimant_that_meets_a_cleaner_makes_another_folder(staging, monkeypat
     claim.remove()
 
 
-def test_folders_of_older_versions_go_by_age_and_process(staging):
-    # no claim in them: judged by the newest change inside and the pid in the name
+def test_without_flock_claimed_folders_go_by_age_and_process(staging, monkeypatch):
+    # a file system with no flock: a claim is judged by the newest change inside the folder
+    # and the pid of its claim record (was: any folder named like one, claim or none)
+    monkeypatch.setattr(scratch, "_lock", lambda fd, *, blocking: None)
     started = psutil.Process().create_time()
-    fresh = staging / "tune-aaaaaaaaaaaa"
-    old = staging / "tune-bbbbbbbbbbbb"
-    old_dead = staging / f"proc-{no_such_pid()}-abcd_123"
-    reused = staging / f"proc-{os.getpid()}-abcd_123"  # this pid, but before it started
-    old_touched = staging / "tune-cccccccccccc"
-    for folder in (fresh, old, old_dead, reused, old_touched):
-        (folder / "build-1").mkdir(parents=True)
-        (folder / "build-1" / "lib.so").write_bytes(b"y" * 100)
-    for folder in (old, old_dead, old_touched):
+    dead = no_such_pid()
+    fresh = claimed(staging, dead, hexid="aaaaaaaaaaaa")
+    old = claimed(staging, dead, hexid="bbbbbbbbbbbb")
+    reused = claimed(staging, os.getpid(), "proc")  # this pid, but before it started
+    running = claimed(staging, os.getpid(), "work")  # this pid, since it started
+    old_touched = claimed(staging, dead, hexid="cccccccccccc")
+    elsewhere = claimed(staging, dead, "run", host=f"not-{socket.gethostname()}")
+    for folder in (old, old_touched, elsewhere):
         age(folder, 2 * disk.STALE_S)
     age(reused, time.time() - started + 2 * disk.STALE_S)
     os.utime(old_touched / "build-1" / "lib.so")  # written just now, deep inside
+    later = time.time() + 10 * disk.STALE_S  # `running` untouched for hours: its process runs
+    assert scratch.remove_leftovers(staging, now=later, dry_run=True).in_use == (
+        elsewhere,
+        running,
+    )
     cleanup = scratch.remove_leftovers(staging)
-    assert names(cleanup) == {old.name, old_dead.name, reused.name}
-    assert {p.name for p in cleanup.in_use} == {fresh.name, old_touched.name}
-    assert next(i for i in cleanup.removed if i.path == old_dead).size_bytes == 100
-    assert "unchanged for 2h" in next(i for i in cleanup.removed if i.path == old).why
+    assert names(cleanup) == {old.name, reused.name}
+    assert {p.name for p in cleanup.in_use} == {
+        fresh.name,
+        running.name,
+        old_touched.name,
+        elsewhere.name,  # another machine's process id says nothing here
+    }
+    assert next(i for i in cleanup.removed if i.path == old).size_bytes >= 100
+    why = next(i for i in cleanup.removed if i.path == old).why
+    assert "unchanged for 2h" in why and f"pid {dead}" in why
 
 
-def test_an_older_versions_folder_of_a_running_process_stays(staging):
-    live = staging / f"proc-{os.getpid()}-abcd_123"
-    live.mkdir()
-    later = time.time() + 10 * disk.STALE_S  # untouched for hours, but its process runs
-    assert scratch.remove_leftovers(staging, now=later).in_use == (live,)
+def test_folders_without_a_claim_record_stay_untouched(staging):
+    # older tileauto's unclaimed names, and any folder of that shape without tileauto's claim
+    # record: never removed, never written to, never counted as in use
+    legacy = staging / "tune-0123456789ab"
+    old_mkdtemp = staging / f"proc-{no_such_pid()}-abcd_123"
+    no_owner = staging / f"work-{no_such_pid()}-0123456789ab"
+    for folder in (legacy, old_mkdtemp, no_owner):
+        folder.mkdir()
+        age(folder, 10 * disk.STALE_S)
+    for dry_run in (True, False):
+        assert scratch.remove_leftovers(staging, dry_run=dry_run) == scratch.Cleanup((), ())
+    assert all(p.is_dir() and not list(p.iterdir()) for p in (legacy, old_mkdtemp, no_owner))
 
 
 def test_interrupted_writes_go_by_age_and_other_names_stay(staging, tmp_path):

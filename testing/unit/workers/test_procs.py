@@ -25,6 +25,7 @@ import jobs
 import psutil
 import pytest
 
+from tileauto.cache.hygiene import worker_log_name
 from tileauto.errors import WorkerError
 from tileauto.utils.threads import background_thread, signals_to_main_thread
 from tileauto.workers.procs import (
@@ -143,7 +144,7 @@ def test_a_worker_log_that_cannot_be_written_leaves_the_output_to_stderr(tmp_pat
     # a read-only cache whose logs/workers/ exists: every worker died opening its log. As
     # root no mode stops a write, so a folder sits where the log file would be.
     monkeypatch.setenv("TILEAUTO_LOG_DIR", str(tmp_path))
-    (tmp_path / "workers" / f"test-procs-ro-{os.getpid()}.log").mkdir(parents=True)
+    (tmp_path / "workers" / worker_log_name("test-procs-ro", os.getpid())).mkdir(parents=True)
     w = Worker("test-procs-ro", env={"TILEAUTO_TEST_WORKER_ENV": "yes"})
     try:
         assert w.call(jobs.environment, "TILEAUTO_TEST_WORKER_ENV") == "yes"
