@@ -538,6 +538,25 @@ class Settings:
             return self
         return dataclasses.replace(self, num_threads=num_threads)
 
+    def env_lines(self) -> list[str]:
+        """Every setting as a ``NAME=value`` line that reads back as the same setting (an env
+        file, ``env $(...)``), or a ``# NAME ...`` comment where no such line exists: unset, or
+        a secret (a password or a key is never printed)."""
+        lines = []
+        for f in dataclasses.fields(self):
+            name, value = f.metadata["env"], getattr(self, f.name)
+            if value is None:
+                lines.append(f"# {name} unset")
+            elif f.metadata["secret"]:
+                lines.append(f"# {name} is set (a secret: not shown)")
+            elif f.name == "remote_cache" and without_password(value) != value:
+                lines.append(f"# {name}={without_password(value)} (its password not shown)")
+            elif isinstance(value, bool):
+                lines.append(f"{name}={int(value)}")
+            else:
+                lines.append(f"{name}={value}")
+        return lines
+
     def describe(self) -> dict[str, str]:
         """Every setting by variable name, as the effective value's text."""
         out = {}

@@ -478,6 +478,28 @@ def test_describe_names_every_variable():
     assert described["TILEAUTO_AUTO_TUNING_CPU_COUNTS"] == "5"
 
 
+def test_env_lines_read_back_as_the_same_settings(tmp_path):
+    """`tileauto env` printed unset settings as `None` and bools as `True`: fed back (an env
+    file, `env $(tileauto env)`), `TILEAUTO_REMOTE_CACHE=None` was refused, the staging dir
+    became `./None`, and the fleet's password and key the text "None"."""
+    given = settings(
+        TILEAUTO_CACHE_DIR=str(tmp_path / "c"),
+        TILEAUTO_DISABLE_CACHE="1",
+        TILEAUTO_REMOTE_CACHE="redis://:pw@127.0.0.1:1/0",
+        TILEAUTO_REMOTE_CACHE_KEY="k" * 32,
+    )
+    lines = given.env_lines()
+    environ = dict(line.split("=", 1) for line in lines if not line.startswith("#"))
+    again = Settings.from_env(environ)
+    kept = {"remote_cache", "remote_cache_key"}  # not printed: a password, a key
+    for f in dataclasses.fields(Settings):
+        if f.name not in kept:
+            assert getattr(again, f.name) == getattr(given, f.name), f.name
+    assert "# TILEAUTO_REMOTE_CACHE_KEY is set (a secret: not shown)" in lines
+    assert not any("pw" in line for line in lines)
+    assert "# TILEAUTO_TMP_DIR unset" in lines and "TILEAUTO_DISABLE_CACHE=1" in lines
+
+
 # -- the docs page --------------------------------------------------------------------------------
 
 

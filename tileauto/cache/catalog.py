@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import time
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tileauto.cache import disk
+from tileauto.cache import disk, folders
 from tileauto.cache._code import SOURCES_DIR as SOURCES_MEMO
 from tileauto.cache._installed import MEMO_DIR as INSTALLED_MEMO
 from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, KINDS, required_files
@@ -155,21 +156,62 @@ def find_entry(root: Path, key: str) -> EntryInfo:
     return matches[0]
 
 
-def verify_entry(info: EntryInfo) -> str | None:
-    """What is wrong with an entry (hashes, ownership, permissions, versions), or None."""
+def verify_entry(info: EntryInfo, *, check_folders: bool = True) -> str | None:
+    """What is wrong with an entry (hashes, ownership, permissions, versions), or None.
+
+    ``check_folders=False``: the root and kind folders above it are not checked (a caller
+    that checks them once, with :func:`folder_problems`).
+    """
     problem = disk.verify(
-        info.path, {"kind": info.kind, "key": info.key}, required=required_files(info.kind)
+        info.path,
+        {"kind": info.kind, "key": info.key},
+        required=required_files(info.kind),
+        check_folders=check_folders,
     )
     if problem is not None:
         return problem
-    manifest = info.manifest or {}
+    stale = _stale(info.manifest or {})
+    if not stale:
+        return None
     mine = versions()
-    stale = [
-        f"{k} {manifest.get(k)} (this install: {mine[k]})"
-        for k in ("tileauto", "tvm")
-        if manifest.get(k) != mine[k]
-    ]
-    return f"stale: written by {', '.join(stale)}; it will not be used" if stale else None
+    what = ", ".join(f"{_VERSION_NAMES[k]} {v} (this install: {mine[k]})" for k, v in stale)
+    return f"stale: written by {what}; it will not be used"
+
+
+# what differs from this install makes an entry stale: it is never found by a lookup
+_VERSION_NAMES = {"tileauto": "tileauto", "tvm": "tvm", "format": "cache format"}
+
+
+def _stale(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The (version name, the entry's value) that differ from this install's, the cache
+    format included (an entry of format 1 or 2 is read, but never looked up)."""
+    mine = versions()
+    out = []
+    for k in _VERSION_NAMES:
+        value = manifest.get(k)
+        if (str(value) if k == "format" and value is not None else value) != mine[k]:
+            out.append((k, value))
+    return out
+
+
+def folder_problems(root: Path, kinds: tuple[str, ...] = KINDS) -> list[tuple[Path, str]]:
+    """The cache's own folders (the root and each kind's) that are not safe, with why.
+
+    Such a folder makes every entry in it refused by a load, but it is the folder that needs
+    fixing (``chmod 700``), not the entries: ``cache verify`` reports it once and deletes
+    nothing in it. A folder that does not exist is no problem.
+    """
+    out = []
+    for folder in (Path(root), *(Path(root) / kind for kind in kinds)):
+        try:
+            if not os.path.lexists(folder):
+                continue
+            reason = folders.folder_problem(folder)
+        except OSError as exc:
+            reason = f"{folder} is unreadable ({exc.strerror or exc})"
+        if reason is not None:
+            out.append((folder, reason))
+    return out
 
 
 @dataclass(frozen=True)
@@ -396,10 +438,20 @@ def export_entry(info: EntryInfo, dest: Path) -> Path:
     if problem is not None and not problem.startswith("stale"):
         raise CacheError(f"{info.kind}/{info.key} does not verify ({problem}); not exported")
     dest = Path(dest).expanduser().absolute()
+    if dest.is_symlink():
+        # a link to an (empty) folder: the entry goes into the folder it names, and the
+        # user's link stays as it is (it used to be replaced by a folder)
+        if not dest.is_dir():
+            raise CacheError(
+                f"{dest} is a symbolic link to no folder ({os.readlink(dest)}); give a new folder"
+            )
+        dest = dest.resolve()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise CacheError(f"{dest} exists and is not an empty folder; give a new folder")
     manifest = dict(info.manifest or {})
-    manifest.pop("files", None)
+    files = manifest.pop("files", None)
+    if not isinstance(files, dict):
+        raise CacheError(f"{info.kind}/{info.key}: its manifest lists no files; not exported")
     staging = dest.parent / f".{dest.name}.stage-{time.time_ns()}"
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -408,7 +460,7 @@ def export_entry(info: EntryInfo, dest: Path) -> Path:
         raise CacheError(f"cannot write {dest}: {exc.strerror or exc}") from None
     try:
         disk.write_entry(
-            dest, lambda out: _copy_files(info.path, out), manifest, staging, shared=True
+            dest, lambda out: _copy_files(info.path, out, files), manifest, staging, shared=True
         )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -472,33 +524,55 @@ def _import_one(path: Path, root: Path, staging_root: Path) -> tuple[str, str, s
     problem = disk.verify(path, required=required_files(kind), trusted_uids=owner)
     if problem is not None:
         raise CacheError(f"{path}: {problem}; not imported")
-    meta = {k: v for k, v in manifest.items() if k != "files"}
-    final = root / kind / key
-    disk.write_entry(final, lambda out: _copy_files(path, out), meta, staging_root)
+    files = manifest.get("files")
+    if not isinstance(files, dict):  # verify read the manifest again: it changed since
+        raise CacheError(f"{path}: its manifest lists no files; not imported")
+    stale = _stale(manifest)
     mine = versions()
-    stale = [k for k in ("tileauto", "tvm") if manifest.get(k) != mine[k]]
-    note = (
-        "written by "
-        + ", ".join(f"{k} {manifest.get(k)}" for k in stale)
-        + "; this install has "
-        + ", ".join(f"{k} {mine[k]}" for k in stale)
-        + ", so it will not be used"
-        if stale
-        else None
-    )
+    note = None
+    if stale:
+        names = [_VERSION_NAMES[k] for k, _ in stale]
+        note = (
+            "written by "
+            + ", ".join(f"{n} {v}" for n, (_, v) in zip(names, stale))
+            + "; this install has "
+            + ", ".join(f"{n} {mine[k]}" for n, (k, _) in zip(names, stale))
+            + ", so it will not be used"
+        )
+    final = root / kind / key
+    if stale and disk.path_kind(final) == "folder":
+        # an entry that would never be used must not replace one that is
+        current = verify_entry(_info(kind, final))
+        if current is None:
+            raise CacheError(
+                f"{path}: not imported: it was {note}, and the cache holds a current entry "
+                f"of this key ({final}) that is kept"
+            )
+    meta = {k: v for k, v in manifest.items() if k != "files"}
+    disk.write_entry(final, lambda out: _copy_files(path, out, files), meta, staging_root)
     return kind, key, note
 
 
-def _copy_files(src: Path, out: Path) -> None:
-    for path in sorted(src.rglob("*")):
-        rel = path.relative_to(src)
-        if rel.as_posix() == disk.MANIFEST:
+def _copy_files(src: Path, out: Path, files: dict[str, Any]) -> None:
+    """Copy the files a manifest lists (and nothing else in ``src``), each checked against
+    its sha256 as copied: what is sealed into the new manifest is what was verified."""
+    for rel, want in sorted(files.items()):
+        if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts:
+            raise CacheError(f"{src}: the manifest names a path outside the entry ({rel!r})")
+        if rel == disk.MANIFEST:
             continue
-        if path.is_dir():
-            (out / rel).mkdir(exist_ok=True)
-        elif path.is_file() and not path.is_symlink():
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, out / rel)
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:  # a link swapped in since the check is refused, never followed
+            fd = os.open(src / rel, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise CacheError(f"{src}: {rel} is unreadable ({exc.strerror or exc})") from None
+        with open(fd, "rb") as f_in, open(target, "xb") as f_out:
+            shutil.copyfileobj(f_in, f_out)
+        if disk.sha256_file(target) != want:
+            raise CacheError(
+                f"{src}: {rel} changed while it was copied (it no longer matches its sha256)"
+            )
 
 
 __all__ = [
@@ -510,6 +584,7 @@ __all__ = [
     "clear",
     "export_entry",
     "find_entry",
+    "folder_problems",
     "import_entries",
     "list_entries",
     "read_record",

@@ -150,12 +150,15 @@ def verify(
     *,
     required: Iterable[str] = (),
     trusted_uids: Iterable[int] | None = None,
+    check_folders: bool = True,
 ) -> str | None:
     """Check an entry: safe, complete, of a known format, every hash matching.
 
     With the default ``trusted_uids`` (an entry of this user's cache, ``<root>/<kind>/<key>``)
     the two folders above it must be safe too (:func:`~tileauto.cache.folders.folder_problem`):
     otherwise another user could swap the entry between this check and the load.
+    ``check_folders=False`` leaves those two folders out, for a caller that checks them once
+    itself (``cache verify``: a folder's problem is not each entry's).
 
     Returns what is wrong (one line), or None when the entry can be loaded.
     """
@@ -171,7 +174,7 @@ def verify(
         return f"{what} sits at the entry path, not an entry folder; it will be replaced"
     try:
         reason = None
-        if trusted_uids is None:
+        if trusted_uids is None and check_folders:
             for folder in (entry_dir.parent, entry_dir.parent.parent):
                 reason = reason or folders.folder_problem(folder)
         reason = reason or unsafe_reason(entry_dir, trusted_uids)

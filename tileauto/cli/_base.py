@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_PIPE = 141  # the reader of stdout went away (| head): 128 + SIGPIPE, as other tools
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -33,7 +34,8 @@ class CommandError(Exception):
 def settings_of(args: argparse.Namespace, *, reading: bool = False) -> Any:
     """The ``TILEAUTO_*`` settings with ``--cache-dir`` on top. ``reading``: the command reads
     (or deletes from) the cache, so a ``--cache-dir`` that does not exist is an error (a typo
-    would otherwise read as an empty cache); a command that writes makes it."""
+    would otherwise read as an empty cache): a usage error (exit 2), as an empty
+    ``--cache-dir`` or one that names a file is; a command that writes makes it."""
     from tileauto.errors import SettingsError
     from tileauto.settings import Settings, parse_folder
 
@@ -46,9 +48,10 @@ def settings_of(args: argparse.Namespace, *, reading: bool = False) -> Any:
         cache_dir = parse_folder("--cache-dir", given)
     except SettingsError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
-    if reading and not cache_dir.is_dir():
+    if reading and not cache_dir.is_dir():  # a usage error, as an empty one or a file is
         raise CommandError(
-            f"--cache-dir {given!r}: no such folder ({cache_dir}); expected the cache's folder"
+            f"--cache-dir {given!r}: no such folder ({cache_dir}); expected the cache's folder",
+            EXIT_USAGE,
         )
     import dataclasses
 

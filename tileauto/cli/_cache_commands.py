@@ -205,17 +205,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog, disk
 
     root = settings_of(args, reading=True).cache_dir
+    # A folder's problem (a root made group-writable by umask 002) is reported once, with
+    # its fix, and is not each entry's: the entries are checked without it, and nothing is
+    # deleted in an unsafe folder (every entry in it used to be deleted, intact or not).
+    unsafe = catalog.folder_problems(root, _kinds(args))
+    for folder, reason in unsafe:
+        print(f"UNSAFE   {reason}: {_folder_fix(folder, reason)}")
     entries = catalog.list_entries(root, _kinds(args))
     bad = 0
     for e in entries:
-        problem = catalog.verify_entry(e)
+        problem = catalog.verify_entry(e, check_folders=False)
         if problem is None:
             if args.verbose:
                 print(f"ok       {e.kind}/{e.key}")
             continue
         bad += 1
         action = ""
-        if args.delete:
+        if args.delete and not unsafe:
             disk.remove_tree(e.path)
             action = " (deleted)"
         print(f"BAD      {e.kind}/{e.key}: {problem}{action}")
@@ -223,7 +229,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
         f"{len(entries)} entries checked, {bad} bad"
         + (f" in {root}" if entries else f"; {root} is empty")
     )
-    return EXIT_FAIL if bad else EXIT_OK  # deleted or not, a bad entry is news
+    if unsafe:
+        kept = "; nothing was deleted: fix the folder, then run verify --delete again"
+        print(
+            f"{len(unsafe)} unsafe {'folder' if len(unsafe) == 1 else 'folders'}: until fixed, "
+            "no entry in it is loaded or written (each entry above was checked without it)"
+            + (kept if args.delete else "")
+        )
+    return EXIT_FAIL if bad or unsafe else EXIT_OK  # deleted or not, a bad entry is news
+
+
+def _folder_fix(folder: Path, reason: str) -> str:
+    """How to make a cache folder safe again, for the reason ``folder_problem`` gave."""
+    import shlex
+
+    if "writable by group or others" in reason:
+        return f"fix it with `chmod 700 {shlex.quote(str(folder))}`"
+    return (
+        "use a cache folder of your own (--cache-dir, TILEAUTO_CACHE_DIR), or make this one "
+        f"yours and private (`chown`, `chmod 700 {shlex.quote(str(folder))}`)"
+    )
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -298,28 +323,103 @@ def cmd_export(args: argparse.Namespace) -> int:
     info = _find(args)
     from pathlib import Path
 
+    # Everything is checked before anything is written: the trials (the entry verifies),
+    # FILE (new) and DIR (new or empty). DIR is written first, so that FILE may be inside it
+    # (it used to be written first and then made DIR "not empty"); it is not part of the
+    # exported entry's manifest, and `cache import` leaves it out.
+    text = None
+    trials = None
     if args.trials is not None:
         text = json.dumps(catalog.trials_document(info), indent=1, sort_keys=True) + "\n"
-        if args.trials == "-":
-            sys.stdout.write(text)
-        else:
-            _write_trials(Path(args.trials).expanduser(), text)
-            print(f"wrote the trials of {info.kind}/{info.key} ({info.kernel}) to {args.trials}")
+        if args.trials != "-":
+            trials = Path(args.trials).expanduser()
+            _check_new_file(trials)
+            if args.dir is not None:
+                _check_not_in_entry(trials, Path(args.dir).expanduser(), info)
     if args.dir is not None:
         dest = catalog.export_entry(info, Path(args.dir))
         print(f"exported {info.kind}/{info.key} ({info.kernel}) to {dest}")
+    if text is not None:
+        if trials is None:
+            sys.stdout.write(text)
+        else:
+            _write_trials(trials, text)
+            print(f"wrote the trials of {info.kind}/{info.key} ({info.kernel}) to {args.trials}")
     return EXIT_OK
 
 
-def _write_trials(path: Path, text: str) -> None:
-    """``--trials FILE``: its folder made as ``DIR``'s is; a folder or a failure named."""
-    if path.is_dir():
+def _check_not_in_entry(trials: Path, dest: Path, info: Any) -> None:
+    """``--trials DIR/trials.json``: a FILE inside DIR must not be one of the exported
+    entry's own files (its ``trials.json`` holds the entry's records), checked up front."""
+    from tileauto.cache import disk
+
+    try:
+        rel = trials.resolve().relative_to(dest.resolve())
+    except ValueError:  # not inside DIR
+        return
+    files = (info.manifest or {}).get("files")
+    names = {disk.MANIFEST} | {
+        str(f).split("/")[0] for f in (files if isinstance(files, dict) else {})
+    }
+    if rel.parts and rel.parts[0] in names:
+        raise CommandError(
+            f"--trials {trials} is a file of the exported entry itself ({rel.as_posix()}); "
+            f"give another name, e.g. {dest / 'trials-export.json'}",
+            EXIT_USAGE,
+        )
+
+
+def _check_new_file(path: Path) -> None:
+    """``--trials FILE`` must be new: an existing file (or a link, even one to nothing) is
+    refused, as a ``DIR`` that is not empty is; nothing is replaced or written through."""
+    import os
+
+    if path.is_dir() and not path.is_symlink():
         raise CommandError(f"--trials {path} is a folder: expected a file to write")
+    if path.is_symlink():
+        raise CommandError(
+            f"--trials {path} is a symbolic link: give a new file (it is not written through)"
+        )
+    if os.path.lexists(path):
+        raise CommandError(f"--trials {path} exists: give a new file, or delete it first")
+
+
+def _write_trials(path: Path, text: str) -> None:
+    """``--trials FILE``: written to a temporary file next to it, then put in place in one
+    step, never over a file there (a failure half-way leaves no half-written FILE); its
+    folder made as ``DIR``'s is; a failure named."""
+    import contextlib
+    import os
+    import tempfile
+
+    _check_new_file(path)
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with open(fd, "w") as f:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)  # as a plain write makes it, not 0600
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # fails if FILE appeared meanwhile: nothing is replaced
+        except FileExistsError:
+            raise CommandError(
+                f"--trials {path} exists: give a new file, or delete it first"
+            ) from None
+        except OSError:  # no hard links here (some file systems): a rename, checked before
+            _check_new_file(path)
+            os.replace(tmp, path)
+            tmp = None
     except OSError as exc:
         raise CommandError(f"--trials {path}: cannot write it ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def cmd_prior(args: argparse.Namespace) -> int:

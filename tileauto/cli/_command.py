@@ -18,16 +18,29 @@
     tileauto env                                every TILEAUTO_* setting, as in effect now
 
 Exit codes: 0 success, 1 the operation failed or found problems, 2 a usage error (bad
-arguments or a bad ``TILEAUTO_*`` value). ``python -m tileauto`` is the same command.
+arguments, a bad ``TILEAUTO_*`` value, a ``--cache-dir`` that is empty, a file or missing),
+141 the reader of the output went away (``tileauto cache list | head``: as other Unix tools,
+quietly, with 128 + SIGPIPE). An error is one line on stderr; an unexpected one is
+``tileauto: internal error: ...`` (exit 1), and ``--debug`` shows its traceback instead.
+``python -m tileauto`` is the same command.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tileauto.cli import _remote_commands as remote_commands
-from tileauto.cli._base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, CommandError, parse_age, settings_of
+from tileauto.cli._base import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_PIPE,
+    EXIT_USAGE,
+    CommandError,
+    parse_age,
+    settings_of,
+)
 from tileauto.cli._cache_commands import (
     cmd_clear,
     cmd_export,
@@ -48,14 +61,12 @@ if TYPE_CHECKING:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    import os
-
     from tileauto.cache.key import versions
     from tileauto.settings import unknown_variables
 
     settings = settings_of(args)
-    for name, value in settings.describe().items():
-        print(f"{name}={value}")
+    for line in settings.env_lines():  # NAME=value reads back as it is: an env file's lines
+        print(line)
     v = versions()
     print()
     print(f"# staging dir: {settings.staging_dir}")
@@ -103,23 +114,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tileauto",
         description="tileauto: inspect and manage the disk cache of tuned and compiled kernels.",
-        epilog="Exit codes: 0 success, 1 failure or problems found, 2 usage error.",
+        epilog="Exit codes: 0 success, 1 failure or problems found, 2 usage error (a bad "
+        "argument or TILEAUTO_* value; a --cache-dir that is empty, a file or missing), 141 "
+        "the reader of the output went away (| head), quietly.",
     )
     parser.add_argument("--version", action="store_true", help="print the tileauto version")
     cache_dir_help = "cache root (default: TILEAUTO_CACHE_DIR or ~/.tileauto/cache)"
+    debug_help = "on an unexpected error, print its traceback (not one line)"
     # accepted before the command, after it, or after the verb; the last one given wins
     parser.add_argument("--cache-dir", default=None, help=cache_dir_help)
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        """``--cache-dir`` and ``--debug``, after a command or a verb too."""
+        p.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_dir_help)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     cache = sub.add_parser(
         "cache", help="list, show, verify, clear, export or import cache entries"
     )
-    cache.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_dir_help)
+    common(cache)
     cache_sub = cache.add_subparsers(dest="verb", metavar="VERB")
 
     def add(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
         p = cache_sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_dir_help)
+        common(p)
         p.set_defaults(func=fn)
         return p
 
@@ -190,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--trials",
         metavar="FILE",
         help='write the trials of a tuned entry to FILE as JSON ("format": "tileauto-trials/1"; '
-        "- for stdout)",
+        "- for stdout); a new file: an existing one, or a link, is refused. Given with DIR, "
+        "DIR is exported first (FILE may be inside it)",
     )
     p = add(
         "import", "copy an exported entry, or every entry in a folder, into the cache", cmd_import
@@ -229,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print every TILEAUTO_* setting as in effect now",
         description="print every TILEAUTO_* setting as in effect now",
     )
+    common(env)
     env.set_defaults(func=cmd_env)
     parser.set_defaults(func=None, parser=parser)
     return parser
@@ -236,6 +259,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not as a warning at the interpreter's exit
+    except SystemExit:  # argparse's --help and usage errors
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise SystemExit(_output_gone()) from None
+        raise
+    except BrokenPipeError:  # the final flush
+        return _output_gone()
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -245,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.func is None:
         getattr(args, "parser", parser).print_help(sys.stderr)
         return EXIT_USAGE
-    from tileauto.errors import CacheError
+    from tileauto.errors import CacheError, SettingsError, TileautoError
 
     try:
         return int(args.func(args))
@@ -255,6 +293,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CacheError as exc:
         print(f"tileauto: error: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    except OSError as exc:
+    except SettingsError as exc:
+        print(f"tileauto: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError as exc:
+        if _stdout_closed():  # `tileauto env | head -1`: the reader has all it wanted
+            return _output_gone()
+        print(f"tileauto: error: {exc}", file=sys.stderr)  # a socket's, say
+        return EXIT_FAIL
+    except (OSError, TileautoError) as exc:
         print(f"tileauto: error: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    except Exception as exc:  # a bug: one line (the CLI's promise), the traceback on request
+        if args.debug:
+            raise
+        print(
+            f"tileauto: internal error: {type(exc).__name__}: {exc} (please report; "
+            "--debug shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has gone."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's capture)
+        return False
+
+
+def _output_gone() -> int:
+    """End quietly once the reader of standard output went away (``| head``): what is still
+    buffered goes to /dev/null, so that no error is printed at exit. Returns 141."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return EXIT_PIPE
