@@ -95,6 +95,21 @@ def test_a_tunable_the_call_passes_is_fixed_in_a_key_bucket_too():
     torch.testing.assert_close(fixed(a), a * 2)
 
 
+def test_a_tunable_passed_at_its_default_value_is_fixed_in_memory_too():
+    """``f(n)`` and ``f(n, vec=<default>)`` had one memory key (the defaults applied): the
+    second call got the first's kernel, tuned or fixed, whichever came first."""
+    for order in ("tuned first", "fixed first"):
+        tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 16}], timer=by_vec_or_fixed, **FAST)(
+            tileauto.jit(out_idx=[-1])(scale)
+        )  # scale's default vec is 8; 4 wins here (by_vec_or_fixed: 8 is not in the space)
+        calls = [(), (("vec", 8),)] if order == "tuned first" else [(("vec", 8),), ()]
+        kernels = {kw: tuned(512, **dict(kw)) for kw in calls}
+        assert "<4 x float>" in kernels[()].get_kernel_source(), order
+        assert "<8 x float>" in kernels[(("vec", 8),)].get_kernel_source(), order
+        assert tuned.get_tuner_result(512).config == {"vec": 4}, order
+        assert tuned.get_tuner_result(512, vec=8).config == {}, order
+
+
 def test_a_call_missing_a_problem_argument_is_refused_before_anything_compiles():
     tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], **FAST)(
         tileauto.jit(out_idx=[-1])(scale)

@@ -128,7 +128,8 @@ class AutoTuneImpl:
         self.results: dict[Any, AutotuneResult] = {}
         self._served: dict[Any, AutotuneResult] = {}  # a bucket's calls checked on their own
         self._with_passes: dict[str, JITImpl] = {}  # @jit variants for configs' pass_configs
-        self._kernels = CallCache(jit_impl.factory)
+        # a tunable the call passes is fixed, even at its default: another kernel than tuning's
+        self._kernels = CallCache(jit_impl.factory, fixed=self._tunable_names)
         # calls of positional ints only (sizes), by their tuple: what _kernels answers them with
         self._int_calls: dict[tuple, JITKernel] = {}
         # tells on_trial of the hits of this decorator's memory (a session tells its own)
@@ -140,7 +141,7 @@ class AutoTuneImpl:
     def _tuning_key(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         factory = self.jit_impl.factory
         if self.key is None:
-            return call_key(factory, args, kwargs)
+            return self._kernels.key(args, kwargs)
         # a tunable the call passes is fixed: the call tunes the rest of the space, a bucket
         # of its own (the bucket's config must not replace it, nor its tuning serve the others)
         passed = passed_arguments(factory, args, kwargs)

@@ -143,12 +143,19 @@ class CallCache:
 
     ``get(args, kwargs, make)`` returns the value for this call, calling ``make(args, kwargs)``
     (under a lock, once per key) when it is new. Used by ``@jit`` and ``@autotune``.
+
+    ``fixed``: the names whose passing matters beyond their value (``@autotune``'s tunables:
+    one the call passes is fixed, even at its default value, where one it leaves is tuned),
+    given as a function, asked when a call is keyed.
     """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], fixed: Callable[[], frozenset[str]] | None = None
+    ) -> None:
         import threading
 
         self.fn = fn
+        self.fixed = fixed
         self.by_key: dict[tuple, Any] = {}
         self._fast: dict[tuple, Any] = {}  # literal calls of plain scalars
         self._lock = threading.Lock()
@@ -164,7 +171,7 @@ class CallCache:
             value = self._fast.get(fast)
             if value is not None:
                 return value
-        key = call_key(self.fn, args, kwargs)
+        key = self.key(args, kwargs)
         value = self.by_key.get(key)
         if value is None:
             with self._lock:
@@ -188,4 +195,11 @@ class CallCache:
             value = self._fast.get(fast)
             if value is not None:
                 return value
-        return self.by_key.get(call_key(self.fn, args, kwargs))
+        return self.by_key.get(self.key(args, kwargs))
+
+    def key(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
+        """The call's bound key, with the ``fixed`` names the call passes."""
+        key = call_key(self.fn, args, kwargs)
+        if self.fixed is None:
+            return key
+        return key + (tuple(sorted(self.fixed() & passed_arguments(self.fn, args, kwargs).keys())),)
