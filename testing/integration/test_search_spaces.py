@@ -130,6 +130,20 @@ def test_a_large_product_is_never_expanded_and_counts_its_untried_configs():
     assert again.get_tuner_result(256).cache_hit
 
 
+def test_a_call_fixing_a_tunable_tunes_the_rest_of_a_product_under_the_calls_value():
+    """The product was expanded into dicts (minutes and gigabytes for millions of configs),
+    and its constraint read over the product's vec values: repeat=5 was tuned with vec=16."""
+    space = product(vec=[4, 8, 16], repeat=[1, 3, 5], constraints=["vec * repeat <= 40"])
+    tuned = tileauto.autotune(configs=space, timer=valley, **FAST)(
+        tileauto.jit(out_idx=[-1])(slow_scale)
+    )
+    tuned(256, vec=16)
+    result = tuned.get_tuner_result(256, vec=16)
+    assert [t.config for t in result.trials] == [{"repeat": 1}]  # 16 * 3 > 40
+    assert result.config == {"repeat": 1} and all(t.ok for t in result.trials)
+    assert "<16 x float>" in result.kernel.get_kernel_source()
+
+
 def test_auto_is_the_default_and_guides_a_space_above_its_exhaustive_size():
     pytest.importorskip("sklearn", reason="the guided search needs the search extra")
     from tileauto.search.resolve import AUTO_EXHAUSTIVE_MAX

@@ -6,7 +6,10 @@ kept lazy. Configs are then filled with the factory's defaults, and the default 
 
 from __future__ import annotations
 
+import ast
+import copy
 import inspect
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -70,9 +73,11 @@ def resolve_configs(
     """Turn ``configs`` (a list of dicts, a :class:`Space`, or a callable of the factory's
     arguments returning one) into a list, or a :class:`ProductSpace` kept as it is (lazy).
 
-    A product is checked by its parameter names, never expanded; a product that sets a
-    tunable the call passes explicitly is expanded, as a list would be, so that the call's
-    value wins and each remaining config is tuned once.
+    A product is checked by its parameter names, never expanded. A tunable the call passes
+    explicitly is fixed: a product drops that parameter, its expression constraints reading
+    the call's value in place of the name, still lazy; only where that cannot be (the name is
+    tied with others in one parameter, a callable constraint, a value an expression cannot
+    hold) is the product expanded, as a list would be, each remaining config tuned once.
 
     Raises:
         ConfigSpaceError: the space is empty, an entry is not a dict, or a key is not a
@@ -192,13 +197,62 @@ def _checked_product(
         passed = set(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)
     except TypeError as exc:
         raise ConfigSpaceError(f"the call does not fit {name}: {exc}") from None
-    if passed & set(space.names):
-        return None
+    fixed = passed & set(space.names)
+    if fixed:
+        bound = inspect.signature(factory).bind_partial(*args, **kwargs).arguments
+        bound_space = _fixed_product(space, {n: bound[n] for n in fixed})
+        if bound_space is None:
+            return None
+        space = bound_space
     if space.count_upto(1) == 0:  # a constrained product scans to its first valid config only
         raise ConfigSpaceError(
             f"the config space is empty: its constraints pruned every config ({space.pruned})"
         )
     return space
+
+
+class _Unbound(Exception):
+    """A fixed value that an expression constraint cannot hold as a constant."""
+
+
+class _Bind(ast.NodeTransformer):
+    """An expression with some names replaced by constants (the call's fixed values)."""
+
+    def __init__(self, fixed: dict[str, Any]) -> None:
+        self.fixed = fixed
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id not in self.fixed:
+            return node
+        value = self.fixed[node.id]
+        if type(value) not in _SCALARS or (type(value) is float and not math.isfinite(value)):
+            raise _Unbound(node.id)  # a tuple, a NaN: no constant of the expression language
+        return ast.copy_location(ast.Constant(value), node)
+
+
+def _fixed_product(space: ProductSpace, fixed: dict[str, Any]) -> ProductSpace | None:
+    """``space`` without the parameters the call fixes, each expression constraint reading
+    the call's value where it named one of them: lazy, as the product was. None where that
+    cannot be: a fixed name tied with others in one parameter, a callable constraint (which
+    names it reads is unknown), a value that is no constant of an expression, or nothing left
+    to tune."""
+    if any(len(p.names) > 1 and fixed.keys() & set(p.names) for p in space.params):
+        return None
+    params = [p for p in space.params if p.names[0] not in fixed]
+    trees = [r.expression for r in space.rules]
+    if not params or None in trees:
+        return None
+    try:
+        rules = [
+            ast.unparse(_Bind(fixed).visit(copy.deepcopy(tree)))
+            if fixed.keys() & {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            else r.source
+            for r, tree in zip(space.rules, trees)
+            if tree is not None
+        ]
+        return ProductSpace(params, rules)
+    except (_Unbound, ConfigSpaceError):
+        return None
 
 
 def materialize(configs: Any) -> Any:

@@ -202,6 +202,33 @@ def test_resolve_configs_keeps_a_product_lazy_and_checks_its_names():
         resolve_configs(product(tile=[1, 2]), matmul, (1, 2, 3), {})
     with pytest.raises(ConfigSpaceError, match="pruned every config"):
         resolve_configs(space.where("block_M > 64"), matmul, (1, 2, 3), {})
-    # a tunable the call passes is fixed: the product is expanded, each remainder once
+    # a tunable the call passes is fixed: the product without it, still lazy
     fixed = resolve_configs(space, matmul, (1, 2, 3), {"block_M": 32})
-    assert fixed == [{"block_N": 64}]
+    assert isinstance(fixed, ProductSpace) and [fixed.config(i) for i in range(len(fixed))] == [
+        {"block_N": 64}
+    ]
+
+
+def test_a_fixed_tunable_keeps_a_huge_product_lazy_and_its_constraints_read_the_call():
+    """``f(..., block_M=64)`` expanded a product into a list of dicts: a product of 2e6
+    configs took 144 s and 2.5 GiB (10^8 would not fit), and its constraints were read over
+    the product's own block_M values (the remainders of every valid config), not the call's."""
+    big = product(
+        block_M=[16 * i for i in range(1, 2001)],
+        block_N=[16 * i for i in range(1, 1001)],
+        constraints=["block_N <= block_M"],
+    )
+    fixed = resolve_configs(big, matmul, (1, 2, 3), {"block_M": 64})
+    assert isinstance(fixed, ProductSpace) and fixed.names == ("block_N",)
+    assert [fixed.config(i)["block_N"] for i in range(len(fixed))] == [16, 32, 48, 64]
+    # positional too; a value no expression constant holds, and a callable constraint: expanded
+    assert len(resolve_configs(big, matmul, (1, 2, 3, 32), {})) == 2
+    small = product(block_M=[32, 64], block_N=[64, 128], constraints=["block_N >= block_M"])
+    assert resolve_configs(small, matmul, (1, 2, 3), {"block_M": (1, 2)}) == [
+        {"block_N": 64},
+        {"block_N": 128},
+    ]
+    calls = product(block_M=[32, 64], block_N=[64, 128], constraints=[lambda c: True])
+    assert isinstance(resolve_configs(calls, matmul, (1, 2, 3), {"block_M": 32}), list)
+    with pytest.raises(ConfigSpaceError, match="pruned every config"):
+        resolve_configs(small, matmul, (1, 2, 3), {"block_M": 256})  # no block_N >= 256
