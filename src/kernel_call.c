@@ -17,7 +17,8 @@
  *
  * Everything else goes to the Python method _call_python:
  *
- *   - keyword arguments, or a count that neither takes;
+ *   - keyword arguments (the method takes none: its TypeError becomes keyword_error's, which
+ *     names the kernel), or a count that neither takes;
  *   - fast returned None (it found no framework allocator in the arguments, e.g. numpy
  *     arrays): nothing ran, the Python path allocates and runs.
  *
@@ -28,8 +29,10 @@
  *
  * When direct, fast or dest raises one of the "argument errors" (exception types set with fast), the
  * kernel's own checks rejected an argument before it ran: the Python method
- * _fast_failed(args, exc) then names the argument (it raises a KernelArgumentError) or, when
- * it finds nothing wrong, the original error is raised. The kernel is never run a second time.
+ * _fast_failed(args, exc) then names the argument (it raises a KernelArgumentError), returns
+ * the result of a call it made itself (an empty tensor whose strides TVM refused, given
+ * compact ones: the kernel had not run), or, when it finds nothing wrong, returns None and the
+ * original error is raised.
  *
  * Without this module (no C compiler at install time), JITKernel's __call__ is
  * _call_python itself: the same results, a Python frame slower.
@@ -102,11 +105,13 @@ static PyObject *fast_failed(PyObject *self, PyObject *args) {
   if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
   PyObject *stack[3] = {self, args, value != NULL ? value : Py_None};
   PyObject *ret = PyObject_VectorcallMethod(str_fast_failed, stack, 3, NULL);
-  if (ret == NULL) {  /* it raised the better error: keep that one */
+  if (ret == NULL || ret != Py_None) {
+    /* it raised the better error (keep that one), or it made the call after all (an empty
+     * tensor given the strides TVM checks): its result */
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(traceback);
-    return NULL;
+    return ret;
   }
   Py_DECREF(ret);
   PyErr_Restore(type, value, traceback);  /* nothing better to say: the original error */
@@ -244,15 +249,19 @@ static int direct_call(KernelCall *kc, PyObject *args, Py_ssize_t n, int alloc,
   return 1;
 }
 
-/* Whether a torch.Tensor among args has data that is not kc->align-byte aligned (a tensor
- * torch cannot view is left to the path that takes it, as before). */
+/* Whether a torch.Tensor (or subclass) among args has data that is not kc->align-byte aligned
+ * (a plain tensor torch cannot view is left to the path that takes it; a subclass torch cannot
+ * view counts as misaligned: the Python method checks it with isinstance). */
 static int misaligned(const KernelCall *kc, PyObject *args, Py_ssize_t n) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject *arg = PyTuple_GET_ITEM(args, i);
-    if (Py_TYPE(arg) != kc->align_type) continue;
+    /* a subclass too (nn.Parameter, as_subclass): the direct call takes exact tensors only,
+     * so a misaligned subclass would reach the fast caller unchecked and crash the process */
+    if (!PyObject_TypeCheck(arg, kc->align_type)) continue;
     DLTensor view;
     if (kc->align_api->dltensor_from_py_object_no_sync(arg, &view) != 0) {
       PyErr_Clear();
+      if (Py_TYPE(arg) != kc->align_type) return 1; /* a subclass torch cannot view: Python checks */
       continue;
     }
     if (((uintptr_t)view.data + view.byte_offset) % (uintptr_t)kc->align != 0) return 1;
@@ -260,10 +269,42 @@ static int misaligned(const KernelCall *kc, PyObject *args, Py_ssize_t n) {
   return 0;
 }
 
+/* A kernel takes its tensors positionally: a keyword call is a TypeError naming the kernel */
+static PyObject *keyword_error(PyObject *self, PyObject *kwargs) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);  /* the Python method's own TypeError */
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  PyObject *keys = PyDict_Keys(kwargs);
+  if (keys == NULL) return NULL;
+  PyObject *name = PyObject_GetAttrString(self, "func_name");
+  if (name == NULL) {
+    PyErr_Clear();
+    name = PyUnicode_FromString(Py_TYPE(self)->tp_name);
+    if (name == NULL) {
+      Py_DECREF(keys);
+      return NULL;
+    }
+  }
+  PyErr_Format(PyExc_TypeError,
+               "%S: a kernel takes its tensors positionally, in parameter order (inputs, or "
+               "every parameter with the outputs to write), got keyword argument(s) %R",
+               name, keys);
+  Py_DECREF(name);
+  Py_DECREF(keys);
+  return NULL;
+}
+
 static PyObject *KernelCall_call(PyObject *self, PyObject *args, PyObject *kwargs) {
   KernelCall *kc = (KernelCall *)self;
   const Py_ssize_t n = PyTuple_GET_SIZE(args);
-  if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) return call_python(self, args, kwargs);
+  if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+    PyObject *result = call_python(self, args, kwargs);
+    /* the Python method takes no keywords: its TypeError named it, not the kernel */
+    if (result == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) return keyword_error(self, kwargs);
+    return result;
+  }
   if (kc->direct.func != NULL) {
     const int alloc = kc->direct.alloc && n == kc->nargs;
     if (alloc || (kc->dest != NULL && n == kc->nparams)) {

@@ -204,7 +204,10 @@ class JITKernel(_KernelCallBase):
                 self._func(*args)
             except _ARGUMENT_ERRORS as exc:
                 self._raise_argument_error(args, exc)
-                raise
+                fixed = _compact_empty(args)
+                if fixed is None:
+                    raise
+                return self._call_compacted(args, fixed)
             single = self._single_out
             if single is not None:
                 return args[single]
@@ -215,7 +218,10 @@ class JITKernel(_KernelCallBase):
                 out = native(*args)
             except _ARGUMENT_ERRORS as exc:
                 self._raise_argument_error(args, exc)
-                raise
+                fixed = _compact_empty(args)
+                if fixed is None:
+                    raise
+                return self._call_compacted(args, fixed)
             if out is not None:
                 return out
             # None: no argument brought an allocator (not torch tensors); allocate below
@@ -230,17 +236,23 @@ class JITKernel(_KernelCallBase):
                 self._func(*args, out)
             except _ARGUMENT_ERRORS as exc:
                 self._raise_argument_error(args, exc)
-                raise
+                fixed = _compact_empty(args)
+                if fixed is None:
+                    raise
+                return self._call_compacted(args, fixed)
             return out
         return self._call(args)
 
     if _C_CALL:
 
-        def _fast_failed(self, args: tuple, exc: BaseException) -> None:
+        def _fast_failed(self, args: tuple, exc: BaseException) -> Any:
             """The C call slot's native output caller rejected ``args`` (``exc``, the kernel's
             own check, before it ran): raise the KernelArgumentError that names the argument,
-            or return (the slot then raises ``exc``)."""
+            return the call's result where only an empty tensor's strides were refused, or
+            return None (the slot then raises ``exc``)."""
             self._raise_argument_error(args, exc)
+            fixed = _compact_empty(args)
+            return None if fixed is None else self._call_compacted(args, fixed)
 
     else:
         __call__ = _call_python
@@ -282,6 +294,23 @@ class JITKernel(_KernelCallBase):
         return f"JITKernel({self.func_name}({sig}), out_idx={list(self._out_pos)}, config={self.config})"
 
     # -- internals -------------------------------------------------------------------------
+    def _call_compacted(self, args: tuple, fixed: tuple) -> Any:
+        """The call again with ``fixed``: ``args`` with each empty tensor given the compact
+        strides TVM checks (torch gives an empty tensor strides of its own, e.g. (1, 1) for
+        (3, 0), and any strides describe an empty tensor). Outputs given are returned as given."""
+        if len(args) == self._num_params:  # destination passing: the caller's own outputs
+            self._func(*fixed)
+            single = self._single_out
+            if single is not None:
+                return args[single]
+            return tuple(args[p] for p in self._out_pos)
+        if len(args) != self._num_in:
+            raise KernelArgumentError(self._count_message(len(args)))
+        outs = self._plan.allocate_outputs(fixed)  # empty ones too, given compact strides
+        given = _compact_empty(tuple(outs)) or tuple(outs)
+        self._func(*self._plan.interleave(fixed, given))
+        return outs[0] if len(outs) == 1 else (tuple(outs) if outs else None)
+
     def _call(self, args: tuple) -> Any:
         """The general call: any argument count (the error), outputs anywhere, symbolic shapes."""
         if len(args) != self._num_in:
@@ -294,7 +323,10 @@ class JITKernel(_KernelCallBase):
                 self._func(*self._plan.interleave(args, outs))
         except _ARGUMENT_ERRORS as exc:
             self._raise_argument_error(args, exc)
-            raise
+            fixed = _compact_empty(args)
+            if fixed is None:
+                raise
+            return self._call_compacted(args, fixed)
         return outs[0] if len(outs) == 1 else (tuple(outs) if outs else None)
 
     def _count_message(self, got: int) -> str:
@@ -319,9 +351,18 @@ class JITKernel(_KernelCallBase):
         )
         positions = range(len(self.params)) if len(args) == self._num_params else self._in_pos
         for k, pos in enumerate(positions):
-            message = _check_tensor(self.params[pos], args[k], bindings, device)
+            spec = self.params[pos]
+            message = _check_tensor(spec, args[k], bindings, device)
             if message is not None:
-                raise KernelArgumentError(f"{self.func_name}: argument {k} ({message})") from cause
+                error = KernelArgumentError(f"{self.func_name}: argument {k} ({message})")
+                # for a caller that names the argument its own way (a torch_op): which one,
+                # and what is wrong with it
+                error.argument_index = k  # type: ignore[attr-defined]
+                prefix = f"parameter {spec.name!r}: "
+                error.argument_detail = (  # type: ignore[attr-defined]
+                    message[len(prefix) :] if message.startswith(prefix) else message
+                )
+                raise error from cause
 
 
 def _no_cuda_runtime(name: str, exc: Exception) -> Any:
@@ -335,6 +376,23 @@ def _no_cuda_runtime(name: str, exc: Exception) -> Any:
         raise TileautoError(message)
 
     return unavailable
+
+
+def _compact_empty(args: tuple) -> tuple | None:
+    """``args`` with each empty tensor whose strides are not the compact ones that TVM
+    checks given those (a view: no storage is touched); None when there is none."""
+    fixed, changed = list(args), False
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.numel() == 0 and a.dim() > 1:
+            compact, step = [], 1
+            for size in reversed(a.shape):
+                compact.append(step)
+                step *= int(size)
+            compact.reverse()
+            if list(a.stride()) != compact:
+                fixed[i] = a.as_strided(a.shape, compact)
+                changed = True
+    return tuple(fixed) if changed else None
 
 
 def _misaligned(args: tuple, align: int) -> bool:

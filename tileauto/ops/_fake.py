@@ -35,8 +35,11 @@ class Signature:
         return tuple(i for i in range(len(self.params)) if i not in self.out_pos)
 
 
-def hint(value: Any) -> Any:
+def hint(value: Any, *, stand_in: bool = False) -> Any:
     """A SymInt's concrete example value (no guard is added); anything else as it is.
+
+    ``stand_in``: an unbacked size gets a made-up value instead (where only the dtypes of
+    the signature are needed: ``out_shapes`` gives the shapes).
 
     Raises:
         TypeError: an unbacked size (data-dependent, no example value) that a kernel cannot
@@ -46,16 +49,17 @@ def hint(value: Any) -> Any:
         from torch.fx.experimental.symbolic_shapes import has_guarding_hint, optimization_hint
 
         if not has_guarding_hint(value):  # optimization_hint would make one up (8192)
+            if stand_in:
+                return int(optimization_hint(value, fallback=64))
             raise TypeError(
-                f"the size {value} has no example value (a data-dependent size): the op "
-                "cannot pick its kernel's signature while tracing; give torch_op(out_shapes=...) "
-                "or a fake of your own"
+                f"the size {value} has no example value (a data-dependent size), and the op "
+                "cannot pick its kernel's signature for it while tracing"
             )
         return int(optimization_hint(value))
     if isinstance(value, (tuple, list)):  # torch.Size included
-        return tuple(hint(v) for v in value)
+        return tuple(hint(v, stand_in=stand_in) for v in value)
     if isinstance(value, dict):
-        return {k: hint(v) for k, v in value.items()}
+        return {k: hint(v, stand_in=stand_in) for k, v in value.items()}
     return value
 
 
@@ -123,6 +127,7 @@ def output_shapes(
     # (8x8 @ 8x8 under export's separate M, K, N) and the fake cannot tell which it is.
     symbols: dict[int, dict[str, Any]] = {}
     bindings: dict[str, Any] = {}  # a size variable -> the op's size that binds it
+    input_symbols: dict[int, dict[str, Any]] = {}  # as symbols, of the inputs' static dims
     for k, pos in enumerate(sig.in_pos):
         spec, arg = sig.params[pos], kernel_args[k]
         if spec.scalar:
@@ -133,6 +138,8 @@ def output_shapes(
             size = arg.shape[d]
             if isinstance(dim, int):
                 by_value.setdefault(dim, size)
+                if isinstance(size, torch.SymInt):
+                    input_symbols.setdefault(dim, {}).setdefault(str(size), size)
             elif dim.isidentifier():
                 bindings.setdefault(dim, size)
     for value in problem_values:
@@ -140,6 +147,8 @@ def output_shapes(
             by_value.setdefault(hint(value), value)
             if isinstance(value, torch.SymInt):
                 symbols.setdefault(hint(value), {}).setdefault(str(value), value)
+    if not symbols:  # no symbolic problem value to follow (a test's bare signatures)
+        symbols = input_symbols
     shapes = []
     for pos in sig.out_pos:
         shape = []
@@ -147,24 +156,31 @@ def output_shapes(
             if not isinstance(dim, int):
                 shape.append(evaluate_dim(dim, bindings))
                 continue
-            size = by_value.get(dim, dim)
-            if doubled is not None:
-                size = _checked_extent(sig.params[pos].name, d, dim, size, doubled, pos)
-            if isinstance(size, torch.SymInt) and len(symbols.get(dim, {})) > 1:
-                size = _which_size(sig.params[pos].name, d, dim, pos, symbols[dim], doubled_one)
-            shape.append(size)
+            if doubled is None:  # no symbolic size: any input size of that value is it
+                shape.append(by_value.get(dim, dim))
+                continue
+            name = sig.params[pos].name
+            if _checked_extent(name, d, dim, pos, symbols.get(dim, {}), doubled):
+                shape.append(dim)  # a constant (an input of that size is a coincidence)
+                continue
+            # it follows the symbolic sizes: one of the problem's of that example value (a
+            # static size never doubles), the one whose doubling alone doubles it
+            shape.append(_which_size(name, d, dim, pos, symbols[dim], doubled_one, symbols))
         shapes.append(tuple(shape))
     return shapes
 
 
-def _checked_extent(name: str, d: int, dim: int, size: Any, doubled: Signature, pos: int) -> Any:
-    """``size`` for a static extent ``dim`` of the output ``name``, checked against the
-    signature at doubled sizes (see :func:`output_shapes`)."""
+def _checked_extent(
+    name: str, d: int, dim: int, pos: int, candidates: dict[str, Any], doubled: Signature
+) -> bool:
+    """Whether a static extent ``dim`` of the output ``name`` is a constant (True) or follows
+    the symbolic sizes (False: it doubles with them, and a symbolic size of the problem has
+    its example value); else an error (see :func:`output_shapes`)."""
     other = doubled.params[pos].shape[d] if pos < len(doubled.params) else None
     if other == dim:
-        return dim  # a constant (an input of that size is a coincidence)
-    if isinstance(size, torch.SymInt) and other == 2 * dim:
-        return size
+        return True
+    if candidates and other == 2 * dim:
+        return False
     raise ValueError(
         f"output {name!r} dim {d} is {dim} at these sizes and {other} at twice the symbolic "
         "ones: not one of the op's sizes, which the fake could write"
@@ -178,16 +194,34 @@ def _which_size(
     pos: int,
     candidates: dict[str, Any],
     doubled_one: Callable[[str], Signature | None] | None,
+    symbols: dict[int, dict[str, Any]],
 ) -> Any:
-    """Of several symbolic sizes with the example value ``dim``, the one this extent follows:
-    the one whose doubling alone doubles it."""
-    found = []
+    """Of the problem's symbolic sizes with the example value ``dim``, the one this extent
+    follows: the one whose doubling alone doubles it. With one symbolic size in the whole
+    problem, doubling them all was doubling it; with more, the candidate is checked too (an
+    output of ``2 * M`` is not ``K`` because K's example is twice M's)."""
+    every = {s for by_symbol in symbols.values() for s in by_symbol}
+    if len(every) == 1 and len(candidates) == 1:
+        return next(iter(candidates.values()))
+    found, unknown = [], []
     for symbol, size in candidates.items():
         other = doubled_one(symbol) if doubled_one is not None else None
-        if other is not None and pos < len(other.params) and other.params[pos].shape[d] == 2 * dim:
+        if other is None:  # the factory refuses this size doubled alone: tied to the others
+            unknown.append(size)
+        elif pos < len(other.params) and other.params[pos].shape[d] == 2 * dim:
             found.append(size)
     if len(found) == 1:
         return found[0]
+    if not found and len(unknown) == 1 and len(candidates) == 1:
+        return unknown[0]
+    if len(candidates) == 1:
+        (symbol,) = candidates
+        raise ValueError(
+            f"output {name!r} dim {d} is {dim} at these sizes and doubles with the symbolic "
+            f"ones, but it does not follow {symbol}, the op's only size of that example value "
+            "(it is an expression of other sizes, such as 2 * M): not one of the op's sizes, "
+            "which the fake could write"
+        )
     raise ValueError(
         f"output {name!r} dim {d} is {dim}, the example size of several of the op's sizes "
         f"({', '.join(candidates)}), and the fake cannot tell which one it is (give example "

@@ -4,6 +4,7 @@ it writes (``mutates_args``), and the ``torch.library`` schema text of both."""
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -52,8 +53,39 @@ def op_params(problem: Callable[..., Any]) -> list[tuple[str, str, Any]]:
                     f"problem's parameter {p.name!r} defaults to {p.default!r}: an op argument "
                     "with a default is an int, float or bool"
                 )
+        if p.default is not p.empty and kind is not None:
+            _check_default(p.name, kind, p.default)
         out.append((p.name, kind or "Tensor", p.default))
     return out
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _check_default(name: str, kind: str, default: Any) -> None:
+    """A scalar default the schema holds, of the argument's type: else an error naming it."""
+    wanted = {"SymInt": "an int", "float": "a float (or int)", "bool": "a bool"}[kind]
+    if kind == "bool":
+        ok = isinstance(default, bool)
+    elif kind == "SymInt":
+        ok = isinstance(default, int) and not isinstance(default, bool)
+    else:
+        ok = isinstance(default, (int, float)) and not isinstance(default, bool)
+    if not ok:
+        raise TorchOpError(
+            f"problem's parameter {name!r} ({kind} in the op's schema) defaults to "
+            f"{default!r} of type {type(default).__name__}: its default must be {wanted}"
+        )
+    if kind == "SymInt" and not _INT64[0] <= default <= _INT64[1]:
+        raise TorchOpError(
+            f"problem's parameter {name!r} defaults to {default!r}, outside the int64 range "
+            "that an op's int argument holds"
+        )
+    if kind == "float" and not (abs(default) < 2**1024 and math.isfinite(default)):
+        raise TorchOpError(
+            f"problem's parameter {name!r} defaults to {default!r}: an op's schema holds finite "
+            "float defaults only; give a finite default (or none, and pass the value)"
+        )
 
 
 def checked_mutates(name: str, mutates_args: Any, params: list) -> tuple[str, ...]:

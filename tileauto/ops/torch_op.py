@@ -63,6 +63,7 @@ class TorchOp:
             raise TorchOpError(
                 f"name must be 'namespace::op_name' (identifiers), e.g. 'mylib::swiglu'; got {name!r}"
             )
+        _check_name(name)
         if isinstance(factory, AutoTuneImpl):
             self._jit: JITImpl = factory.jit_impl
         elif isinstance(factory, JITImpl):
@@ -84,6 +85,7 @@ class TorchOp:
         self.factory = factory
         self.problem = problem
         self._params = op_params(problem)
+        self._num_params = len(self._params)
         self._tensor_pos = tuple(
             i for i, (_, kind, _) in enumerate(self._params) if kind == "Tensor"
         )
@@ -118,10 +120,17 @@ class TorchOp:
         self._kernel_signatures: dict[Any, Signature] = {}  # of the kernels in memory
         self._traced = False  # a fake ran: real outputs are checked against it from now on
         self._checked_writes: set[Any] = set()
-        self._custom = torch.library.custom_op(
-            name, self._run, mutates_args=self.mutates_args, schema=self.schema
-        )
-        self._custom.register_fake(fake if fake is not None else self._fake)
+        try:
+            self._custom = torch.library.custom_op(
+                name, self._run, mutates_args=self.mutates_args, schema=self.schema
+            )
+            self._custom.register_fake(fake if fake is not None else self._fake)
+        except Exception as exc:
+            _unregister(name)  # a refused op must leave its name free to retry
+            raise TorchOpError(
+                f"{name}: torch refused to register the op ({type(exc).__name__}: {exc}); "
+                "choose another name"
+            ) from exc
         self.default = self._custom._opoverload
         self.__name__ = name.split("::")[1]
 
@@ -153,7 +162,13 @@ class TorchOp:
     # -- the real call ----------------------------------------------------------------------
     def _run(self, *args: Any) -> Any:
         # The hot path: one problem call, one dict lookup, the kernel call.
-        value = self.problem(*args)
+        if len(args) < self._num_params:  # torch drops trailing arguments equal to defaults
+            args = self._with_defaults(args)
+        try:
+            value = self.problem(*args)
+        except Exception:
+            self._problem_value(args)  # raises it as a TorchOpError naming the op
+            raise
         try:
             kernel, positions = self._memo[(value, args[self._tensor_pos[0]].device)]
         except KeyError:
@@ -164,9 +179,33 @@ class TorchOp:
                 kernel, positions = self._by_items[(items, args[self._tensor_pos[0]].device)]
             except (KeyError, TypeError):
                 return self._first_call(args)
-        if positions is None:
-            return kernel(*args)
-        return kernel(*[args[i] for i in positions])
+        try:
+            if positions is None:
+                return kernel(*args)
+            return kernel(*[args[i] for i in positions])
+        except KernelArgumentError as exc:
+            raise self._op_argument_error(exc, positions) from exc
+
+    def _with_defaults(self, args: tuple) -> tuple:
+        """``args`` with the defaults of the arguments torch left out (it drops trailing
+        arguments equal to their schema default before it calls the op's implementation)."""
+        rest = [d for _, _, d in self._params[len(args) :]]
+        if any(d is inspect.Parameter.empty for d in rest):
+            return args  # not a dropped default: the count's error follows
+        return (*args, *rest)
+
+    def _op_argument_error(
+        self, exc: KernelArgumentError, positions: tuple[int, ...] | None
+    ) -> KernelArgumentError:
+        """A kernel's argument error in the op's terms: its argument's name and position."""
+        k = getattr(exc, "argument_index", None)
+        detail = getattr(exc, "argument_detail", None)
+        if k is None or detail is None:
+            return exc
+        i = k if positions is None else positions[k] if k < len(positions) else None
+        if i is None or i >= self._num_params:
+            return exc
+        return KernelArgumentError(f"{self.name}: argument {i} ({self._params[i][0]!r}: {detail})")
 
     def _first_call(self, args: tuple) -> Any:
         """A problem this op has not called yet (or an unhashable one): find its kernel."""
@@ -193,7 +232,10 @@ class TorchOp:
                 entry = (kernel, self._kernel_positions(kernel.num_inputs, args))
             kernel, positions = entry
             kargs = args if positions is None else tuple(args[i] for i in positions)
-            out = self._checked_call(key, kernel, kargs, args)
+            try:
+                out = self._checked_call(key, kernel, kargs, args)
+            except KernelArgumentError as exc:
+                raise self._op_argument_error(exc, positions) from exc
             if new:
                 if self._traced:
                     self._check_against_fake(args, out)
@@ -336,7 +378,20 @@ class TorchOp:
         the trace, not a wrong graph later.
         """
         pargs, pkwargs = self._factory_call(self._problem_value(args))
-        hargs, hkwargs = hint(pargs), hint(pkwargs)
+        try:
+            hargs, hkwargs = hint(pargs), hint(pkwargs)
+        except TypeError as exc:  # an unbacked (data-dependent) size
+            if self.out_shapes is None:
+                raise TorchOpError(
+                    f"{self.name}: {exc}; the fake cannot infer the output shapes: give "
+                    "torch_op(..., out_shapes=lambda *args: [shape, ...]) (the dtypes still "
+                    "come from the kernel's signature) or fake=..."
+                ) from None
+            # out_shapes tells the shapes: the signature is needed for its dtypes alone,
+            # from the factory elaborated at a stand-in size
+            hargs, hkwargs = hint(pargs, stand_in=True), hint(pkwargs, stand_in=True)
+            key = freeze(describe_value((hargs, hkwargs)))
+            return self._signatures.get(key, hargs, hkwargs), pargs, pkwargs
         key = freeze(describe_value((hargs, hkwargs)))
         known = None if elaborated else self._kernel_signatures.get(key)
         if known is not None and not is_symbolic((pargs, pkwargs)):
@@ -357,9 +412,11 @@ class TorchOp:
         self._kernel_signatures.setdefault(key, sig)
 
     def _fake(self, *args: Any) -> Any:
+        if len(args) < self._num_params:
+            args = self._with_defaults(args)
+        device = self._one_device(args)
         self._traced = True
         sig, shapes = self._fake_shapes(args)
-        device = args[self._tensor_pos[0]].device
         outs = [
             torch.empty(shape, dtype=dtype, device=device)
             for shape, dtype in zip(shapes, output_dtypes(sig))
@@ -368,6 +425,22 @@ class TorchOp:
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _one_device(self, args: tuple) -> torch.device:
+        """The device of the op's tensors, which must be one (torch calls the fake as the
+        Meta kernel when one is a meta tensor: its output would be uninitialized memory)."""
+        first = self._tensor_pos[0]
+        device = args[first].device
+        for i in self._tensor_pos[1:]:
+            arg = args[i]
+            if isinstance(arg, torch.Tensor) and arg.device != device:
+                raise TorchOpError(
+                    f"{self.name}: the op's tensors are on different devices: "
+                    f"{self._params[first][0]!r} (argument {first}) is on {device} and "
+                    f"{self._params[i][0]!r} (argument {i}) on {arg.device}; give every "
+                    "tensor on one device"
+                )
+        return device
+
     def _fake_shapes(
         self, args: tuple, *, elaborated: bool = False
     ) -> tuple[Signature, list[tuple[Any, ...]]]:
@@ -375,7 +448,10 @@ class TorchOp:
         sig, pargs, pkwargs = self._signature(args, elaborated=elaborated)
         positions = self._kernel_positions(len(sig.in_pos), args)
         kargs = args if positions is None else tuple(args[i] for i in positions)
-        _check_dtypes(self.name, sig, kargs)
+        names = [
+            (i, self._params[i][0]) for i in (range(len(args)) if positions is None else positions)
+        ]
+        _check_dtypes(self.name, sig, kargs, names)
         if self.out_shapes is not None:
             shapes = shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
         else:
@@ -474,7 +550,50 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit (NaNs included), as a write check needs."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+    # 1-D first: torch views no 0-dim tensor wider than a byte as bytes
+    return bool(
+        torch.equal(
+            a.contiguous().reshape(-1).view(torch.uint8),
+            b.contiguous().reshape(-1).view(torch.uint8),
+        )
+    )
+
+
+def _check_name(name: str) -> None:
+    """Refuse, before anything is registered, a name torch would fail on half-way."""
+    namespace, op_name = name.split("::")
+    probe = torch._ops._OpNamespace("tileauto_probe")
+    if op_name in vars(probe) or hasattr(type(probe), op_name):
+        raise TorchOpError(
+            f"{name}: the op name {op_name!r} is an attribute of torch's op namespaces "
+            f"(torch.ops.{namespace}.{op_name} would not be the op): choose another name"
+        )
+    ops = torch.ops
+    if hasattr(type(ops), namespace) or (
+        namespace in vars(ops) and not isinstance(vars(ops)[namespace], torch._ops._OpNamespace)
+    ):
+        raise TorchOpError(
+            f"{name}: the namespace {namespace!r} is an attribute of torch.ops "
+            f"(torch.ops.{namespace} would not be the namespace): choose another name"
+        )
+    try:
+        torch._C.parse_schema(f"{name}() -> ()")
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TorchOpError(
+            f"{name}: torch's schema parser refuses the name ({first}; a keyword such as "
+            "'def' or 'in' cannot name an op or namespace): choose another name"
+        ) from None
+
+
+def _unregister(name: str) -> None:
+    """Destroy what a failed ``torch.library.custom_op(name, ...)`` left registered."""
+    from torch._library import custom_ops
+
+    lib = custom_ops.OPDEF_TO_LIB.pop(name, None)
+    if lib is not None:
+        lib._destroy()
+    custom_ops.OPDEFS.pop(name, None)
 
 
 def _as_list(out: Any) -> list:
@@ -483,8 +602,11 @@ def _as_list(out: Any) -> list:
     return [out] if isinstance(out, torch.Tensor) else list(out)
 
 
-def _check_dtypes(name: str, sig: Signature, kargs: Sequence[Any]) -> None:
-    """The dtype errors a direct call gives, raised while tracing already."""
+def _check_dtypes(
+    name: str, sig: Signature, kargs: Sequence[Any], names: Sequence[tuple[int, str]]
+) -> None:
+    """The dtype errors a direct call gives, raised while tracing already (``names``: the
+    op's position and name of each kernel argument)."""
     from tileauto.jit.dtypes import torch_dtype
 
     for k, pos in enumerate(sig.in_pos):
@@ -494,7 +616,8 @@ def _check_dtypes(name: str, sig: Signature, kargs: Sequence[Any]) -> None:
             and isinstance(arg, torch.Tensor)
             and arg.dtype != torch_dtype(spec.dtype)
         ):
+            i, arg_name = names[k]
             raise KernelArgumentError(
-                f"{name}: argument {k} (parameter {spec.name!r}: wrong dtype: expected "
+                f"{name}: argument {i} ({arg_name!r}: wrong dtype: expected "
                 f"{spec.dtype}, got {str(arg.dtype).replace('torch.', '')})"
             )

@@ -60,3 +60,41 @@ def test_out_shapes_answers_one_shape_or_one_per_output():
     assert shapes_of("ns::op", [(2,), (3, 4)], 2) == [(2,), (3, 4)]
     with pytest.raises(TorchOpError, match="returned 1 shape"):
         shapes_of("ns::op", [(2,)], 2)
+
+
+@pytest.mark.parametrize(
+    ("problem", "match"),
+    [
+        (lambda x, eps=float("inf"): x, r"'eps' defaults to inf: .*finite"),
+        (lambda x, eps=float("nan"): x, r"'eps' defaults to nan: .*finite"),
+        (lambda x, n=2**70: x, r"'n' defaults to 1180591620717411303424, outside the int64"),
+        (lambda x, flag=True, eps=1e999: x, r"'eps' defaults to inf"),
+    ],
+    ids=["inf", "nan", "int_too_big", "overflowing_float"],
+)
+def test_a_default_the_schema_cannot_hold_is_named(problem, match):
+    with pytest.raises(TorchOpError, match=match):
+        op_params(problem)
+
+
+def test_a_default_of_another_type_than_the_annotation_is_named():
+    def problem(x, n: int = 2.5):
+        return x
+
+    with pytest.raises(TorchOpError, match=r"'n' \(SymInt.*defaults to 2.5 of type float.*an int"):
+        op_params(problem)
+
+    def flag(x, on: bool = 1):
+        return x
+
+    with pytest.raises(TorchOpError, match=r"'on' \(bool.*a bool"):
+        op_params(flag)
+    # what torch's schema holds is kept: an int default of a float argument, int64's extremes
+    assert _schema_of(lambda x, eps=1e-6, n=2**63 - 1: x) == (
+        "(Tensor x, float eps=1e-06, SymInt n=9223372036854775807) -> Tensor"
+    )
+
+    def widened(x, eps: float = 1):
+        return x
+
+    assert _schema_of(widened) == "(Tensor x, float eps=1) -> Tensor"
