@@ -144,6 +144,22 @@ def test_a_call_fixing_a_tunable_tunes_the_rest_of_a_product_under_the_calls_val
     assert "<16 x float>" in result.kernel.get_kernel_source()
 
 
+def test_a_default_measured_after_the_budget_ran_out_counts_as_measured():
+    """A budget spent before the first batch (max_seconds tiny): the default config, a config
+    of the space, is measured anyway (the reference), and was counted as never tried."""
+    space = product(vec=[4, 8, 16], repeat=[1, 3])  # the default (8, 1) is one of them
+    tuned = tileauto.autotune(configs=space, max_seconds=1e-9, timer=valley, **FAST)(
+        tileauto.jit(out_idx=[-1])(slow_scale)
+    )
+    tuned(256)
+    result = tuned.get_tuner_result(256)
+    search = result.extra["search"]
+    ok = [t for t in result.trials if t.ok]
+    assert [t.config for t in ok] == [{"vec": 8, "repeat": 1}]
+    assert (search["measured"], search["never_tried"]) == (1, 5), search
+    assert all("1 measured, 5 never tried" in t.error for t in result.trials if not t.ok)
+
+
 def test_auto_is_the_default_and_guides_a_space_above_its_exhaustive_size():
     pytest.importorskip("sklearn", reason="the guided search needs the search extra")
     from tileauto.search.resolve import AUTO_EXHAUSTIVE_MAX

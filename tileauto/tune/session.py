@@ -31,7 +31,7 @@ from tileauto.report.console import default_reporter
 from tileauto.report.notes import note
 from tileauto.report.observer import TrialObserver
 from tileauto.result.record import AutotuneResult
-from tileauto.search import SearchStrategy, resolve_search
+from tileauto.search import SearchStrategy, StopReason, resolve_search
 from tileauto.space import config_id, tunable_parameters
 from tileauto.tune._ending import never_listed, no_winner_message, stored_facts
 from tileauto.tune._rounds import Rounds
@@ -298,6 +298,8 @@ class TuningSession:
         )
         if pending_default:  # the strategy asked for nothing: the default is still measured
             rounds.measure(pending_default)
+            index = view.search_index(self.default_id)
+            outcome = _with_default(outcome, index, self._measured[self.default_id])
         why = f"{outcome.describe()} ({self.search.describe()})"
         if view.lists_never_tried():
             for cid in view.all_ids():
@@ -414,3 +416,21 @@ def _claim_staging(staging_dir: Path) -> Any:
         scratch = ScratchDir(Path(tempfile.mkdtemp(prefix="tileauto-tune-")), None)
     remove_on_sigterm(scratch)
     return scratch
+
+
+def _with_default(outcome: Any, index: int, trial: Trial) -> Any:
+    """``outcome`` with the default config's trial, measured after the search stopped before
+    its first batch, counted where the default is a config of the space (``index`` >= 0):
+    measured, not never tried."""
+    if index < 0 or index in outcome.trials:
+        return outcome
+    trials = {**outcome.trials, index: trial}
+    left = None if outcome.never_tried is None else max(0, outcome.never_tried - 1)
+    ranked = [(t.latency_ms, i) for i, t in trials.items() if t.ok and t.latency_ms is not None]
+    return replace(
+        outcome,
+        trials=trials,
+        never_tried=left,
+        best_index=min(ranked)[1] if ranked else None,
+        stop_reason=StopReason.DONE if left == 0 else outcome.stop_reason,
+    )
