@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 import random
 from typing import Any
 
@@ -41,6 +42,11 @@ _REEXPLORE = 0.5
 # least this many parameters (one fewer than the space has, if that is fewer), the prior's
 # ranking scanned this far for them
 _APART, _APART_SCAN = 3, 512
+
+
+def _real(value: Any) -> bool:
+    """A plain number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def require_sklearn(what: str) -> None:
@@ -112,10 +118,16 @@ class GuidedSearch(SearchStrategy):
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
                 raise ValueError(f"GuidedSearch {name} must be an int >= 1 or None, got {value!r}")
-        if not 0.0 < good_fraction < 1.0:
-            raise ValueError(f"GuidedSearch good_fraction must be in (0, 1), got {good_fraction!r}")
-        if not 0.0 <= explore <= 1.0:
-            raise ValueError(f"GuidedSearch explore must be in [0, 1], got {explore!r}")
+        if not _real(good_fraction) or not 0.0 < good_fraction < 1.0:
+            raise ValueError(
+                f"GuidedSearch good_fraction must be a number in (0, 1), got {good_fraction!r}"
+            )
+        if not _real(explore) or not 0.0 <= explore <= 1.0:
+            raise ValueError(f"GuidedSearch explore must be a number in [0, 1], got {explore!r}")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0
+        ):
+            raise ValueError(f"GuidedSearch seed must be an int >= 0 or None, got {seed!r}")
         if not isinstance(trees, int) or trees < 1 or not isinstance(pool, int) or pool < 100:
             raise ValueError(f"GuidedSearch needs trees >= 1 and pool >= 100, got {trees}, {pool}")
         for name, value in (
@@ -140,7 +152,7 @@ class GuidedSearch(SearchStrategy):
                 f'GuidedSearch prior_order must be "mean", "turns" or "apart", got {prior_order!r}'
             )
         self.prior_order = prior_order
-        self.own_seed = seed
+        self.own_seed = None if seed is None else int(seed)
         check_prior(prior, "GuidedSearch")
         self.prior = prior
         self._given: PriorSource = None  # what use_prior() handed in, for prior="auto"

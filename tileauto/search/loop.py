@@ -8,6 +8,7 @@ code runs the same way in both.
 from __future__ import annotations
 
 import enum
+import numbers
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ STUCK_ASKS = 1000  # asks in a row with nothing new after which a strategy is do
 class StopReason(str, enum.Enum):
     """Why a search stopped (the value is what reports print)."""
 
-    DONE = "done"  # the strategy proposed all it wanted (every config, for exhaustive)
+    DONE = "done"  # the strategy proposed all it wanted, or no config of the space is left
     MAX_TRIALS = "max_trials"
     MAX_SECONDS = "max_seconds"
     PLATEAU = "plateau"
@@ -63,6 +64,8 @@ class SearchOutcome:
             StopReason.MAX_SECONDS: "max_seconds ran out",
             StopReason.PLATEAU: "the best latency stopped improving (plateau)",
         }[self.stop_reason]
+        if self.stop_reason is StopReason.DONE and self.never_tried == 0:
+            what = "every config of the space was measured"
         rest = "the rest" if self.never_tried is None else self.never_tried
         return f"search stopped: {what}; {len(self.trials)} measured, {rest} never tried"
 
@@ -99,6 +102,7 @@ def _next_batch(
     inside: Callable[[int], bool],
     stuck: int,
     stop_now: Callable[[], StopReason | None],
+    who: str = "the strategy",
 ) -> tuple[list[int], StopReason | None]:
     """The strategy's next proposals that are new (``ahead`` first), or why there are none.
 
@@ -108,7 +112,7 @@ def _next_batch(
     ``stuck`` times in a row (``min(len(space), STUCK_ASKS)``).
     """
     for _ in range(max(1, stuck)):
-        proposed = [int(i) for i in ask()]
+        proposed = _indices(ask(), who)
         batch = list(dict.fromkeys(i for i in [*ahead, *proposed] if i not in trials and inside(i)))
         if batch or not proposed:
             return batch, None
@@ -116,6 +120,42 @@ def _next_batch(
         if reason is not None:
             return [], reason
     return [], None
+
+
+def _indices(proposed: Any, who: str) -> list[int]:
+    """A strategy's proposals as ints; a TypeError naming its ask() for anything else."""
+    if isinstance(proposed, list) and all(type(i) is int for i in proposed):
+        return proposed  # the common case, checked at the cost of one pass
+    kind = getattr(proposed, "dtype", None)
+    if getattr(kind, "kind", None) in ("i", "u") and getattr(proposed, "ndim", 0) == 1:
+        return [int(i) for i in proposed.tolist()]  # an integer array
+    if (
+        proposed is None
+        or isinstance(proposed, (str, bytes, dict))
+        or not isinstance(proposed, Iterable)
+    ):
+        raise TypeError(
+            f"{who}.ask() must return a list of int indices of the space ([] when it has "
+            f"nothing more to propose), got {type(proposed).__name__} {proposed!r:.60}"
+        )
+    out = []
+    for i in proposed:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(
+                f"{who}.ask() must return int indices of the space, got {type(i).__name__} "
+                f"{i!r:.60} among its proposals"
+            )
+        out.append(int(i))
+    return out
+
+
+def _count(name: str, value: Any) -> int | None:
+    """A budget given as an int >= 1 (a numpy int too), or None; a ValueError naming it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+    return int(value)
 
 
 def run_search(
@@ -159,13 +199,17 @@ def run_search(
             config, when the space has it: it is measured anyway, as the reference); they
             count as trials and are told to the strategy like its own.
     """
-    for name, value in (("max_trials", max_trials), ("plateau", plateau)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
-    if max_seconds is not None and not max_seconds > 0:
+    max_trials = _count("max_trials", max_trials)
+    plateau = _count("plateau", plateau)
+    if max_seconds is not None and (
+        isinstance(max_seconds, bool)
+        or not isinstance(max_seconds, numbers.Real)
+        or not max_seconds > 0
+    ):
         raise ValueError(f"max_seconds must be a number > 0 or None, got {max_seconds!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    seed = int(seed)
     space = as_space(space)
     # a constrained product is counted only where asked: an index is checked against the
     # configs found so far, scanning on only for an index past them
@@ -209,10 +253,11 @@ def run_search(
 
     reason = stop_now()
     stuck = space.count_upto(STUCK_ASKS)
+    who = type(strategy).__name__
     ahead = [int(i) for i in first]
     while reason is None:
         batch, reason = _next_batch(
-            lambda: timed(strategy.ask), ahead, trials, inside, stuck, stop_now
+            lambda: timed(strategy.ask), ahead, trials, inside, stuck, stop_now, who
         )
         ahead = []
         if not batch:
@@ -242,10 +287,13 @@ def run_search(
         if reason is None:
             reason = stop_now()
     ranked = [(t.latency_ms, i) for i, t in trials.items() if t.ok and t.latency_ms is not None]
+    never_tried = len(space) - len(trials) if space.counted else None
+    if never_tried == 0:  # a budget that ran out with the last config: nothing was left
+        reason = StopReason.DONE
     return SearchOutcome(
         stop_reason=reason,
         trials=trials,
-        never_tried=len(space) - len(trials) if space.counted else None,
+        never_tried=never_tried,
         best_index=min(ranked)[1] if ranked else None,
         strategy_s=in_strategy[0],
     )

@@ -13,6 +13,7 @@ instead (Optuna's own notion) makes TPE propose them again and again (``docs/sea
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from typing import Any
 
@@ -48,8 +49,19 @@ class OptunaSearch(SearchStrategy):
     ) -> None:
         if sampler not in SAMPLERS:
             raise ValueError(f"OptunaSearch sampler must be one of {SAMPLERS}, got {sampler!r}")
-        self.sampler, self.budget, self.batch, self.retries = sampler, budget, batch, retries
-        self.multivariate, self.constant_liar = bool(multivariate), bool(constant_liar)
+        for name, value in (("budget", budget), ("batch", batch)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
+            ):
+                raise ValueError(f"OptunaSearch {name} must be an int >= 1 or None, got {value!r}")
+        if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
+            raise ValueError(f"OptunaSearch retries must be an int >= 0, got {retries!r}")
+        self.sampler: str = sampler
+        self.budget: int | None = None if budget is None else int(budget)
+        self.batch: int | None = None if batch is None else int(batch)
+        self.retries: int = int(retries)
+        self.multivariate: bool = bool(multivariate)
+        self.constant_liar: bool = bool(constant_liar)
 
     def describe(self) -> str:
         extra = "".join(

@@ -236,10 +236,13 @@ def match(space: Space, prior: PriorSource, family: str | None = None) -> Prior:
     ``{"config": ..., "latency_ms": ...}`` dicts), a list of any of these (some of them
     grouped as :class:`SameProblem`), or a callable returning one of these (called once
     here; it may return ``[]``). With ``family`` (the tuned call's), a recorded space of that
-    family counts as the same problem too, as if given in a :class:`SameProblem`.
+    family counts as the same problem too, as if given in a :class:`SameProblem`. A folder's
+    regular ``*.json``/``*.json.gz`` files are read; one that does not load is dropped (in
+    :attr:`Prior.dropped`, with the reason), where a file named alone raises.
 
     Raises:
         TypeError: ``prior`` is none of these (the message says what came).
+        ValueError: a file named alone that :meth:`RecordedSpace.load` refuses.
     """
     from tileauto.search.recorded import RecordedSpace
 
@@ -247,7 +250,14 @@ def match(space: Space, prior: PriorSource, family: str | None = None) -> Prior:
         prior = prior()
     out = Prior(space)
     for k, (item, same_problem) in enumerate(_tagged(prior)):
-        if isinstance(item, (str, Path)):
+        if isinstance(item, _InFolder):  # a hint among others: one that does not load is dropped
+            try:
+                item = RecordedSpace.load(item.path)
+            except (OSError, ValueError) as exc:  # a sub-folder, a damaged or other file
+                why = _short(exc)
+                out.dropped.append(why if why.startswith(str(item.path)) else f"{item.path}: {why}")
+                continue
+        elif isinstance(item, (str, Path)):
             item = RecordedSpace.load(item)
         if isinstance(item, RecordedSpace):
             name = Path(item.source).name or item.device or item.kernel or f"prior[{k}]"
@@ -284,7 +294,11 @@ def _items(prior: Any) -> list[Any]:
     if prior is None:
         return []
     if isinstance(prior, (str, Path)) and Path(prior).is_dir():  # a folder of recorded spaces
-        return sorted(p for p in Path(prior).iterdir() if p.name.endswith((".json", ".json.gz")))
+        return [
+            _InFolder(p)
+            for p in sorted(Path(prior).iterdir())
+            if p.name.endswith((".json", ".json.gz")) and p.is_file()
+        ]
     if isinstance(prior, (RecordedSpace, str, Path)):
         return [prior]
     if isinstance(prior, Sequence) and prior and all(isinstance(x, (Trial, dict)) for x in prior):
@@ -295,6 +309,18 @@ def _items(prior: Any) -> list[Any]:
         "prior must be a RecordedSpace, a path to a recorded space, a list of trials, a list "
         f"of these, or a callable returning one, got {type(prior).__name__} {prior!r:.80}"
     )
+
+
+@dataclass(frozen=True)
+class _InFolder:
+    """A file of a folder given as a prior: one that does not load is dropped, not an error."""
+
+    path: Path
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _rows(item: Any, k: int) -> list[tuple[dict[str, Any], float | None]]:
@@ -437,26 +463,66 @@ def _collapse(
 
 def check_prior(prior: PriorSource, owner: str) -> None:
     """Refuse, when a strategy is made, a ``prior=`` text that is neither "auto" nor a path
-    that exists (records and callables are checked when the search starts)."""
+    that exists, and what can never be records (a number, a dict, bytes); records and
+    callables are checked when the search starts."""
+    from tileauto.search.recorded import RecordedSpace
+
+    auto = "" if owner == "replay()" else '"auto", '  # a replay has no cache prior
     if isinstance(prior, (str, Path)) and prior != "auto" and not Path(prior).exists():
         raise ValueError(
-            f'{owner} prior must be "auto", None, records, a callable, or the path of a '
+            f"{owner} prior must be {auto}None, records, a callable, or the path of a "
             f"recorded space or of a folder of them; {str(prior)!r} is not a file or folder"
         )
+    if (
+        prior is None
+        or isinstance(prior, (str, Path, RecordedSpace, SameProblem))
+        or callable(prior)
+        or (isinstance(prior, Iterable) and not isinstance(prior, (bytes, bytearray, dict)))
+    ):
+        return
+    raise TypeError(
+        f"{owner} prior must be {auto}None, records (a RecordedSpace, a list of trials, a "
+        "list of these), a callable returning them, or the path of a recorded space or of a "
+        f"folder of them; got {type(prior).__name__} {prior!r:.60}"
+    )
 
 
 def describe_prior(prior: Any) -> str:
-    """A prior in a strategy's describe(): stable, and short (records by their number, not
-    their text)."""
+    """A prior in a strategy's describe() (part of the cache key): stable, short, and
+    different for different records: a path by its text, a recorded space by its source (or
+    kernel, device, size and optimum), a list of trials as one record, a list by its records."""
+    from tileauto.search.recorded import RecordedSpace
+
     if prior is None or isinstance(prior, str):
         return repr(prior)
-    if callable(prior):
-        return "callable"
+    if isinstance(prior, Path):
+        return repr(str(prior))
+    if isinstance(prior, RecordedSpace):
+        return _describe_record(prior)
     if isinstance(prior, SameProblem):
         return f"SameProblem({describe_prior(list(prior.records))})"
+    if callable(prior):
+        return "callable"
+    if isinstance(prior, Sequence) and prior and all(isinstance(x, (Trial, dict)) for x in prior):
+        return f"1 record ({len(prior)} trial{'' if len(prior) == 1 else 's'})"
     try:
-        same = sum(len(p.records) for p in prior if isinstance(p, SameProblem))
-        count = len(prior) + same - sum(isinstance(p, SameProblem) for p in prior)
+        items = list(prior)
     except TypeError:
         return type(prior).__name__
-    return f"{count} records" + (f", {same} of the same problem" if same else "")
+    same = sum(len(p.records) for p in items if isinstance(p, SameProblem))
+    count = len(items) + same - sum(isinstance(p, SameProblem) for p in items)
+    head = f"{count} record{'' if count == 1 else 's'}" + (
+        f", {same} of the same problem" if same else ""
+    )
+    if not items:
+        return head
+    return f"{head}: [{', '.join(describe_prior(x) for x in items)}]"
+
+
+def _describe_record(record: Any) -> str:
+    """A recorded space by where it came from and a digest of its configs and trials."""
+    parts = [repr(record.source)] if record.source else []
+    named = (("kernel", record.kernel), ("device", record.device), ("family", record.family))
+    parts += [f"{k}={v!r}" for k, v in named if v]
+    parts += [f"{len(record)} configs", record.digest]
+    return f"RecordedSpace({', '.join(parts)})"

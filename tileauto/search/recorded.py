@@ -6,7 +6,11 @@ Two formats are read, plain or gzipped JSON:
   record is one config, with ``time`` in milliseconds or a failure string
   (``"CompilationFailedConfig"``, ``"RuntimeFailedConfig"``...). Records marked
   ``"InvalidConfig"`` broke the kernel's constraints and are left out of the space. A file that
-  Kernel Tuner was still writing (no closing braces) is read too.
+  Kernel Tuner was still writing (no closing braces) is read too. The file's ``objective``
+  (default ``time``) is what ranks the configs when lower is better; when it is higher-is-better
+  (``"objective_higher_is_better": true``, a throughput such as ``GFLOP/s``), each record's
+  ``time`` is read instead, and a record without one is refused. A config cached under two keys
+  is one config of the space, its best record kept.
 - tileauto's trial exports (``tileauto cache export KEY --trials out.json``, format
   ``tileauto-trials/1``): each trial that was measured is one config; configs never tried are
   left out.
@@ -79,6 +83,21 @@ class RecordedSpace:
     def optimum_ms(self) -> float:
         """The fastest recorded latency."""
         return min(t.latency_ms for t in self.trials if t.ok and t.latency_ms is not None)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """16 hex digits of the parameters, the configs and each one's latency (or failure):
+        what tells two recorded spaces apart (a prior's part of a cache key)."""
+        import hashlib
+
+        import numpy as np
+
+        h = hashlib.blake2b(digest_size=8)
+        h.update(repr([(p.names, list(p.values)) for p in self.space.params]).encode())
+        h.update(np.ascontiguousarray(self.space.codes(np.arange(len(self)))).tobytes())
+        lat = [t.latency_ms if t.ok and t.latency_ms is not None else -1.0 for t in self.trials]
+        h.update(np.asarray(lat, dtype=np.float64).tobytes())
+        return h.hexdigest()
 
     @property
     def failed(self) -> int:
@@ -281,14 +300,21 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
     keys = data.get("tune_params_keys") or list(tune)
     if not isinstance(keys, list) or not all(isinstance(k, str) and k in tune for k in keys):
         raise _Bad(f"tune_params_keys must list names of tune_params {sorted(tune)}, got {keys!r}")
+    if len(set(keys)) != len(keys):
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        raise _Bad(f"tune_params_keys names {twice} more than once: {keys!r}")
     params = [Param.of(k, tune[k]) for k in keys]
     allowed = [_values(p.values) for p in params]
     objective = data.get("objective", "time")
     if not isinstance(objective, str):
         raise _Bad(f"objective must be the name of a record's time, got {_kind(objective)}")
+    higher = data.get("objective_higher_is_better", False)
+    if not isinstance(higher, bool):
+        raise _Bad(f"objective_higher_is_better must be true or false, got {_kind(higher)}")
     configs: list[dict[str, Any]] = []
     trials: list[Trial] = []
     left_out: dict[str, int] = {}
+    at: dict[str, int] = {}  # a config's position, by its id: one config cached twice is one
     for name, record in cache.items():
         where = f"cache[{name!r}]"
         if not isinstance(record, dict):
@@ -304,7 +330,7 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
                     f"{where} sets {key} to {record[key]!r}, which is not one of its "
                     f"tune_params values {tune[key]!r}"
                 )
-        time: Any = record.get(objective, record.get("time"))
+        time: Any = _kt_time(record, objective, higher, where)
         if time is not None and not isinstance(time, str):
             time = _check_latency(time, f"{where} (its time)")
         _check_seconds(record, ("compile_time", "verification_time", "benchmark_time"), where)
@@ -321,19 +347,19 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
             continue
         config = {k: record[k] for k in keys}
         failed = isinstance(time, str) or time is None
-        trials.append(
-            _trial(
-                len(configs),
-                config,
-                None if failed else float(time),
-                status=_KT_FAILURES.get(time, TrialStatus.RUN_ERROR) if failed else None,
-                samples_ms=samples,
-                compile_s=_seconds(record, "compile_time"),
-                run_s=_seconds(record, "verification_time", "benchmark_time"),
-                error=str(time) if failed else None,
-            )
+        cid = config_id(config)
+        trial = _trial(
+            at.get(cid, len(configs)),
+            config,
+            None if failed else float(time),
+            status=_KT_FAILURES.get(time, TrialStatus.RUN_ERROR) if failed else None,
+            samples_ms=samples,
+            compile_s=_seconds(record, "compile_time"),
+            run_s=_seconds(record, "verification_time", "benchmark_time"),
+            error=str(time) if failed else None,
         )
-        configs.append(config)
+        if _kept(trial, cid, at, trials, left_out):
+            configs.append(config)
     return RecordedSpace(
         _space(configs, params),
         tuple(trials),
@@ -347,7 +373,7 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
 def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
     configs: list[dict[str, Any]] = []
     trials: list[Trial] = []
-    seen: set[str] = set()
+    at: dict[str, int] = {}  # a config's position, by its id: one config recorded twice is one
     left_out: dict[str, int] = {}
     records = data.get("trials", [])
     if not isinstance(records, list):
@@ -366,13 +392,10 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
             left_out["not run"] = left_out.get("not run", 0) + 1
             continue
         cid = config_id(record["config"])
-        if cid in seen:
-            continue
-        seen.add(cid)
         _check_seconds(record, ("compile_s", "run_s"), where)
         if record.get("latency"):
             try:
-                trial = Trial.from_json({**record, "index": len(configs)})
+                trial = Trial.from_json({**record, "index": at.get(cid, len(configs))})
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
                 raise _Bad(f"{where} is not a trial record ({type(exc).__name__}: {exc})") from None
             if trial.ok and trial.latency_ms is not None:
@@ -382,7 +405,7 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
             if status.ok and latency is not None:
                 latency = _check_latency(latency, f"{where} (its latency_ms)")
             trial = _trial(
-                len(configs),
+                at.get(cid, len(configs)),
                 dict(record["config"]),
                 latency if status.ok else None,
                 status=status,
@@ -390,8 +413,13 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
                 run_s=record.get("run_s"),
                 error=record.get("error"),
             )
-        configs.append(dict(record["config"]))
-        trials.append(trial)
+        if trial.ok and trial.latency_ms is None:
+            raise _Bad(
+                f"{where} has status ok but no latency: a passing trial needs its latency_ms "
+                "(or latency)"
+            )
+        if _kept(trial, cid, at, trials, left_out):
+            configs.append(dict(record["config"]))
     return RecordedSpace(
         _space(configs, None),
         tuple(trials),
@@ -401,6 +429,50 @@ def _from_tileauto(data: dict[str, Any], source: str) -> RecordedSpace:
         left_out=left_out,
         family=data["family"] if isinstance(data.get("family"), str) else "",
     )
+
+
+REPEATED = "repeated config (its best record kept)"  # a left_out reason
+
+
+def _kept(
+    trial: Trial, cid: str, at: dict[str, int], trials: list[Trial], left_out: dict[str, int]
+) -> bool:
+    """Add ``trial`` (of the config ``cid``) to ``trials``; True when its config is new. A
+    config recorded again keeps its better trial (a passing one over a failure, then the
+    faster), and the other record counts in ``left_out``."""
+    k = at.get(cid)
+    if k is None:
+        at[cid] = len(trials)
+        trials.append(trial)
+        return True
+    left_out[REPEATED] = left_out.get(REPEATED, 0) + 1
+    old = trials[k]
+    if (
+        trial.ok
+        and trial.latency_ms is not None
+        and (not old.ok or old.latency_ms is None or trial.latency_ms < old.latency_ms)
+    ):
+        trials[k] = trial
+    return False
+
+
+def _kt_time(record: dict[str, Any], objective: str, higher: bool, where: str) -> Any:
+    """A Kernel Tuner record's latency (ms), failure string, or None. A lower-is-better
+    objective is read as it is; with a higher-is-better one (a throughput), the record's
+    ``time`` is read instead (a failure string under the objective counts as the failure)."""
+    if not higher:
+        return record.get(objective, record.get("time"))
+    time = record.get("time")
+    if time is None:
+        value = record.get(objective)
+        if isinstance(value, str) or value is None:
+            return value
+        raise _Bad(
+            f"{where} has no 'time': the file's objective {objective!r} is higher-is-better "
+            "(objective_higher_is_better), so it cannot rank configs as a latency, and each "
+            "record's time in ms is read instead"
+        )
+    return time
 
 
 def _check_names(config: dict[str, Any], names: list[str], where: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,8 @@ def replay(
     Args:
         space: a :class:`RecordedSpace`, or the path of a file :meth:`RecordedSpace.load` reads.
         strategy: a name or a strategy object, as ``search=`` takes.
-        budget: the most trials: an int, or a share of the space (``0.02``: 2%); None: until
-            the strategy stops.
+        budget: the most trials: an int >= 1 (numpy ints too), or a share of the space, a
+            float in (0, 1] (``0.02``: 2%); None: until the strategy stops.
         seed: the strategy's seed.
         parallelism: configs measured at once (the batch size a strategy plans for).
         max_seconds: a budget in *recorded* seconds (each trial's compile and run time, as
@@ -85,14 +86,35 @@ def replay(
         prior: records of the same kernel measured elsewhere (:class:`RecordedSpace`, paths,
             lists of trials, or a callable returning them), handed to a strategy that takes a
             prior (``use_prior``: the guided and auto searches, unless made with a prior of
-            their own or ``prior=None``); see :mod:`tileauto.search.prior`.
+            their own or ``prior=None``); see :mod:`tileauto.search.prior`. ``"auto"`` is
+            refused: a replay has no tuning cache to read.
+
+    Raises:
+        ValueError: a bad ``budget``, ``seed``, ``max_seconds`` or ``plateau`` (named), or
+            ``prior="auto"``.
     """
+    if isinstance(budget, float):
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(f"replay() budget given as a share must be in (0, 1], got {budget}")
+    elif budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1
+    ):
+        raise ValueError(
+            "replay() budget must be an int >= 1 (trials), a float in (0, 1] (a share of the "
+            f"space) or None, got {type(budget).__name__} {budget!r:.60}"
+        )
+    if isinstance(prior, str) and prior == "auto":
+        raise ValueError(
+            'replay() prior="auto" has nothing to read: a replay has no tuning cache; pass '
+            "records (a RecordedSpace, a path, a list of trials, a list of these), a callable "
+            "returning them, or None (a folder named auto: pass Path('auto'))"
+        )
     record = space if isinstance(space, RecordedSpace) else RecordedSpace.load(space)
     n = len(record)
     if isinstance(budget, float):
-        if not 0.0 < budget <= 1.0:
-            raise ValueError(f"a budget given as a share must be in (0, 1], got {budget}")
         budget = max(1, math.ceil(budget * n - 1e-9))
+    elif budget is not None:
+        budget = int(budget)
     chosen = resolve_search(strategy)
     hand_in = getattr(chosen, "use_prior", None)
     if prior is not None:

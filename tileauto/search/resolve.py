@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from typing import Any
@@ -77,9 +78,9 @@ class AutoSearch(SearchStrategy):
         ``max_trials`` as its budget (not walked in order and cut; not stopped at 5% first)."""
         if self.budget is not None:
             return self
-        bounded = AutoSearch(prior=self.prior)
+        bounded = copy.copy(self)  # every setting and what was handed in (prior, family)
         bounded.limit = max_trials
-        bounded._given = self._given
+        bounded.inner = Exhaustive()  # start() chooses its own
         return bounded
 
     def use_prior(self, source: Any) -> None:

@@ -285,7 +285,7 @@ class _Scan:
 
 
 def product(
-    *params: Param, constraints: Iterable[Any] = (), **values: Iterable[Any]
+    *params: Param, constraints: Iterable[Any] | None = (), **values: Iterable[Any]
 ) -> ProductSpace:
     """The product of parameters' values, with constraints: a lazy :class:`Space`.
 
@@ -299,17 +299,26 @@ def product(
         constraints: expressions over the parameter names (``"block_M % micro_M == 0"``:
             names, numbers, strings, arithmetic, comparisons, ``in``, ``and``/``or``/``not``;
             no calls, no attributes) or callables that take a config dict and return whether
-            to keep it. A config that fails one is pruned, never compiled.
+            to keep it. A config that fails one is pruned, never compiled. None: none.
         values: ``name=[values]`` for each other parameter.
 
     Raises:
         ConfigSpaceError: a bad parameter or constraint (named), or a product too large.
     """
-    if isinstance(constraints, (str, bytes)) or callable(constraints):
+    if constraints is None:  # no constraints
+        constraints = ()
+    elif isinstance(constraints, (str, bytes)) or callable(constraints):
         constraints = [constraints]
     every = [*params, *(Param.of(name, vals) for name, vals in values.items())]
     if not all(isinstance(p, Param) for p in every):
         raise ConfigSpaceError(
             "product() takes Param objects positionally and name=[values] as keywords"
         )
-    return ProductSpace(every, list(constraints))
+    try:
+        rules = list(constraints)
+    except TypeError:
+        raise ConfigSpaceError(
+            "product() constraints must be a list of expressions or callables (or one, or "
+            f"None), got {type(constraints).__name__} {constraints!r:.60}"
+        ) from None
+    return ProductSpace(every, rules)

@@ -210,6 +210,10 @@ class ListSpace(Space):
         np = numpy_module()
         self._configs = [dict(c) for c in configs]
         self.params = tuple(params) if params is not None else _infer_params(self._configs)
+        names = [n for p in self.params for n in p.names]
+        if len(set(names)) != len(names):  # as a product refuses them
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ConfigSpaceError(f"parameters {twice} are given more than once")
         lookup = [{value_key(v): k for k, v in enumerate(p.values)} for p in self.params]
         codes = np.zeros((len(self._configs), len(self.params)), dtype=np.int64)
         for i, cfg in enumerate(self._configs):

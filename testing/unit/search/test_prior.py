@@ -104,7 +104,7 @@ def test_a_prior_from_another_device_finds_the_optimum_in_the_first_batch():
     assert with_prior.score > 0.95 > without.score
     assert "prior" not in with_prior.strategy  # the default prior="auto" keeps the old text
     own = replay(target, GuidedSearch(prior=[other]), budget=8, seed=0)
-    assert own.score == with_prior.score and "prior=1 records" in own.strategy
+    assert own.score == with_prior.score and "prior=1 record: [RecordedSpace(" in own.strategy
     off = replay(target, GuidedSearch(prior=None), budget=8, seed=0, prior=[other])
     assert off.score == without.score  # prior=None: what is handed in is ignored
 
@@ -198,9 +198,9 @@ def test_the_same_problems_records_and_the_rest_take_turns_in_the_first_batch():
     # all of one kind: the mean, as before
     alone = match(space, SameProblem(other_problems)).ranked(np.random.default_rng(0))
     assert list(alone) == list(match(space, other_problems).ranked(np.random.default_rng(0)))
-    assert "prior=4 records, 1 of the same problem)" in GuidedSearch(prior=prior).describe()
+    assert "prior=4 records, 1 of the same problem: [" in GuidedSearch(prior=prior).describe()
     assert (
-        "prior=SameProblem(3 records))"
+        "prior=SameProblem(3 records: [RecordedSpace("
         in GuidedSearch(prior=SameProblem(other_problems)).describe()
     )
     with pytest.raises(TypeError, match="SameProblem records must be a list .* got str"):

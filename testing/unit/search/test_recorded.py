@@ -186,7 +186,7 @@ def test_a_damaged_file_is_refused_with_its_name(tmp_path):
                 "format": "tileauto-trials/1",
                 "best_config": {"block": 8},
                 "trials": [
-                    {"config": {"block": 8}, "status": "ok"},
+                    {"config": {"block": 8}, "status": "ok", "latency_ms": 1.0},
                     {"config": {}, "status": "ok"},
                 ],
             },
