@@ -7,6 +7,7 @@ call.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from tileauto.jit.kernel import JITKernel
 from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.result.record import AutotuneResult
 from tileauto.space import ProductSpace, Space, materialize
-from tileauto.space.resolve import call_accepting
+from tileauto.space.resolve import call_configs
 from tileauto.tune import defaults
 
 _KEEP: Any = type("Keep", (), {"__repr__": lambda self: "<keep>"})()  # an argument not given
@@ -69,10 +70,11 @@ class AutoTuner:
                 )
             impl, args, kwargs = kernel.origin
             tuner = cls(impl.factory, configs)
-            tuner.jit_impl, tuner.args, tuner.kwargs = impl, tuple(args), dict(kwargs)
-            tuned = _space_names(tuner.configs, tuner.args, tuner.kwargs)
-            for k in tuned & set(tuner.kwargs):
-                tuner.kwargs.pop(k)  # a tunable the kernel was built with: the configs decide it
+            tuner.jit_impl = impl
+            tuned = _space_names(tuner.configs, tuple(args), dict(kwargs))
+            # a tunable the kernel was built with, by keyword or by position: the configs
+            # decide it (left in, it would be fixed, and nothing tuned)
+            tuner.args, tuner.kwargs = _without(impl.factory, tuple(args), dict(kwargs), tuned)
             tuner.compile_args = impl.compile_args
             return tuner
         if isinstance(kernel, JITImpl):
@@ -139,7 +141,7 @@ class AutoTuner:
         See :func:`autotune` for each argument. Every other profile option (``inplace_args``,
         ``flush_cache``, ``seed``, ``search``, ``retime_top_k``, ``num_threads``, the hooks...),
         ``timer`` and ``store`` (where tunings are kept: see :func:`autotune`) are taken by
-        keyword.
+        keyword. Each call sets all of them: what it leaves out is back to its default.
         """
         # every other profile option, by keyword (declared once, in ProfileArgs)
         known = tuple(f.name for f in dataclasses.fields(ProfileArgs) if f.name not in _POSITIONAL)
@@ -157,10 +159,8 @@ class AutoTuner:
             k: v for k, v in locals().items() if k not in ("self", "more", "keywords", "store")
         }
         self.profile_args = ProfileArgs.from_arguments({**given, **keywords})
-        if timer is not None:
-            self.timer = timer
-        if store is not None:
-            self.store = store
+        # replaced as the profile arguments are: a later call without them drops them
+        self.timer, self.store = timer, store
         return self
 
     def run(
@@ -205,11 +205,37 @@ class AutoTuner:
         )
 
 
+def _without(
+    factory: Any, args: tuple, kwargs: dict[str, Any], names: set[str]
+) -> tuple[tuple, dict[str, Any]]:
+    """The call ``factory(*args, **kwargs)`` without the arguments named ``names``, wherever
+    they were given: the positional ones after the first left out become keywords."""
+    sig = inspect.signature(factory)
+    bound = sig.bind_partial(*args, **kwargs).arguments
+    if not names & bound.keys():
+        return args, kwargs
+    kinds = {name: p.kind for name, p in sig.parameters.items()}
+    if inspect.Parameter.VAR_POSITIONAL in kinds.values():  # *args: only keywords can go
+        return args, {k: v for k, v in kwargs.items() if k not in names}
+    out_args: list[Any] = []
+    out_kwargs: dict[str, Any] = {}
+    for name, value in bound.items():
+        if name in names:
+            continue
+        if kinds[name] is inspect.Parameter.POSITIONAL_ONLY:
+            out_args.append(value)
+        elif kinds[name] is inspect.Parameter.VAR_KEYWORD:
+            out_kwargs.update(value)
+        else:
+            out_kwargs[name] = value
+    return tuple(out_args), out_kwargs
+
+
 def _space_names(configs: Any, args: tuple, kwargs: dict[str, Any]) -> set[str]:
     """The names the configs set: a list's keys, a product's names, or those of the space a
     callable returns for the kernel's arguments."""
     if callable(configs) and not isinstance(configs, Space):
-        configs = call_accepting(configs, "configs", args, kwargs)
+        configs = call_configs(configs, args, kwargs)
     if isinstance(configs, ProductSpace):
         return set(configs.names)
     if isinstance(configs, (list, tuple)):

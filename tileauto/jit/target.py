@@ -70,12 +70,13 @@ def resolve_target(target: TargetLike, target_host: TargetLike = None) -> Target
         default = Settings.from_env().default_target
         if default.lower() != "auto":
             try:
-                return resolve_target(default, target_host)
+                resolved_default = resolve_target(default)
             except ValueError as exc:  # the variable's fault, not the call's target="auto"
                 raise SettingsError(
                     f"TILEAUTO_DEFAULT_TARGET={default!r} (the target of target='auto'): "
                     f"{str(exc).replace(f'target={default!r} ', '', 1)}"
                 ) from None
+            return _with_host(resolved_default, target_host)
         resolved = _cuda_target() if cuda_usable() else host_cpu_target()
     elif isinstance(target, Target):
         resolved = target
@@ -96,11 +97,26 @@ def resolve_target(target: TargetLike, target_host: TargetLike = None) -> Target
         raise ValueError(
             f"target must be 'auto', a str, a dict or a tvm.target.Target, got {type(target).__name__}"
         )
+    return _with_host(resolved, target_host)
+
+
+def _with_host(resolved: Target, target_host: TargetLike) -> Target:
+    """``resolved`` with ``target_host`` as its host (a CUDA target gets this CPU by default).
+
+    Raises:
+        ValueError: ``target_host`` cannot be understood; the message names it.
+    """
     if target_host is not None:
-        host = resolve_target(target_host)
-        resolved = Target(resolved, host=host)
-    elif resolved.kind.name == "cuda" and resolved.host is None:
-        resolved = Target(resolved, host=host_cpu_target())
+        if isinstance(target_host, str) and target_host.strip() == "auto":
+            host = host_cpu_target()  # the host of a target is a CPU: "auto" is this one
+        else:
+            try:
+                host = resolve_target(target_host)
+            except ValueError as exc:
+                raise ValueError(re.sub(r"^target\b", "target_host", str(exc), count=1)) from None
+        return Target(resolved, host=host)
+    if resolved.kind.name == "cuda" and resolved.host is None:
+        return Target(resolved, host=host_cpu_target())
     return resolved
 
 

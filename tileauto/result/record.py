@@ -149,6 +149,8 @@ class AutotuneResult:
 
         Raises:
             CacheError: the folder is missing, incomplete, corrupt, or writable by others.
+            CompileError: the stored kernel cannot run here and its recompile failed (the
+                warning before it says why it was recompiled).
             TypeError: ``factory`` or ``compile_args`` is not of a kind described above.
         """
         return load_result(cls, path, compile_args, factory=factory)

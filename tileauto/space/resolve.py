@@ -52,6 +52,18 @@ def call_accepting(fn: Callable[..., Any], what: str, args: tuple, kwargs: dict[
     return fn(*args, **kwargs)
 
 
+def call_configs(configs: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """What a callable ``configs=`` gives for the kernel's arguments.
+
+    Raises:
+        ConfigSpaceError: it cannot take them (what it raises itself is raised as it is).
+    """
+    try:
+        return call_accepting(configs, "configs", args, kwargs)
+    except _DoesNotFit as exc:
+        raise ConfigSpaceError(str(exc)) from None
+
+
 def _shown(args: tuple, kwargs: dict[str, Any]) -> str:
     parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     text = f"({', '.join(parts)})"
@@ -84,10 +96,7 @@ def resolve_configs(
             parameter of the factory (all before anything compiles).
     """
     if callable(configs):
-        try:
-            configs = call_accepting(configs, "configs", args, kwargs)
-        except _DoesNotFit as exc:
-            raise ConfigSpaceError(str(exc)) from None
+        configs = call_configs(configs, args, kwargs)
     if isinstance(configs, ProductSpace):
         lazy = _checked_product(configs, factory, args, kwargs)
         if lazy is not None:

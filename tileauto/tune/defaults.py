@@ -13,6 +13,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tileauto.errors import TileautoError
 from tileauto.report.console import default_reporter as console_and_log
 from tileauto.report.notes import note
 from tileauto.search import SearchStrategy, resolve_search
@@ -180,12 +181,28 @@ def with_kernel_cache(problem: TuningProblem, builder: BuildStage) -> BuildStage
     return builder if kernels is None else CachedBuilder(builder, kernels)
 
 
+def _check_gpu(name: str) -> None:
+    """Tuning a CUDA kernel here runs it here: a GPU torch sees, or a TileautoError before
+    anything compiles (it failed after every config compiled, on making the inputs)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise TileautoError(
+            f"tuning {name} for a CUDA target runs and times its configs on this machine's "
+            "GPU, and torch sees none (torch.cuda.is_available() is False): tune on a machine "
+            "with a GPU, or with executor='ray' on a cluster with GPU nodes; to compile "
+            "without one, use the @jit factory's par_compile"
+        )
+
+
 def default_runner(problem: TuningProblem, cluster: RayCluster | None = None) -> RunStage:
     """The runner of the problem's executor: an isolated run worker, or a Ray actor on
     ``cluster``. Nothing starts before the session calls its ``start``."""
     p = problem
-    if cluster is None:  # a Ray node's memory is checked there
+    if cluster is None:  # a Ray node's memory is checked there, and its GPUs found there
         p.settings.run_memory_limit_bytes()
+        if p.device_type == "cuda":
+            _check_gpu(p.name)
     options: dict[str, Any] = {
         "threads": p.settings.run_threads(),
         "memory_limit_mb": p.settings.run_memory_limit_mb,
