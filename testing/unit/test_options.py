@@ -46,6 +46,17 @@ def test_compile_args_out_idx():
         CompileArgs(out_idx="C")
 
 
+def test_numpy_ints_are_taken_as_out_idx_as_in_configs():
+    """``out_idx=np.int64(1)`` was refused, where configs and options take numpy's ints."""
+    import numpy as np
+
+    for given in (np.int64(1), [np.int32(1)], (np.int64(0), 1)):
+        out = CompileArgs(out_idx=given).out_idx
+        assert out is not None and all(type(i) is int for i in out), out
+    with pytest.raises(TypeError, match="out_idx must be"):
+        CompileArgs(out_idx=[np.float64(1.0)])
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
