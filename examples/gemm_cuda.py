@@ -230,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         argv, __doc__, "--size", default=2048, help="M = N = K (default 2048)"
     )
     M = N = K = args.size
+    if M <= 0 or M % 128:  # the default config's tiles (block_M = block_N = 128)
+        print(f"gemm_cuda: --size must be a positive multiple of 128, got {M}", file=sys.stderr)
+        return 2
     candidates = configs(M, N, K)
     title = f"gemm {M}x{N}x{K}"
     if not _cuda_common.compile_every_config(

@@ -346,3 +346,9 @@ def test_cuda_tuning_example_tunes_on_gpu(capsys):
     assert _module("tune_gemm_cuda").main(["--size", "1024", "--warmup", "5", "--rep", "20"]) == 0
     out = capsys.readouterr().out
     assert "tuned in" in out and "the tuned kernel matches torch.matmul" in out
+
+
+def test_cuda_gemm_example_refuses_a_size_its_default_tiles_cannot_cover(capsys):
+    """``--size 64`` ended in a ValueError traceback from the default config's check."""
+    assert _module("gemm_cuda").main(["--size", "64", "--no-nvcc"]) == 2
+    assert "--size must be a positive multiple of 128, got 64" in capsys.readouterr().err

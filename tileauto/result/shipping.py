@@ -9,6 +9,7 @@ module (``from tileauto import AutotuneResult``), loads neither.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -285,6 +286,13 @@ def _compile_args(compile_args: Any) -> Any:
     if compile_args is None or isinstance(compile_args, CompileArgs):
         return compile_args
     if isinstance(compile_args, dict):
+        fields = [f.name for f in dataclasses.fields(CompileArgs)]
+        unknown = sorted(set(compile_args) - set(fields), key=str)
+        if unknown:
+            raise TypeError(
+                f"compile_args: {unknown} {'is not a field' if len(unknown) == 1 else 'are not fields'} "
+                f"of CompileArgs; expected some of {fields}"
+            )
         return CompileArgs(**compile_args)
     raise TypeError(
         f"compile_args must be a CompileArgs, a dict of its fields or None, got "

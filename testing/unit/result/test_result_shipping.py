@@ -188,3 +188,13 @@ def test_load_from_disk_says_what_is_at_the_path_when_it_is_no_folder(tmp_path):
     assert "replaced" not in message  # a load replaces nothing
     with pytest.raises(CacheError, match=r"'\): no such folder: give the folder save_to_disk"):
         AutotuneResult.load_from_disk(tmp_path / "missing")
+
+
+def test_load_from_disk_names_an_unknown_compile_args_field(tmp_path):
+    """It was CompileArgs.__init__'s TypeError, which named neither compile_args nor the
+    fields it takes."""
+    from tileauto.result.shipping import _compile_args
+
+    with pytest.raises(TypeError, match=r"compile_args: \['foo'\] is not a field .*'out_idx'"):
+        _compile_args({"foo": 1, "out_idx": [-1]})
+    assert _compile_args({"out_idx": [-1]}).out_idx == (-1,)
