@@ -36,7 +36,7 @@ for t in result.trials:
     print(t.index, t.config, t.status.value, t.reason)
 # 0 {'block': 8} ok ok
 # 1 {'block': 40} ok ok
-# 2 {'block': 64} mismatch mismatch: B: 40/1000 elements (4.00%) outside rtol=1e-05, ...
+# 2 {'block': 64} mismatch mismatch: unwritten output: 40 elements of B (of 1000; ...
 # 3 {'block': 6} compile_error compile_error: ValueError: block must be a multiple of 4, got 6
 
 
