@@ -45,11 +45,11 @@ def _normalize_out_idx(out_idx: Any) -> tuple[int, ...] | None:
         return None
     if isinstance(out_idx, bool) or not isinstance(out_idx, (numbers.Integral, Sequence)):
         raise TypeError(f"out_idx must be None, an int or a list of ints, got {out_idx!r}")
-    items = [out_idx] if isinstance(out_idx, numbers.Integral) else list(out_idx)
-    for item in items:
+    given = [out_idx] if isinstance(out_idx, numbers.Integral) else list(out_idx)
+    for item in given:
         if isinstance(item, bool) or not isinstance(item, numbers.Integral):
             raise TypeError(f"out_idx must be None, an int or a list of ints, got {out_idx!r}")
-    items = [int(i) for i in items]  # numpy's ints are Python's (as in configs)
+    items = [int(i) for i in given]  # numpy's ints are Python's (as in configs)
     same_sign = all(i >= 0 for i in items) or all(i < 0 for i in items)
     if same_sign and items != sorted(items):
         warnings.warn(

@@ -110,6 +110,24 @@ def test_a_tunable_passed_at_its_default_value_is_fixed_in_memory_too():
         assert tuned.get_tuner_result(512, vec=8).config == {}, order
 
 
+def test_a_bucket_tuned_under_another_key_function_is_not_reused():
+    """Editing ``key=`` (``n // 64`` to ``n // 128``) reused the buckets tuned under the old
+    one: bucket 1 tuned at n=64 served n=128 from the disk cache."""
+    impl = tileauto.jit(out_idx=[-1])(scale)
+    old = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], key=lambda n: n // 64,
+                            timer=by_vec, **FAST)(impl)  # fmt: skip
+    old(64)
+    assert not old.get_tuner_result(64).cache_hit
+    new = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], key=lambda n: n // 128,
+                            timer=by_vec, **FAST)(impl)  # fmt: skip
+    new(128)  # bucket 1 again, of another key function
+    assert not new.get_tuner_result(128).cache_hit
+    again = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], key=lambda n: n // 64,
+                              timer=by_vec, **FAST)(impl)  # fmt: skip
+    again(100)  # the first key function's bucket 1: its entry
+    assert again.get_tuner_result(100).cache_hit
+
+
 def test_a_call_missing_a_problem_argument_is_refused_before_anything_compiles():
     tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], **FAST)(
         tileauto.jit(out_idx=[-1])(scale)

@@ -149,6 +149,21 @@ class AutoTuneImpl:
         value = call_accepting(self.key, "key", args, kwargs)
         return freeze(describe_value((value, fixed) if fixed else value))
 
+    def _key_code(self) -> str | None:
+        """The ``key`` function's code, as the cache keys code: a bucket tuned under another
+        ``key`` (``n // 64`` edited to ``n // 128``) is another tuning. None where the
+        function cannot be keyed (its buckets then go by their values alone, as before)."""
+        code = self.__dict__.get("_key_digest", False)
+        if code is False:
+            from tileauto.cache.key import digest, function_fingerprint
+
+            try:
+                code = digest(function_fingerprint(self.key))
+            except Exception:  # noqa: BLE001 - an unkeyable key function: its values only
+                code = None
+            self.__dict__["_key_digest"] = code
+        return code
+
     def _tunable_names(self) -> frozenset[str]:
         """The names a config of the space may set (a callable space: every tunable)."""
         names = self.__dict__.get("_names")
@@ -221,7 +236,7 @@ class AutoTuneImpl:
                 timer=self.timer,
                 verbose=self.verbose,
                 jit_impl=self.jit_impl,
-                bucket=None if self.key is None else tkey,
+                bucket=None if self.key is None else (tkey, self._key_code()),
                 pruned=pruned,
                 store=self.store,
             )

@@ -42,8 +42,11 @@ def _source_dump(fn: types.FunctionType) -> str | None:
     """
     if fn.__name__ == "<lambda>":
         return None  # getsource gives the whole line, which may hold other code
-    memo = _sources_of(fn.__code__.co_filename)
-    where = f"{fn.__code__.co_firstlineno}:{fn.__qualname__}"
+    code = fn.__code__
+    memo = _sources_of(code.co_filename)
+    # the code's own name and line: functools.wraps gives a wrapper the wrapped one's
+    # __qualname__ (":2": dumps read through __wrapped__ by earlier versions are not used)
+    where = f"{code.co_firstlineno}:{getattr(code, 'co_qualname', code.co_name)}:2"
     if memo is not None and where in memo:
         known = memo.get(where)
         return known if isinstance(known, str) else None
@@ -76,13 +79,15 @@ def _sources_at(directory: Path | None, digest_now: str) -> Memo:
 
 
 def _parsed_dump(fn: types.FunctionType) -> str | None:
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    try:  # of the code itself: getsource(fn) follows __wrapped__ to the wrapped function
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn.__code__)))
     except (OSError, TypeError, SyntaxError, IndentationError):
         return None
     if not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     top = tree.body[0]
+    if top.name != fn.__code__.co_name:  # not this code's definition: go by its bytecode
+        return None
     top.decorator_list = []  # @jit / @autotune arguments are keyed on their own
     _strip_docstrings(top)
     return ast.dump(top, annotate_fields=False, include_attributes=False)

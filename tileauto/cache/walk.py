@@ -239,7 +239,24 @@ class Walker:
             [name, self.describe(v, _at(where, "default argument", name), reads)]
             for name, v in defaults(fn)
         ]
+        # modules the code imports itself (``from helpers import body`` in its body): not
+        # globals, so only the import says which code runs (only where there is one: the
+        # keys of code without such imports stay as they were)
+        imports = {
+            name: self._imported(name, _at(where, "import", name), reads)
+            for name in imported_modules(code, fn.__globals__.get("__package__"))
+        }
+        if imports:
+            out["imports"] = imports
         return out
+
+    def _imported(self, name: str, where: Where, names: frozenset[str]) -> Any:
+        """A module an import statement of the code names: as a global module is, once
+        imported; before its first import, its installed distribution or its file's bytes."""
+        module = sys.modules.get(name)
+        if module is not None:
+            return self.describe(module, where, names)
+        return unloaded_module(name)
 
     def _library_function(self, fn: Any, library: str, where: Where, names: frozenset[str]) -> Any:
         out: dict[str, Any] = {"fn": qualname(fn), "lib": library}
@@ -379,6 +396,64 @@ def _attributes(value: Any) -> dict[str, Any]:
             except AttributeError:  # an unset slot
                 continue
     return state
+
+
+def imported_modules(code: types.CodeType, package: Any) -> list[str]:
+    """The absolute names of the modules the code's import statements (its nested functions'
+    too) import, in order, each once; a relative import is resolved against ``package``."""
+    import dis
+    import importlib.util
+
+    out: dict[str, None] = {}
+    consts: list[Any] = []
+    for ins in dis.get_instructions(code):
+        if ins.opname == "IMPORT_NAME":
+            level = consts[-2] if len(consts) >= 2 and type(consts[-2]) is int else 0
+            name = ins.argval
+            if level:
+                try:
+                    name = importlib.util.resolve_name("." * level + name, package)
+                except (ImportError, ValueError, TypeError):
+                    continue
+            if name:
+                out[name] = None
+        consts = [*consts[-1:], ins.argval] if ins.opname == "LOAD_CONST" else []
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out.update(dict.fromkeys(imported_modules(const, package)))
+    return list(out)
+
+
+def unloaded_module(name: str) -> Any:
+    """A module not imported yet, without importing it: an installed one by its name and
+    distribution, a user's by its file's bytes (its parent package must be imported already:
+    finding a submodule imports its parents)."""
+    import importlib.util
+    import sysconfig
+
+    parent = name.rpartition(".")[0]
+    if parent and parent not in sys.modules:
+        return {"unloaded": name}
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    if spec is None or not isinstance(origin, str) or origin in ("built-in", "frozen"):
+        return {"unloaded": name}
+    parts = origin.split("/")
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    if (
+        "site-packages" in parts
+        or "dist-packages" in parts
+        or (stdlib and origin.startswith(stdlib))
+    ):
+        return {"unloaded": name, "installed": True}
+    try:
+        with open(origin, "rb") as f:
+            return {"unloaded": name, "file": hashlib.sha256(f.read()).hexdigest()}
+    except OSError:
+        return {"unloaded": name}
 
 
 def _is_ndarray(value: Any) -> bool:

@@ -366,7 +366,38 @@ def test_decorated_helpers_and_a_decorated_factory(load):
         base,
         replace("kmod", "x * 2", "x * 3"),  # behind the library's lru_cache wrapper
         replace("kmod", "SHIFT = 0", "SHIFT = 1"),  # read by the user's own decorator
+        # the wrapper's own body: its source was read through __wrapped__ (the factory's)
+        replace("kmod", "fn(n + SHIFT)", "fn(n + SHIFT + 1)"),
     )
+
+
+@pytest.mark.parametrize("imported_first", [False, True])
+def test_a_module_the_factory_imports_in_its_body(tmp_path, imported_first):
+    """``from helpers import body`` inside the factory: the module is no global of it, and an
+    edit of ``helpers.py`` hit the old key (a fresh process reused the old kernel)."""
+    texts = {
+        "kmod": "def factory(n):\n    from helpers import body\n    from .. import x\n"
+        "    return body(n)\n",
+        "helpers": "def body(n):\n    return n * 2\n",
+    }
+    keys = []
+    for version, helper in enumerate(["n * 2", "n * 2", "n * 3"]):
+        root = tmp_path / f"v{version}"
+        root.mkdir()
+        (root / "kmod.py").write_text(texts["kmod"])
+        (root / "helpers.py").write_text(texts["helpers"].replace("n * 2", helper))
+        _forget(["kmod", "helpers"])
+        sys.path.insert(0, str(root))
+        try:
+            importlib.invalidate_caches()
+            module = importlib.import_module("kmod")
+            if imported_first:
+                importlib.import_module("helpers")  # as after the factory's first call
+            keys.append(key_of(module))
+        finally:
+            sys.path.remove(str(root))
+            _forget(["kmod", "helpers"])
+    assert keys[0] == keys[1] != keys[2]
 
 
 def test_caches_python_adds_later_do_not_change_the_key(load):
