@@ -14,6 +14,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 import re
 import sys
 import types
@@ -243,20 +244,12 @@ class Walker:
         # globals, so only the import says which code runs (only where there is one: the
         # keys of code without such imports stay as they were)
         imports = {
-            name: self._imported(name, _at(where, "import", name), reads)
+            name: imported_module(name)
             for name in imported_modules(code, fn.__globals__.get("__package__"))
         }
         if imports:
             out["imports"] = imports
         return out
-
-    def _imported(self, name: str, where: Where, names: frozenset[str]) -> Any:
-        """A module an import statement of the code names: as a global module is, once
-        imported; before its first import, its installed distribution or its file's bytes."""
-        module = sys.modules.get(name)
-        if module is not None:
-            return self.describe(module, where, names)
-        return unloaded_module(name)
 
     def _library_function(self, fn: Any, library: str, where: Where, names: frozenset[str]) -> Any:
         out: dict[str, Any] = {"fn": qualname(fn), "lib": library}
@@ -424,36 +417,47 @@ def imported_modules(code: types.CodeType, package: Any) -> list[str]:
     return list(out)
 
 
-def unloaded_module(name: str) -> Any:
-    """A module not imported yet, without importing it: an installed one by its name and
-    distribution, a user's by its file's bytes (its parent package must be imported already:
-    finding a submodule imports its parents)."""
+def imported_module(name: str) -> Any:
+    """A module an import statement names, the same whether it is imported yet or not (a key
+    must not depend on what else the process imported first): installed code by its name, the
+    user's by its file's bytes. Nothing is imported to find it."""
     import importlib.util
     import sysconfig
 
-    parent = name.rpartition(".")[0]
-    if parent and parent not in sys.modules:
-        return {"unloaded": name}
+    top, _, rest = name.partition(".")
     try:
-        spec = importlib.util.find_spec(name)
+        loaded = sys.modules.get(top)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else None
+        spec = spec or importlib.util.find_spec(top)  # a top-level name: nothing imported
     except (ImportError, ValueError, AttributeError):
         spec = None
     origin = getattr(spec, "origin", None)
-    if spec is None or not isinstance(origin, str) or origin in ("built-in", "frozen"):
-        return {"unloaded": name}
-    parts = origin.split("/")
+    if top == "tileauto" or spec is None or origin in (None, "built-in", "frozen"):
+        return {"import": name}
     stdlib = sysconfig.get_paths().get("stdlib", "")
-    if (
-        "site-packages" in parts
-        or "dist-packages" in parts
-        or (stdlib and origin.startswith(stdlib))
-    ):
-        return {"unloaded": name, "installed": True}
+    parts = str(origin).split("/")
+    if "site-packages" in parts or "dist-packages" in parts or str(origin).startswith(stdlib):
+        return {"import": name, "installed": True}
+    path = str(origin)
+    for part in rest.split(".") if rest else []:  # a submodule of the user's, by its path
+        folders = list(getattr(spec, "submodule_search_locations", None) or [])
+        found = [
+            f"{d}/{part}/__init__.py" if os.path.isdir(f"{d}/{part}") else f"{d}/{part}.py"
+            for d in folders
+        ]
+        path = next((f for f in found if os.path.isfile(f)), "")
+        if not path:
+            return {"import": name}
+        spec = types.SimpleNamespace(
+            submodule_search_locations=[os.path.dirname(path)]
+            if path.endswith("__init__.py")
+            else []
+        )
     try:
-        with open(origin, "rb") as f:
-            return {"unloaded": name, "file": hashlib.sha256(f.read()).hexdigest()}
+        with open(path, "rb") as f:
+            return {"import": name, "file": hashlib.sha256(f.read()).hexdigest()}
     except OSError:
-        return {"unloaded": name}
+        return {"import": name}
 
 
 def _is_ndarray(value: Any) -> bool:
