@@ -54,15 +54,20 @@ class JITKernel(_KernelCallBase):
     """
 
     def __init__(
-        self, artifact: KernelArtifact, module: Any = None, num_threads: int | None = None
+        self,
+        artifact: KernelArtifact,
+        module: Any = None,
+        num_threads: int | None = None,
+        lib_path: Path | None = None,
     ) -> None:
         self.artifact = artifact
         self._module = module
         self.num_threads: int | None = None  # set for parallel CPU kernels (use_threads)
         self.thread_pool: str | None = None  # "tileauto" or "tvm", for parallel CPU kernels
+        lib = lib_path or artifact.lib_path  # load_library's may have another name
         if module is None:
             try:
-                self._module = tvm_runtime.load_module(artifact.lib_path, artifact.device_type)
+                self._module = tvm_runtime.load_module(lib, artifact.device_type)
             except Exception as exc:
                 if artifact.device_type != "cuda" or tvm_runtime.enabled("cuda"):
                     raise
@@ -88,7 +93,7 @@ class JITKernel(_KernelCallBase):
         self._target: Any = None
         self.origin: tuple | None = None  # (JITImpl, args, kwargs) when made by a @jit factory
         if artifact.device_type == "cpu" and self._module is not None:
-            self.thread_pool = pool_of(artifact.lib_path)  # after TVM's loader, as it must be
+            self.thread_pool = pool_of(lib)  # after TVM's loader, as it must be
             if self.thread_pool is not None:
                 self.use_threads(num_threads)
 
@@ -186,8 +191,7 @@ class JITKernel(_KernelCallBase):
             )
         meta = json.loads(meta_path.read_text())
         artifact = KernelArtifact.from_json(meta, directory=path.parent)
-        module = tvm_runtime.load_module(path, artifact.device_type)
-        return cls(artifact, module)
+        return cls(artifact, lib_path=path)
 
     def _call_python(self, *args: Any) -> Any:
         # The call (``__call__``; with the C call slot, what it does not serve itself). Fast

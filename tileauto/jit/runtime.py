@@ -5,7 +5,9 @@ A process that only calls tuned kernels (a cache hit, ``load_from_disk``) needs 
 seconds of start-up, while a kernel library needs only the runtime. So a library is loaded with
 ``tvm_ffi.load_module`` after ``libtvm_runtime.so`` has been loaded with ``RTLD_GLOBAL`` (a
 kernel with parallel loops calls its thread pool, and segfaults without it); a CUDA kernel also
-needs ``libtvm_runtime_cuda.so``. Once ``tvm`` is imported anyway, its own loader is used.
+needs ``libtvm_runtime_cuda.so``. Once ``tvm`` is imported anyway, its own loader is used; it is
+imported for a CUDA kernel built where no GPU was: its library holds CUDA C, compiled at load
+through TVM's NVRTC callback.
 The libraries are found as ``import tvm`` finds them (``TVM_LIBRARY_PATH``, then the package's
 ``lib`` folder), so importing ``tvm`` later loads the very same files.
 """
@@ -93,11 +95,18 @@ def load_module(path: str | Path, device_type: str = "cpu") -> Any:
         except (OSError, RuntimeError) as exc:  # an unusual install: let ``import tvm`` find it
             log.warning("loading TVM's runtime alone failed (%s); importing TVM", exc)
         else:
-            if device_type == "cuda":
-                ensure_cuda_runtime()
             import tvm_ffi
 
-            return tvm_ffi.load_module(path)
+            if device_type != "cuda":
+                return tvm_ffi.load_module(path)
+            if not ensure_cuda_runtime():
+                return tvm_ffi.load_module(path)  # raises: no CUDA here (the caller says so)
+            try:
+                return tvm_ffi.load_module(path)
+            except RuntimeError as exc:
+                # A kernel built where no GPU was holds CUDA C, not a cubin: loading it compiles
+                # it through a callback that only ``import tvm`` registers (NVRTC).
+                log.info("loading %s needs TVM's compiler (%s)", path, str(exc).splitlines()[0])
     import tvm  # the same loader, with TVM's Module class (time_evaluator...)
 
     return tvm.runtime.load_module(path)

@@ -714,6 +714,28 @@ def test_load_library_without_its_description(add64, tmp_path):
         JITKernel.load_library(path)
 
 
+def _row_parallel_scale() -> tvm.tirx.PrimFunc:
+    import tvm.s_tir as st
+    from tvm import te
+
+    A = te.placeholder((64, 256), "float32", name="A")
+    B = te.compute((64, 256), lambda i, j: A[i, j] * 2.0, name="B")
+    sch = st.Schedule(te.create_prim_func([A, B]))
+    sch.parallel(sch.get_loops(sch.get_sblock("B"))[0])
+    return sch.mod["main"]
+
+
+def test_a_parallel_kernel_exported_under_another_name_keeps_its_thread_pool(tmp_path):
+    # load_library looked for the pool's calls in kernel.so beside the file it loaded: a
+    # library exported under any other name lost tileauto's pool (use_threads changed nothing)
+    kernel = tileauto.jit(out_idx=[-1], target="llvm")(_row_parallel_scale)()
+    assert kernel.thread_pool == "tileauto"
+    loaded = JITKernel.load_library(kernel.export_library(tmp_path / "scale.so"))
+    assert loaded.thread_pool == "tileauto"
+    a = torch.randn(64, 256)
+    assert torch.equal(loaded(a), a * 2)
+
+
 def test_export_and_load_in_a_fresh_process(dyn_add, tmp_path):
     path = dyn_add.export_library(tmp_path / "dyn_add.so")
     script = textwrap.dedent(
