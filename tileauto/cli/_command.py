@@ -34,6 +34,7 @@ import sys
 from tileauto.cli import _remote_commands as remote_commands
 from tileauto.cli._base import (
     EXIT_FAIL,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PIPE,
     EXIT_USAGE,
@@ -296,6 +297,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except SettingsError as exc:
         print(f"tileauto: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
+        print("tileauto: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError as exc:
         if _stdout_closed():  # `tileauto env | head -1`: the reader has all it wanted
             return _output_gone()

@@ -270,6 +270,15 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error(capsys, monkeypatch, tilea
     assert code == 1 and err.startswith("tileauto: error:") and "Broken pipe" in err
 
 
+def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch, tileauto_env):
+    def interrupted(args):
+        raise KeyboardInterrupt  # what Ctrl-C raises in the middle of a command
+
+    monkeypatch.setattr(_command, "cmd_env", interrupted)
+    code, out, err = run(capsys, "env")
+    assert (code, out, err) == (130, "", "tileauto: interrupted\n")
+
+
 # -- (8) the last-resort error line ------------------------------------------------------------
 def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(
     capsys, monkeypatch, tileauto_env
