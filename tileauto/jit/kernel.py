@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -65,6 +68,7 @@ class JITKernel(_KernelCallBase):
         self.num_threads: int | None = None  # set for parallel CPU kernels (use_threads)
         self.thread_pool: str | None = None  # "tileauto" or "tvm", for parallel CPU kernels
         lib = lib_path or artifact.lib_path  # load_library's may have another name
+        self._lib_path = Path(lib)  # the library this kernel runs, which export_library copies
         if module is None:
             try:
                 self._module = tvm_runtime.load_module(lib, artifact.device_type)
@@ -170,14 +174,19 @@ class JITKernel(_KernelCallBase):
     def export_library(self, path: str | Path) -> Path:
         """Copy the shared library to ``path`` and its description to ``path + '.json'``.
 
-        Load it back, in this or another process, with :meth:`load_library`.
+        Load it back, in this or another process, with :meth:`load_library`. Each file is
+        written beside its destination and renamed into place: a process that has the library
+        at ``path`` loaded keeps running the old one (writing over a mapped library crashes it).
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.artifact.lib_path, path)
         meta = self.artifact.to_json()
         meta.pop("directory")
-        Path(f"{path}.json").write_text(json.dumps(meta, indent=1, default=str))
+        same = path.exists() and path.samefile(self._lib_path)  # exported where it was loaded
+        if not same:
+            _replace_with(path, lambda tmp: shutil.copyfile(self._lib_path, tmp))
+        text = json.dumps(meta, indent=1, default=str)
+        _replace_with(Path(f"{path}.json"), lambda tmp: Path(tmp).write_text(text))
         return path
 
     @classmethod
@@ -367,6 +376,18 @@ class JITKernel(_KernelCallBase):
                     message[len(prefix) :] if message.startswith(prefix) else message
                 )
                 raise error from cause
+
+
+def _replace_with(path: Path, write: Callable[[str], Any]) -> None:
+    """Write ``path`` through a new file beside it (the umask's mode), renamed into place."""
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _no_cuda_runtime(name: str, exc: Exception) -> Any:

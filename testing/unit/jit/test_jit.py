@@ -736,6 +736,60 @@ def test_a_parallel_kernel_exported_under_another_name_keeps_its_thread_pool(tmp
     assert torch.equal(loaded(a), a * 2)
 
 
+def _plus(n: int = 64, c: float = 1.0) -> tvm.tirx.PrimFunc:
+    from tvm import te
+
+    A = te.placeholder((n,), "float32", name="A")
+    return te.create_prim_func([A, te.compute((n,), lambda i: A[i] + c, name="B")])
+
+
+def test_a_loaded_kernel_exports_the_library_it_runs(tmp_path):
+    # export_library copied kernel.so beside the file load_library had read: another kernel's
+    # code under this one's description, or a FileNotFoundError naming a file nobody gave
+    plus = tileauto.jit(out_idx=[-1], target="llvm")(_plus)
+    plus(64, 1.0).export_library(tmp_path / "kernel.so")
+    loaded = JITKernel.load_library(plus(64, 100.0).export_library(tmp_path / "plus100.so"))
+    shipped = JITKernel.load_library(loaded.export_library(tmp_path / "out" / "shipped.so"))
+    assert shipped(torch.zeros(64))[0].item() == 100.0
+    again = JITKernel.load_library(loaded.export_library(tmp_path / "plus100.so"))  # in place
+    assert again(torch.zeros(64))[0].item() == 100.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kernel.so",
+        "kernel.so.json",
+        "out",
+        "plus100.so",
+        "plus100.so.json",
+    ]  # no temporary file left
+
+
+def test_exporting_over_a_loaded_library_leaves_the_loaded_kernel_running(tmp_path):
+    # export_library wrote over the file in place: a process that had it loaded (a server)
+    # was killed by SIGSEGV at its next call. It runs in a child, which that would kill.
+    script = textwrap.dedent(
+        f"""
+        import json, sys, torch
+        sys.path.insert(0, {str(HERE)!r})
+        import tileauto
+        from tileauto import JITKernel
+        from test_jit import _plus
+
+        plus = tileauto.jit(out_idx=[-1], target="llvm")(_plus)
+        path = plus(4096, 1.0).export_library({str(tmp_path / "k.so")!r})
+        served = JITKernel.load_library(path)
+        plus(256, 2.0).export_library(path)  # a new version shipped to the same path
+        x = torch.randn(4096)
+        assert torch.equal(served(x), x + 1)
+        meta = json.load(open(str(path) + ".json"))
+        assert meta["params"][0]["shape"] == [256]  # the new version's description
+        print("OK")
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stderr[-2000:]
+
+
 def test_export_and_load_in_a_fresh_process(dyn_add, tmp_path):
     path = dyn_add.export_library(tmp_path / "dyn_add.so")
     script = textwrap.dedent(
