@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import numbers
 import os
 import secrets
 import shutil
@@ -92,7 +93,14 @@ class JITKernel(_KernelCallBase):
         self._out_template, self._out_like = plan.out_template, plan.out_like
         self._align = plan.align  # a call checks its tensors' data against it
         self._native_out = plan.native_output_call(self._func)
-        if _C_CALL:
+        # integer scalars, which TVM wraps to their dtype silently: checked on every call,
+        # by the Python path (the C slot does not look at scalars)
+        self._int_scalars = tuple(
+            (pos, plan.in_pos.index(pos), *bounds)
+            for pos, p in enumerate(artifact.params)
+            if p.scalar and (bounds := _int_bounds(p.dtype)) is not None
+        )
+        if _C_CALL and not self._int_scalars:
             install_c_paths(self, plan, self._func, self._native_out, _ARGUMENT_ERRORS)
         self._target: Any = None
         self.origin: tuple | None = None  # (JITImpl, args, kwargs) when made by a @jit factory
@@ -212,6 +220,8 @@ class JITKernel(_KernelCallBase):
         if self._align > 1 and _misaligned(args, self._align):
             if len(args) in (self._num_in, self._num_params):  # else: the count's error below
                 self._raise_argument_error(args, None)  # unless each buffer assumes less
+        if self._int_scalars and _out_of_range(self, args):
+            self._raise_argument_error(args, None)
         if len(args) == self._num_params:
             try:
                 self._func(*args)
@@ -408,7 +418,7 @@ def _compact_empty(args: tuple) -> tuple | None:
     checks given those (a view: no storage is touched); None when there is none."""
     fixed, changed = list(args), False
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor) and a.numel() == 0 and a.dim() > 1:
+        if isinstance(a, torch.Tensor) and a.numel() == 0 and a.dim() >= 1:
             compact, step = [], 1
             for size in reversed(a.shape):
                 compact.append(step)
@@ -427,8 +437,6 @@ def _misaligned(args: tuple, align: int) -> bool:
 
 def _check_scalar(spec: ParamSpec, value: Any) -> str | None:
     """Why ``value`` cannot be the scalar parameter ``spec``, or None."""
-    import numbers
-
     kind = "int" if spec.dtype.startswith(("int", "uint")) else "number"
     if spec.dtype == "bool":
         ok = isinstance(value, (bool, numbers.Integral))
@@ -436,12 +444,43 @@ def _check_scalar(spec: ParamSpec, value: Any) -> str | None:
         ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     else:
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok:
+    if not ok:
+        return (
+            f"parameter {spec.name!r}: expected a scalar {spec.dtype} (a Python {kind}), "
+            f"got {type(value).__name__}"
+        )
+    bounds = _int_bounds(spec.dtype)
+    if bounds is not None and not bounds[0] <= int(value) <= bounds[1]:
+        return (
+            f"parameter {spec.name!r}: a scalar {spec.dtype} holds {bounds[0]} to "
+            f"{bounds[1]}, got {int(value)} (TVM would wrap it)"
+        )
+    return None
+
+
+def _out_of_range(kernel: JITKernel, args: tuple) -> bool:
+    """Whether an integer scalar among ``args`` (inputs, or every parameter) is outside its
+    dtype; a wrong count or type is left to the call's own errors."""
+    full = len(args) == kernel._num_params
+    if not full and len(args) != kernel._num_in:
+        return False
+    for pos, in_pos, low, high in kernel._int_scalars:
+        value = args[pos if full else in_pos]
+        if type(value) is int or (
+            isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        ):
+            if not low <= int(value) <= high:
+                return True
+    return False
+
+
+def _int_bounds(dtype: str) -> tuple[int, int] | None:
+    """The values an integer scalar of ``dtype`` holds, or None for other dtypes."""
+    signed = dtype.startswith("int")
+    if not (signed or dtype.startswith("uint")):
         return None
-    return (
-        f"parameter {spec.name!r}: expected a scalar {spec.dtype} (a Python {kind}), "
-        f"got {type(value).__name__}"
-    )
+    bits = int(dtype[3 if signed else 4 :] or 32)
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
 
 
 def _check_tensor(
@@ -450,7 +489,12 @@ def _check_tensor(
     if spec.scalar:
         message = _check_scalar(spec, value)
         if message is None and spec.dtype.startswith(("int", "uint")):
-            bindings.setdefault(spec.size_var, int(value))  # a length binds its size variable
+            bound = bindings.setdefault(spec.size_var, int(value))  # a length binds its size
+            if bound != int(value):
+                return (
+                    f"parameter {spec.name!r}: the scalar {spec.size_var}={int(value)} but an "
+                    f"earlier argument bound {spec.size_var}={bound}"
+                )
         return message
     name = spec.name
     expected = f"expected a {list(spec.display_shape)} {spec.dtype} tensor on {device.type}"

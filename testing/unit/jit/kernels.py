@@ -95,6 +95,22 @@ def scalar_named_like_a_dim() -> tvm.tirx.PrimFunc:
     return te.create_prim_func([a, n, b])
 
 
+def add_scalar(n: int = 64, dtype: str = "int32") -> tvm.tirx.PrimFunc:
+    """``B = A + k`` with ``k`` an integer scalar argument of ``dtype``."""
+    a = te.placeholder((n,), dtype, name="A")
+    k = te.var("k", dtype)
+    b = te.compute((n,), lambda i: a[i] + k, name="B")
+    return te.create_prim_func([a, k, b])
+
+
+def length_by_value() -> tvm.tirx.PrimFunc:
+    """``B = A * 2`` with A of length n and n also passed as a scalar after A."""
+    n = te.var("n")
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    return te.create_prim_func([a, n, b])
+
+
 def cast_int(n: int) -> tvm.tirx.PrimFunc:
     """``B = int32(A) * 3`` for float32 A: an output dtype different from the input's."""
     a = te.placeholder((n,), "float32", name="A")

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import kernels
+import numpy as np
 import pytest
 import torch
 import tvm
@@ -259,6 +260,43 @@ def test_a_scalar_binds_its_own_size_variable_not_a_dimension_named_alike():
     torch.testing.assert_close(b, a[0] + torch.arange(6, dtype=torch.float32))
     with pytest.raises(KernelArgumentError, match=r"'B': dim 0 is n=5 but .* bound n=6"):
         k(a, 6, torch.empty(5))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "bad", "low", "high"),
+    [("int32", 2**32 + 7, -(2**31), 2**31 - 1), ("uint8", 300, 0, 255), ("int8", -200, -128, 127)],
+)
+def test_an_integer_scalar_its_dtype_cannot_hold_is_refused(dtype, bad, low, high):
+    # TVM wrapped it silently (int32 2**32 + 7 ran as 7, uint8 300 as 44), which tuning refuses
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.add_scalar)(64, dtype)
+    a = torch.zeros(64, dtype=getattr(torch, dtype))
+    assert int(k(a, high)[0]) == high and int(k(a, low)[0]) == low
+    message = rf"argument 1 \(parameter 'k': a scalar {dtype} holds {low} to {high}, got {bad}"
+    for call in (lambda: k(a, bad), lambda: k(a, bad, torch.empty_like(a))):
+        with pytest.raises(KernelArgumentError, match=message):
+            call()
+    with pytest.raises(KernelArgumentError, match=message):
+        k.prepare(a, bad)
+    with pytest.raises(KernelArgumentError, match=message):
+        k(a, np.int64(bad))
+
+
+def test_a_length_by_value_that_disagrees_with_a_tensor_is_named():
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.length_by_value)()
+    a = torch.randn(64)
+    torch.testing.assert_close(k(a, 64), a * 2)
+    with pytest.raises(KernelArgumentError, match=r"'n': the scalar n=32 but .* bound n=64"):
+        k(a, 32)
+
+
+def test_a_one_dimensional_empty_view_with_a_stride_runs():
+    # batch[:, 0] of an empty (0, 3) batch: strides (3,), which TVM refused; jit.md: any
+    # strides describe an empty tensor, so the call runs
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.script_add_one)()
+    col = torch.empty(0, 3)[:, 0]
+    assert col.stride() == (3,)
+    assert k(col).shape == (0,)
+    assert k(torch.empty(0)[::2], torch.empty(0)).shape == (0,)
 
 
 def test_tvmscript_kernel_with_symbolic_shape():
