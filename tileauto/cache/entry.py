@@ -4,7 +4,8 @@
     best_config.json   {"config": {...}}                                    (tuned entries)
     latency.json       best / reference / default latency in ms, the best's statistics
     trials.json        every config's trial, the default config's, the tuning time
-    problem.json       the problem arguments, when they are plain values (optional)
+    problem.json       the problem arguments, when they are plain values, and the tuning's
+                       compile arguments (pass_configs, target_host, execution_backend) (optional)
     kernel/            kernel.so, kernel.json (entry point, parameters, out_idx, target, config),
                        kernel_source.txt (device code), host_source.txt, kernel_script.py
 
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tileauto.artifact import KernelArtifact
+from tileauto.options import EXECUTION_BACKENDS
 from tileauto.records import Trial
 
 KERNEL_DIR = "kernel"
@@ -53,6 +55,8 @@ class StoredResult:
     tuning_s: float
     artifact: KernelArtifact
     problem: dict[str, Any] | None
+    #: the tuning's compile arguments (:func:`compile_args_record`); None: an older entry
+    compile_args: dict[str, Any] | None = None
 
 
 def required_files(kind: str) -> tuple[str, ...]:
@@ -104,7 +108,26 @@ def read_artifact(entry_dir: Path) -> KernelArtifact:
     """The kernel description of an entry, pointing at the entry's own ``kernel/`` folder."""
     kernel_dir = Path(entry_dir) / KERNEL_DIR
     meta = json.loads((kernel_dir / KernelArtifact.META).read_text())
-    return KernelArtifact.from_json(meta, directory=kernel_dir)
+    return _consistent(KernelArtifact.from_json(meta, directory=kernel_dir))
+
+
+def _consistent(artifact: KernelArtifact) -> KernelArtifact:
+    """``artifact``, once its outputs are known to be some of its parameters.
+
+    Raises:
+        ValueError: ``out_idx`` names a parameter it does not have, or one twice.
+    """
+    count = len(artifact.params)
+    out_idx = list(artifact.out_idx)
+    bad = [
+        i for i in out_idx if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count
+    ]
+    if bad or len(set(out_idx)) != len(out_idx):
+        raise ValueError(
+            f"kernel.json: out_idx {out_idx} does not name distinct parameters of the "
+            f"{count} it lists (expected positions 0 to {count - 1})"
+        )
+    return artifact
 
 
 def fill_result(result: Any, out: Path) -> None:
@@ -134,8 +157,11 @@ def fill_result(result: Any, out: Path) -> None:
         },
         indent=None,
     )
-    problem = result.extra.get("problem") if isinstance(result.extra, dict) else None
-    if problem is not None:
+    extra = result.extra if isinstance(result.extra, dict) else {}
+    problem = {**(extra.get("problem") or {})}
+    if extra.get("compile_args") is not None:  # what a recompile elsewhere builds with
+        problem[COMPILE_ARGS] = extra["compile_args"]
+    if problem:
         _dump(out / "problem.json", with_literal(problem))
     write_kernel_dir(result.kernel.artifact, out)
 
@@ -151,6 +177,8 @@ def read_result(entry_dir: Path, manifest: dict[str, Any]) -> StoredResult:
     latency = _load(entry_dir / "latency.json")
     trials = _load(entry_dir / "trials.json")
     problem_path = entry_dir / "problem.json"
+    problem = without_literal(_load(problem_path)) if problem_path.is_file() else None
+    compile_args = _compile_args_of(problem.pop(COMPILE_ARGS, None) if problem else None)
     return StoredResult(
         path=entry_dir,
         manifest=manifest,
@@ -161,8 +189,76 @@ def read_result(entry_dir: Path, manifest: dict[str, Any]) -> StoredResult:
         default_trial=Trial.from_json(trials["default"]) if trials.get("default") else None,
         tuning_s=float(trials.get("tuning_s", 0.0)),
         artifact=read_artifact(entry_dir),
-        problem=without_literal(_load(problem_path)) if problem_path.is_file() else None,
+        problem=problem or None,  # only compile arguments: no call to give a factory
+        compile_args=compile_args,
     )
+
+
+COMPILE_ARGS = "compile_args"
+#: the compile arguments a tuned entry keeps: a recompile on another machine uses them (its
+#: target is this machine's, and ``out_idx`` is the kernel's own)
+STORED_COMPILE_ARGS = ("target_host", "execution_backend", "pass_configs")
+
+
+def compile_args_record(compile_args: Any) -> dict[str, Any]:
+    """The tuning's compile arguments as plain JSON values, for ``problem.json``.
+
+    ``compile_args`` is a :class:`~tileauto.options.CompileArgs`. A target host given as a
+    ``tvm.target.Target`` is kept as its JSON; a pass option whose value is no plain value
+    (nothing JSON or a Python literal gives back) is left out, as it cannot be stored.
+    """
+    host = compile_args.target_host
+    if host is not None and not isinstance(host, (str, dict)):
+        host = _json_or_text(str(host))  # a tvm Target prints as its JSON
+    passes = {
+        str(name): value
+        for name, value in (compile_args.pass_configs or {}).items()
+        if _plain(value)
+    }
+    return {
+        "target_host": host if host is None or _plain(host) else str(host),
+        "execution_backend": compile_args.execution_backend,
+        "pass_configs": passes or None,
+    }
+
+
+def _compile_args_of(record: Any) -> dict[str, Any] | None:
+    """The stored compile arguments (:data:`STORED_COMPILE_ARGS`), or None when none are.
+
+    Raises:
+        ValueError: the record is not a dict of those fields, or its pass_configs no dict.
+    """
+    if record is None:
+        return None
+    if not isinstance(record, dict) or not set(record) <= set(STORED_COMPILE_ARGS):
+        raise ValueError(
+            f"problem.json: compile_args must be a dict of {list(STORED_COMPILE_ARGS)}, "
+            f"got {record!r:.200}"
+        )
+    if not isinstance(record.get("pass_configs") or {}, dict):
+        raise ValueError(f"problem.json: pass_configs must be a dict, got {record!r:.200}")
+    if record.get("execution_backend", "auto") not in (None, *EXECUTION_BACKENDS):
+        raise ValueError(
+            f"problem.json: execution_backend must be one of {EXECUTION_BACKENDS}, "
+            f"got {record.get('execution_backend')!r}"
+        )
+    return dict(record)
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _plain(value: Any) -> bool:
+    """A value a record gives back: JSON's own, or tuples of them (kept by the literal)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 LITERAL = "literal"

@@ -29,8 +29,56 @@ _ISA_FEATURE = re.compile(
 
 @functools.lru_cache(maxsize=1)
 def host_cpu_target() -> Target:
-    """LLVM for this CPU with its real features (plain ``"llvm"`` means generic SSE only)."""
-    return Target.from_device("cpu")
+    """LLVM for this CPU with its real features (plain ``"llvm"`` means generic SSE only).
+
+    TVM names this CPU's model (``mcpu``), which implies the model's features; an
+    instruction set this CPU reports off although its model has it (a VM that masks
+    AVX-512) is turned off with ``mattr``, so that no kernel built here needs it. Elsewhere
+    the target is TVM's as is.
+    """
+    detected = Target.from_device("cpu")
+    masked = _masked_features(detected)
+    if not masked:
+        return detected
+    spec = json.loads(str(detected))
+    spec["mattr"] = [*spec.get("mattr", []), *(f"-{name}" for name in masked)]
+    return Target(spec)
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu_features() -> dict[str, bool]:
+    """This CPU's features as LLVM reads them (CPUID and what the OS enabled), by LLVM name:
+    True on, False off; a feature LLVM does not check here is absent. Empty when this TVM
+    does not offer LLVM's reading."""
+    try:
+        import tvm_ffi
+
+        read = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures", allow_missing=True)
+        return {} if read is None else {str(k): bool(v) for k, v in read().items()}
+    except Exception:  # noqa: BLE001 - no reading: the model's features stand for this CPU's
+        return {}
+
+
+def _masked_features(named: Target) -> list[str]:
+    """The instruction sets ``named`` (this CPU's model) implies that this CPU reports off."""
+    from tvm.target import codegen
+
+    off = {name for name, on in host_cpu_features().items() if not on}
+    try:
+        implied = set(codegen.llvm_get_cpu_features(named))
+    except Exception:  # noqa: BLE001 - an unknown model: nothing to turn off
+        return []
+    return sorted(name for name in implied & off if _ISA_FEATURE.match(name))
+
+
+def cpu_features_here() -> set[str]:
+    """The features of this CPU: its model's, less those it reports off, plus those it
+    reports on (a feature LLVM cannot read here is taken from the model)."""
+    from tvm.target import codegen
+
+    real = host_cpu_features()
+    named = set(codegen.llvm_get_cpu_features(host_cpu_target()))
+    return {f for f in named if real.get(f, True)} | {f for f, on in real.items() if on}
 
 
 def cuda_usable() -> bool:
@@ -167,9 +215,11 @@ def cannot_run_here(stored_json: str, device_type: str, wanted: Target | None) -
         device_type: ``"cpu"`` or ``"cuda"``.
         wanted: the target the caller asks for (``load_from_disk(compile_args=...)``), if any:
             another kind than the stored one is a reason.
-    """
-    from tvm.target import codegen
 
+    A CPU kernel, and the host code of a CUDA kernel, needs this CPU's architecture and every
+    instruction set its target implies, judged by this CPU's own features
+    (:func:`cpu_features_here`), not those of its model's name.
+    """
     stored = Target(stored_json)
     if wanted is not None and wanted.kind.name != stored.kind.name:
         return f"compile_args asks for a {wanted.kind.name} target; it was built for {stored.kind.name}"
@@ -178,7 +228,18 @@ def cannot_run_here(stored_json: str, device_type: str, wanted: Target | None) -
             return "it is a CUDA kernel and no usable CUDA GPU is here"
         here = str(resolve_target("cuda").attrs.get("arch", ""))
         built = str(stored.attrs.get("arch", ""))
-        return None if not built or built == here else f"built for {built}, this GPU is {here}"
+        if built and built != here:
+            return f"built for {built}, this GPU is {here}"
+        host = stored.host  # the launching code runs on this CPU: it is checked as a CPU kernel
+        lacks = _cpu_cannot_run(host) if host is not None else None
+        return None if lacks is None else f"its host code: {lacks}"
+    return _cpu_cannot_run(stored)
+
+
+def _cpu_cannot_run(stored: Target) -> str | None:
+    """Why code built for the CPU target ``stored`` cannot run on this CPU, or None."""
+    from tvm.target import codegen
+
     triple = str(stored.attrs.get("mtriple", "") or "")
     arch_here = str(codegen.llvm_get_system_triple()).split("-")[0]
     if triple and triple.split("-")[0] != arch_here:
@@ -186,10 +247,8 @@ def cannot_run_here(stored_json: str, device_type: str, wanted: Target | None) -
     if stored.kind.name != "llvm":
         return None
     try:
-        with stored:
-            needed = set(codegen.llvm_get_cpu_features())
-        with host_cpu_target():
-            have = set(codegen.llvm_get_cpu_features())
+        needed = set(codegen.llvm_get_cpu_features(stored))
+        have = cpu_features_here()
     except Exception:  # noqa: BLE001 - unknown features: let loading the library decide
         return None
     missing = sorted(f for f in needed - have if _ISA_FEATURE.match(f))

@@ -51,8 +51,34 @@ def recompile_factory(factory: Any) -> Any:
     return plain
 
 
+def recompile_args(tuned: dict[str, Any] | None, given: CompileArgs | None) -> CompileArgs:
+    """The compile arguments of a recompile: the tuning's (``tuned``, as the saved folder
+    records them; None for an older folder), with the caller's (``given``) over them.
+
+    A field the caller leaves at its default keeps the tuning's; ``pass_configs`` are merged,
+    the caller's value winning for an option both name. ``target`` and ``out_idx`` are not
+    set here (the recompile's own).
+    """
+    from tileauto.space import merged_pass_configs
+
+    tuned = tuned or {}
+    given = given if given is not None else CompileArgs()
+    backend = given.execution_backend
+    if backend == "auto" and tuned.get("execution_backend") is not None:
+        backend = str(tuned["execution_backend"])
+    return CompileArgs(
+        target_host=given.target_host
+        if given.target_host is not None
+        else tuned.get("target_host"),
+        execution_backend=backend,
+        pass_configs=merged_pass_configs(tuned.get("pass_configs") or None, given.pass_configs),
+        verbose=given.verbose,
+    )
+
+
 def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
-    """Compile the stored best config for this machine (from its TVMScript, or the factory).
+    """Compile the stored best config for this machine (from its TVMScript, or the factory),
+    with the tuning's compile arguments under the caller's ``args`` (:func:`recompile_args`).
 
     ``factory``: a plain factory, an ``@autotune`` or a ``@jit`` one (see
     :func:`recompile_factory`), or None.
@@ -70,11 +96,10 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
     target = args.target if args is not None else "auto"
     if target is None or (isinstance(target, str) and target.strip() == "auto"):
         target = "cuda" if artifact.device_type == "cuda" else "llvm"
-    compile_args = CompileArgs(
+    compile_args = replace(
+        recompile_args(getattr(stored, "compile_args", None), args),
         out_idx=artifact.out_idx or None,
         target=target,
-        target_host=args.target_host if args is not None else None,
-        pass_configs=args.pass_configs if args is not None else None,
     )
     plain = recompile_factory(factory)
     if plain is not None:

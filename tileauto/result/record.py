@@ -35,6 +35,8 @@ class AutotuneResult:
         cache_hit: whether it came from the disk cache (or a saved folder) without tuning.
         key: the cache key of the tuning problem (None when the tuning cache was off).
         extra: more facts about the run (``"problem"``: the problem arguments, if plain;
+            ``"compile_args"``: the tuning's ``target_host``, ``execution_backend`` and
+            ``pass_configs``, which a recompile on load uses;
             ``"entry"``: the factory's name and module, ``problem_key`` and ``family`` that
             the cache entry or saved folder it was read from gives, kept when it is saved).
         rebuild: compiles the best config again when the kernel's files are gone and it must
@@ -134,14 +136,16 @@ class AutotuneResult:
         here (another CPU architecture or instruction set, another GPU, or a library that
         does not load), the stored best config is recompiled for this machine with a warning:
         from the stored TVMScript, or with ``factory`` (a ``@jit`` factory or plain factory)
-        when given.
+        when given. The recompile uses the tuning's ``pass_configs``, ``target_host`` and
+        ``execution_backend`` (a folder saved before they were recorded has none).
 
         Args:
             path: the folder.
             compile_args: a :class:`~tileauto.options.CompileArgs` or a dict of its fields.
-                ``out_idx`` overrides the stored one; ``target`` (when not ``"auto"``) and
-                ``pass_configs`` are used when recompiling, and a target of another kind
-                than the stored one forces a recompile.
+                ``out_idx`` overrides the stored one; ``target`` (when not ``"auto"``),
+                ``target_host`` and ``pass_configs`` are used when recompiling, in place of
+                the tuning's (a field left at its default keeps the tuning's), and a target
+                of another kind than the stored one forces a recompile.
             factory: recompile with this factory and the stored problem arguments instead of
                 the stored TVMScript: the ``@jit`` factory, the ``@tileauto.autotune``
                 function over it (its ``@jit`` factory is used: nothing is tuned), or a plain
@@ -172,6 +176,8 @@ class AutotuneResult:
         extra: dict[str, Any] = {"entry": problem_names(stored.manifest)}
         if stored.problem is not None:
             extra["problem"] = stored.problem
+        if getattr(stored, "compile_args", None) is not None:  # kept when it is saved again
+            extra["compile_args"] = stored.compile_args
         return cls(
             config=dict(stored.config),
             latency=stored.latency_ms,

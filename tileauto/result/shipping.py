@@ -83,7 +83,7 @@ def load_result(
 ) -> Any:
     """:meth:`AutotuneResult.load_from_disk <tileauto.result.record.AutotuneResult.load_from_disk>`."""
     from tileauto.cache import disk
-    from tileauto.cache.entry import KIND_TUNED, REQUIRED_TUNED, read_result
+    from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, REQUIRED_TUNED, read_result
     from tileauto.jit.kernel import JITKernel
 
     path = Path(path).expanduser().absolute()
@@ -92,6 +92,8 @@ def load_result(
     not_a_folder = _not_a_folder(path)
     if not_a_folder is not None:
         raise CacheError(f"load_from_disk({str(path)!r}): {not_a_folder}")
+    if _manifest_kind(path) == KIND_KERNEL:  # before the files a tuned result must have
+        raise CacheError(f"load_from_disk({str(path)!r}): {_PLAIN_KERNEL}")
     # A shipped folder may belong to root (installed in an image); others must not write it.
     problem = disk.verify(path, required=REQUIRED_TUNED, trusted_uids={os.getuid(), 0})
     if problem is not None:
@@ -99,7 +101,7 @@ def load_result(
     try:
         manifest = disk.read_manifest(path)
         if manifest.get("kind", KIND_TUNED) != KIND_TUNED:
-            raise CacheError(f"{path} holds a plain kernel, not a tuned result")
+            raise CacheError(f"load_from_disk({str(path)!r}): {_PLAIN_KERNEL}")
         stored = _with_own_values(read_result(path, manifest))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CacheError(f"load_from_disk({str(path)!r}): unreadable records ({exc})") from exc
@@ -122,6 +124,23 @@ def load_result(
         )
         kernel = recompile(stored, artifact, args, make)
     return cls.from_stored(stored, kernel)
+
+
+_PLAIN_KERNEL = (
+    "it holds a plain kernel (a @jit cache entry, kernels/<key>), not a tuned result: give "
+    "the folder save_to_disk wrote or a tuned cache entry's (autotuner/<key>)"
+)
+
+
+def _manifest_kind(path: Path) -> Any:
+    """The kind the folder's manifest names, or None when it names none or is unreadable
+    (the verification that follows says what is wrong)."""
+    from tileauto.cache import disk
+
+    try:
+        return disk.read_manifest(path).get("kind")
+    except (OSError, ValueError):
+        return None
 
 
 def _with_own_values(stored: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tileauto.cache.entry import compile_args_record
 from tileauto.records import Trial, is_never_tried
 from tileauto.report.table import failure_summary
 from tileauto.space.view import SpaceView
@@ -44,9 +45,10 @@ def no_winner_message(
 
 
 def stored_facts(problem: TuningProblem, search: Any, stop: Any) -> dict[str, Any]:
-    """Plain facts kept with the entry: how the search ended, and the problem's call (which
-    lets ``load_from_disk(factory=...)`` compile the winner elsewhere)."""
-    extra: dict[str, Any] = {}
+    """Plain facts kept with the entry: how the search ended, the problem's call (which
+    lets ``load_from_disk(factory=...)`` compile the winner elsewhere) and the compile
+    arguments (which such a recompile builds with)."""
+    extra: dict[str, Any] = {"compile_args": compile_args_record(problem.compile_args)}
     if stop is not None:
         extra["search"] = {
             "strategy": search.describe(),
