@@ -203,8 +203,15 @@ class JITKernel(_KernelCallBase):
         path = Path(path)
         meta_path = Path(f"{path}.json")
         if not meta_path.is_file():
+            hint = ""
+            if (path.parent / KernelArtifact.META).is_file():  # a cache entry's kernel folder
+                hint = (
+                    f"; {path.parent} is a cache entry's kernel folder (its description is "
+                    f"{KernelArtifact.META}): load the entry with "
+                    "AutotuneResult.load_from_disk, or export the kernel first"
+                )
             raise FileNotFoundError(
-                f"{meta_path} is missing: export_library writes it next to the library"
+                f"{meta_path} is missing: export_library writes it next to the library{hint}"
             )
         meta = json.loads(meta_path.read_text())
         artifact = KernelArtifact.from_json(meta, directory=path.parent)

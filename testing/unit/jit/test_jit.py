@@ -752,6 +752,11 @@ def test_load_library_without_its_description(add64, tmp_path):
         JITKernel.load_library(path)
 
 
+def test_load_library_of_a_cache_entrys_kernel_says_what_it_is(add64):
+    with pytest.raises(FileNotFoundError, match="a cache entry's kernel folder .* kernel.json"):
+        JITKernel.load_library(add64.artifact.lib_path)  # kernels/<key>/kernel/kernel.so
+
+
 def _row_parallel_scale() -> tvm.tirx.PrimFunc:
     import tvm.s_tir as st
     from tvm import te
