@@ -75,6 +75,9 @@ def check_outputs(
         return manual_check(spec.profile.manual_check_prog, results, expected_list)
     if expected is None or session.ref_checker:
         return Verdict(True)
+    counted = _count_mismatch(session, names, mutated, len(as_list(expected)))
+    if counted is not None:
+        return counted
     with own_work(spec.device):
         return compare(
             results,
@@ -99,12 +102,47 @@ def manual_check(prog: Any, results: list, expected_list: list | None) -> Verdic
     :func:`~tileauto.run.validate.check_bool`), anything else passes."""
     try:
         # always lists, as TileLang passes them, whatever ref_prog returned
-        value = prog(list(results), expected_list)
+        # copies: a check that works in place on them must not change the next config's
+        value = prog(list(results), None if expected_list is None else clones(expected_list))
     except Exception as exc:  # noqa: BLE001
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return Verdict(False, f"manual_check_prog raised {type(exc).__name__}: {first}")
     verdict = check_bool(value, "manual_check_prog")
     return Verdict(True) if verdict is None else verdict
+
+
+def _count_mismatch(
+    session: RunSession, names: list[str], mutated: tuple[int, ...], n_expected: int
+) -> Verdict | None:
+    """A failing verdict when the reference gives another number of tensors than the kernel's
+    results, saying what the results were: written inputs are found by comparing values, and
+    an update that leaves the test data unchanged is not found (None when the counts agree)."""
+    if n_expected == len(names):
+        return None
+    spec = session.spec
+    inplace = session.inplace if session.inplace is not None else mutated
+    n_out = len(names) - len(inplace)
+    outputs = ", ".join(names[:n_out]) or "none"
+    written = ", ".join(names[n_out:]) or "none"
+    message = (
+        f"reference gave {n_expected} tensors, the kernel {len(names)} results (outputs: "
+        f"{outputs}; written inputs: {written})"
+    )
+    if spec.inplace_args is None and session.inplace is None:
+        tensors = [
+            k
+            for k, p in enumerate(session.in_pos)
+            if not spec.params[p].scalar and k not in inplace
+        ]
+        if tensors:
+            listed = ", ".join(f"{k}: {spec.params[session.in_pos[k]].name}" for k in tensors)
+            message += (
+                "; written inputs are found by comparing each input before and after the run, "
+                "so one whose values the kernel leaves unchanged on these inputs is not found: "
+                f"declare the inputs the kernel writes with inplace_args=[...] (input positions: "
+                f"{listed})"
+            )
+    return Verdict(False, message)
 
 
 def single_element(results: Sequence[Any]) -> bool:

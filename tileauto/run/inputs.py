@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import itertools
 import math
+import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +24,12 @@ _CAPTURED: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextV
     "tileauto_autotune_inputs", default=None
 )
 
+# The blocks open in every thread, for tunings on threads that have none of their own (a
+# ThreadPoolExecutor does not copy the context): block number -> (opening thread, inputs).
+_OPEN: dict[int, tuple[int, tuple[Any, ...]]] = {}
+_OPEN_LOCK = threading.Lock()
+_BLOCK_NUMBERS = itertools.count()
+
 
 @contextlib.contextmanager
 def set_autotune_inputs(*tensors: Any) -> Iterator[None]:
@@ -29,6 +38,14 @@ def set_autotune_inputs(*tensors: Any) -> Iterator[None]:
     Pass the kernel's input tensors in order (outputs may be included too; they are ignored
     except as shape hints). Tuning works on copies: these tensors are never modified.
     ``set_autotune_inputs([a, b])`` and ``set_autotune_inputs(a, b)`` are the same.
+
+    The block applies to tunings started in this thread (and in contexts copied from it),
+    and, while it is open, to tunings started in threads that have no block of their own,
+    as long as no other thread has one open too (see :func:`captured_inputs`).
+
+    Raises:
+        InputSupplyError: an argument is not a tensor or a number, or a tensor without data
+            (a meta tensor) or not strided (a sparse one), named by its position.
     """
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
@@ -38,16 +55,62 @@ def set_autotune_inputs(*tensors: Any) -> Iterator[None]:
                 f"set_autotune_inputs: argument {i} must be a torch.Tensor (or an int or float "
                 f"for a scalar parameter), got {type(t).__name__}"
             )
+        if isinstance(t, torch.Tensor):
+            _check_has_data(t, f"set_autotune_inputs: argument {i}")
     token = _CAPTURED.set(tuple(tensors))
+    number = next(_BLOCK_NUMBERS)
+    with _OPEN_LOCK:
+        _OPEN[number] = (threading.get_ident(), tuple(tensors))
     try:
         yield
     finally:
+        with _OPEN_LOCK:
+            del _OPEN[number]
         _CAPTURED.reset(token)
 
 
 def captured_inputs() -> tuple[Any, ...] | None:
-    """The tensors of the innermost ``set_autotune_inputs`` block, if any."""
-    return _CAPTURED.get()
+    """The tensors of the innermost ``set_autotune_inputs`` block, if any.
+
+    The block of this thread's context comes first. A thread without one (a pool thread
+    tuning for the thread that opened the block) gets the innermost block open in another
+    thread, if one thread only has blocks open; when several have, which one applies cannot be
+    told: a warning says so and the tuning makes its own inputs.
+    """
+    own = _CAPTURED.get()
+    if own is not None:
+        return own
+    me = threading.get_ident()
+    with _OPEN_LOCK:
+        others = [(n, thread, given) for n, (thread, given) in _OPEN.items() if thread != me]
+    if not others:
+        return None
+    if len({thread for _, thread, _ in others}) > 1:
+        warnings.warn(
+            f"set_autotune_inputs blocks are open in {len({t for _, t, _ in others})} other "
+            "threads and none in this one: the tuning cannot tell whose inputs are meant and "
+            "makes its own (supply_prog or generators); open the block in the thread that "
+            "tunes, or run the tuning in contextvars.copy_context() of the thread that opened it",
+            UserWarning,
+            stacklevel=2,
+        )
+        return None
+    return max(others, key=lambda item: item[0])[2]  # that thread's innermost block
+
+
+def _check_has_data(t: torch.Tensor, what: str) -> None:
+    """A tensor the tuning can copy: one with data (not on the meta device), strided (not
+    sparse). Refused here, naming it, rather than by torch after every config compiled."""
+    if t.is_meta:
+        raise InputSupplyError(
+            f"{what} is a meta tensor, which holds no data to tune on: pass a tensor with data "
+            "(on the CPU or the target's device)"
+        )
+    if t.layout != torch.strided:
+        raise InputSupplyError(
+            f"{what} has the layout {t.layout}; kernels take dense (strided) tensors: pass "
+            "t.to_dense()"
+        )
 
 
 def generate(
@@ -193,25 +256,43 @@ def _pick_inputs(
             f"(or all {len(params)} parameters including outputs)"
         )
     sizes: dict[str, tuple[int, str]] = {}  # each size variable's value, and who gave it
+    for k, t in enumerate(tensors):  # scalars first: a length passed by value binds its size
+        spec = params[in_pos[k]]
+        if spec.scalar:
+            tensors[k] = _pick_scalar(t, spec, k, source, sizes)
     for k, t in enumerate(tensors):
         spec = params[in_pos[k]]
         if spec.scalar:
-            if isinstance(t, torch.Tensor) and t.numel() == 1:
-                tensors[k] = t = t.item()  # a one-element tensor for a scalar: its value
-            if not isinstance(t, (bool, int, float)):
-                raise InputSupplyError(
-                    f"{source}: input {k} ({spec.name}) is the scalar parameter {spec.name} "
-                    f"({spec.dtype}): give an int or float, got {type(t).__name__}"
-                )
-            _check_scalar(t, spec, k, source)
-        elif not isinstance(t, torch.Tensor):
+            continue
+        if not isinstance(t, torch.Tensor):
             raise InputSupplyError(
                 f"{source}: input {k} ({spec.name}) is {type(t).__name__}, not a tensor"
             )
-        else:
-            _check_fits(t, spec, k, source)
-            _check_sizes(t, spec, k, source, sizes)
+        _check_has_data(t, f"{source}: input {k} ({spec.name})")
+        _check_fits(t, spec, k, source)
+        _check_sizes(t, spec, k, source, sizes)
     return tensors
+
+
+def _pick_scalar(
+    t: Any, spec: ParamSpec, k: int, source: str, sizes: dict[str, tuple[int, str]]
+) -> bool | int | float:
+    """A scalar input's value, as the kernel takes it: an int for an integer dtype (TVM
+    refuses 3.0 there, in every config alike), recorded as the size it binds."""
+    if isinstance(t, torch.Tensor) and t.numel() == 1:
+        t = t.item()  # a one-element tensor for a scalar: its value
+    if not isinstance(t, (bool, int, float)):
+        raise InputSupplyError(
+            f"{source}: input {k} ({spec.name}) is the scalar parameter {spec.name} "
+            f"({spec.dtype}): give an int or float, got {type(t).__name__}"
+        )
+    _check_scalar(t, spec, k, source)
+    if spec.dtype.startswith(("int", "uint")):
+        if isinstance(t, float):
+            t = int(t)  # a whole number (checked above)
+        if not isinstance(t, bool):
+            sizes[spec.size_var] = (int(t), f"input {k} ({spec.name}), passed by value")
+    return t
 
 
 def _check_scalar(value: bool | int | float, spec: ParamSpec, k: int, source: str) -> None:
@@ -242,7 +323,7 @@ def _check_sizes(
             name = dict(spec.renamed).get(dim, dim)
             raise InputSupplyError(
                 f"{source}: the size {name} is {first[0]} in {first[1]} but {given[0]} in "
-                f"{given[1]}; every tensor it sizes must agree"
+                f"{given[1]}; every input that sizes or binds it must agree"
             )
 
 

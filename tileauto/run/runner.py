@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -376,6 +377,9 @@ def _inplace_positions(
 ) -> tuple[int, ...] | None:
     """``inplace_args`` checked against the kernel's inputs (negative counts from the end).
 
+    Positions come back sorted, as out_idx's do (a warning when they were not): the written
+    inputs are results in input order, whatever the order given.
+
     Raises:
         ValueError: a position is not one of the kernel's inputs (names them), before any
             config is run, instead of an IndexError in every config.
@@ -398,4 +402,13 @@ def _inplace_positions(
             f"inplace_args={list(inplace_args)}: {scalars} name the scalar parameter(s) {names}, "
             f"passed by value: a kernel cannot write them; the kernel's inputs are {listed}"
         )
-    return tuple(dict.fromkeys(k % len(inputs) for k in inplace_args))
+    given = list(dict.fromkeys(k % len(inputs) for k in inplace_args))
+    if given != sorted(given):
+        warnings.warn(
+            f"inplace_args={list(inplace_args)}: the results are the outputs, then the written "
+            f"inputs in input order, {sorted(given)}, and ref_prog's expected results are read "
+            f"in that order too (as out_idx is); write inplace_args={sorted(given)} to say so",
+            UserWarning,
+            stacklevel=2,
+        )
+    return tuple(sorted(given))

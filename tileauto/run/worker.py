@@ -24,11 +24,11 @@ from tileauto.jit import launcher
 from tileauto.records import NOT_COMPARED_NOTE, RunOutcome, TrialStatus
 from tileauto.run._busy import busy_note, runqueue_wait_s
 from tileauto.run.buffers import canaries_intact, interleave, padded_clones, padded_outputs
-from tileauto.run.check import check_outputs, clones, own_work
+from tileauto.run.check import as_tensor, check_outputs, clones, first_unwritten, own_work
 from tileauto.run.inputs import make_inputs
 from tileauto.run.session import RunRequest, RunSession, SessionSpec
 from tileauto.run.timing import default_timer, iterations
-from tileauto.run.validate import Verdict
+from tileauto.run.validate import Verdict, as_list
 
 
 def signature(params: Sequence[ParamSpec], out_pos: Sequence[int]) -> str:
@@ -168,6 +168,8 @@ class RunWorker:
             _sync(spec.device)
         except Exception as exc:  # noqa: BLE001 - reported in every trial, tuning goes on
             session.ref_error = f"ref_prog raised {type(exc).__name__}: {exc}"
+        else:
+            session.ref_error = _unusable_reference(session.expected)
 
     def time_reference(self, warmup: int, rep: int, key: str | None = None) -> float | None:
         """Median latency (ms) of the reference program on a session's inputs."""
@@ -272,16 +274,25 @@ class RunWorker:
                 TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {spilled_names}"
             )
         notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
-        if spec.profile.ref_prog is None and not request.is_reference and session.reference is None:
-            other = self._reference_signature_differs(session)
-            if other is not None:
-                notes += (other,)
         inplace = session.inplace if session.inplace is not None else mutated
         results = list(outs) + [ins[k] for k in inplace]
         names = [spec.params[p].name for p in request.artifact.out_idx] + [
             spec.params[session.in_pos[k]].name for k in inplace
         ]
+        if spec.profile.ref_prog is None and not request.is_reference and session.reference is None:
+            other = self._reference_signature_differs(session, names, results)
+            if other is not None:
+                notes += (other,)
         reference, reference_inplace = None, None
+        if request.is_reference and spec.profile.ref_prog is None and not spec.profile.skip_check:
+            with own_work(spec.device):
+                missing = first_unwritten(names, results, None)
+            if missing is not None:  # not a reference: it would fail every correct config
+                return RunOutcome(
+                    TrialStatus.MISMATCH,
+                    error=f"{missing.message}; {DEFAULT_NOT_REFERENCE}",
+                    notes=notes,
+                )
         if request.is_reference and spec.profile.ref_prog is None:
             session.reference = [r.detach().clone() for r in results]
             self.reference_key = spec_signature(spec)
@@ -311,8 +322,14 @@ class RunWorker:
             reference_inplace=reference_inplace,
         )
 
-    def _reference_signature_differs(self, session: RunSession) -> str | None:
-        """A note when the default config ran with other buffers: no reference for these."""
+    def _reference_signature_differs(
+        self, session: RunSession, names: list[str], results: list
+    ) -> str | None:
+        """A note when the default config ran with other buffers: no reference for these.
+
+        Without a reference only floating-point results are checked for unwritten elements
+        (NaN); the note names the integer and bool results, which nothing checked.
+        """
         key = self.reference_key
         if key is None or key == spec_signature(session.spec):
             return None
@@ -324,10 +341,19 @@ class RunWorker:
             if p.name in theirs and theirs[p.name] != (list(p.shape), p.dtype)
         ]
         what = "; ".join(diffs) if diffs else "other parameters"
-        return (
-            f"{NOT_COMPARED_NOTE}, whose buffers differ ({what}): only checked "
-            "for unwritten outputs; give a ref_prog to check it"
-        )
+        unchecked = [
+            name for name, r in zip(names, results) if not (r.is_floating_point() or r.is_complex())
+        ]
+        if not unchecked:
+            checked = "only checked for unwritten outputs"
+        elif len(unchecked) == len(results):
+            checked = f"not checked (integer or bool results: {', '.join(unchecked)})"
+        else:
+            checked = (
+                "only its floating-point results checked for unwritten outputs, not its "
+                f"integer or bool results {', '.join(unchecked)}"
+            )
+        return f"{NOT_COMPARED_NOTE}, whose buffers differ ({what}): {checked}; give a ref_prog to check it"
 
     def _require(self, key: str | None = None) -> RunSession:
         """The session of signature ``key`` (the only one when ``key`` is None)."""
@@ -350,6 +376,38 @@ class RunWorker:
             if artifact.device_type == "cpu":
                 launcher.install(key)  # timed on the pool JITKernel runs it on
         return session.modules[key][artifact.func_name]
+
+
+# Why a default config that leaves outputs unwritten is a mismatch, not the reference.
+DEFAULT_NOT_REFERENCE = (
+    "the default config is the reference when there is no ref_prog, and its results must be "
+    "complete to be one: none is kept, and the other configs are only checked for unwritten "
+    "outputs (give a ref_prog, or a default config that writes every output)"
+)
+
+
+def _unusable_reference(expected: Any) -> str | None:
+    """Why ``ref_prog``'s return value cannot be compared with results (None when it can):
+    said once, naming ``ref_prog``, rather than as a torch error in every config's run.
+
+    None and bools are judged by the checks themselves (with messages of their own).
+    """
+    if expected is None or isinstance(expected, bool):
+        return None
+    for k, item in enumerate(as_list(expected)):
+        if isinstance(item, torch.Tensor) or as_tensor(item) is not None:
+            continue
+        what = type(expected).__name__
+        if isinstance(expected, (list, tuple)):
+            what = f"a {what} whose item {k} is a {type(item).__name__}"
+        else:
+            what = f"a {what}"
+        return (
+            f"ref_prog returned {what}: return the expected results as a tensor, or a "
+            "list or tuple of tensors (or numbers, arrays) in result order: outputs, then "
+            "written inputs"
+        )
+    return None
 
 
 def _time(
