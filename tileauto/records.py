@@ -32,7 +32,9 @@ class TrialStatus(enum.Enum):
     TIMEOUT = "timeout"
     OUT_OF_MEMORY = "out_of_memory"
     COMPILE_OUT_OF_MEMORY = "compile_out_of_memory"  # the compiler was killed for memory
-    CANCELLED = "cancelled"  # the run was interrupted before this config finished
+    # the run was interrupted before this config finished, or its worker was stopped from
+    # outside (SIGTERM, SIGINT, SIGHUP, SIGQUIT): not the config's doing
+    CANCELLED = "cancelled"
     NOT_RUN = "not_run"
 
     @property

@@ -2,14 +2,16 @@
 
 The callback gets its own copy of every trial, so changing it changes nothing in the tuning,
 with ``error`` cut to :data:`ERROR_CHARS` characters. A callback that raises, or a trial that
-cannot be copied for it, is reported once and the callback is not called again (TileLang's
-contract). A cache hit is told as one marker trial (``cache_hit=True``): the stored winner,
-never a measurement of this run.
+cannot be copied for it, is reported once (a ``RuntimeWarning``, and a warning on the
+``tileauto`` logger) and the callback is not called again (TileLang's contract). A cache hit
+is told as one marker trial (``cache_hit=True``): the stored winner, never a measurement of
+this run.
 """
 
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -64,11 +66,13 @@ class TrialObserver:
 
     def _switch_off(self, why: str) -> None:
         self.switched_off = True
-        log.warning(
-            "autotune %s: on_trial %s; it is switched off and not called again (tuning goes on)",
-            self.name,
-            why,
+        message = (
+            f"autotune {self.name}: on_trial {why}; it is switched off and not called again "
+            "(tuning goes on)"
         )
+        log.warning("%s", message)  # in the logs of whoever set up logging
+        # and seen by everyone else: the tileauto logger has only a NullHandler by default
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
 
 
 def detached(trial: Trial) -> Trial:

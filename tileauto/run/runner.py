@@ -310,16 +310,26 @@ class Runner:
 
     def retime(
         self, items: Sequence[tuple[KernelArtifact, dict]], rounds: int
-    ) -> list[tuple[float, ...]] | None:
-        """Interleaved re-timing of validated configs (None if the worker failed meanwhile)."""
+    ) -> list[tuple[float, ...]] | RunOutcome | None:
+        """Interleaved re-timing of validated configs: samples per item; the failure when the
+        worker died or timed out in it (a config crashed or hung: the worker is replaced);
+        None when it could not re-time (a setup failed)."""
         requests = [RunRequest(artifact=a, config=c) for a, c in items]
+        timeout_s = self.timeout_s * len(items)
         try:
             for key in dict.fromkeys(self._spec_for(a) for a, _ in items):
                 self.ensure_setup(key)
             assert self.worker is not None
-            return self.worker.call(
-                run_worker.retime, requests, rounds, timeout_s=self.timeout_s * len(items)
-            )
+            return self.worker.call(run_worker.retime, requests, rounds, timeout_s=timeout_s)
+        except WorkerTimeout:
+            message = f"timed out after {timeout_s:g} s; the run worker was killed and replaced"
+            return self._replaced(TrialStatus.TIMEOUT, message)
+        except WorkerCrashed as exc:
+            if isinstance(exc, WorkerCancelled):  # killed from outside: not the config's doing
+                status = TrialStatus.CANCELLED
+            else:
+                status = TrialStatus.OUT_OF_MEMORY if exc.out_of_memory else TrialStatus.CRASH
+            return self._replaced(status, f"{exc}; the run worker was replaced")
         except Exception:  # noqa: BLE001 - keep the first measurements
             return None
 

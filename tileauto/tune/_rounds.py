@@ -14,16 +14,19 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from tileauto.artifact import KernelArtifact
 from tileauto.records import BuildRequest, BuildResult, RunOutcome, Trial, Validation
 from tileauto.space import config_id
 from tileauto.space.view import SpaceView
-from tileauto.tune._retime import retime_contenders
+from tileauto.tune._retime import contenders, retime_contenders
 from tileauto.tune._trials import trial_of, validation_of
 from tileauto.tune.problem import TuningProblem
 from tileauto.tune.stages import BuildStage, MultiSlotRunStage, Reporter, RunStage
 from tileauto.utils.threads import background_thread
+
+NOT_RETIMED = "not re-timed: its kernel from the earlier run could not be loaded or built"
 
 
 class Rounds:
@@ -65,6 +68,8 @@ class Rounds:
         self.measured: dict[str, Trial] = {}
         self.artifacts: dict[str, KernelArtifact] = {}
         self.prepared = False  # the runner has its inputs (from the first library built)
+        # contenders measured before whose library could not be had: not re-timed, not ranked
+        self.unranked: set[str] = set()
         self.compile_wall_s = 0.0
 
     def measure(self, round_ids: list[str]) -> None:
@@ -193,9 +198,51 @@ class Rounds:
         self.reporter.step()
 
     def retime(self) -> None:
-        """Time the best few configs (and the default) again, interleaved, before picking."""
+        """Time the best few configs (and the default) again, interleaved, before picking.
+
+        The best of *every* known trial take part: those an earlier run measured (a resumed
+        or widened tuning) have no library in this run yet, so theirs is built now (a builder
+        behind the kernel cache loads the earlier compile). One whose kernel cannot be had is
+        noted and left out of the ranking (``unranked``): its single-block timing is not
+        compared with the others' interleaved ones. A run that timed no config itself (every
+        measurement borrowed) re-times nothing: it measures nothing again.
+        """
         top_k = self.problem.profile_args.retime_top_k
+        fresh = any(
+            t.ok and cid != self.default_id and cid in self.artifacts
+            for cid, t in self.measured.items()
+        )
+        if not fresh:  # every timing is an earlier run's (a run that re-timed its best): as is
+            return
+        for cid, trial in self.known.items():  # measured before, not asked for by the search
+            if cid not in self.measured and self.view.position(cid) >= 0:
+                self.measured[cid] = trial.at_index(self.view.position(cid))
+        if top_k >= 2:
+            self._load_contenders(contenders(self.measured, self.default_id, top_k))
         retime_contenders(self.runner, self.measured, self.artifacts, self.default_id, top_k)
+
+    def _load_contenders(self, chosen: list[str]) -> None:
+        """Build (or load from the kernel cache) the libraries of contenders measured by an
+        earlier run; note and leave unranked each that cannot be had."""
+        missing = [cid for cid in chosen if cid not in self.artifacts]
+        if len(chosen) < 2 or not missing:
+            return
+        built: list[BuildResult] = []
+        self.builder.build([self._request(k, cid) for k, cid in enumerate(missing)], built.append)
+        errors = {cid: "it was not built" for cid in missing}
+        for result in built:
+            cid = missing[result.index]
+            if result.ok and result.artifact is not None:
+                self.artifacts[cid] = result.artifact
+                del errors[cid]
+            else:
+                errors[cid] = f"{result.status.value}: {result.error}"
+        for cid, why in errors.items():
+            self.unranked.add(cid)
+            t = self.measured[cid]
+            self.measured[cid] = replace(
+                t, notes=(*t.notes, f"{NOT_RETIMED} ({why}): not ranked against those re-timed")
+            )
 
     def build_winner(self) -> None:
         """The winner, when an earlier run measured it, has no library here: build it while
@@ -208,7 +255,10 @@ class Rounds:
         ranked = sorted(
             (rank(cid, t), cid)
             for cid, t in pool.items()
-            if t.ok and t.latency_ms is not None and self.view.position(cid) >= 0
+            if t.ok
+            and t.latency_ms is not None
+            and self.view.position(cid) >= 0
+            and cid not in self.unranked
         )
         if not ranked or ranked[0][1] in self.artifacts:
             return

@@ -129,6 +129,7 @@ class TuningSession:
         self.known: dict[str, Trial] = {}
         self._measured: dict[str, Trial] = {}  # the rounds' (the same dict), and never-tried
         self._artifacts: dict[str, KernelArtifact] = {}
+        self._unranked: set[str] = set()  # contenders left out of the pick (see Rounds.retime)
         self.observer = TrialObserver(p.profile_args.on_trial, p.name)  # the user's on_trial
         self._started = 0.0
         self.stop: Any = None  # the search's SearchOutcome (why it stopped), after run()
@@ -218,15 +219,22 @@ class TuningSession:
         prune_kernels(settings)  # compiles used longest ago, past the kernel cache's size cap
         scratch = _claim_staging(settings.staging_dir)  # `cache clear` leaves it while we live
         self.staging = scratch.path
-        self.known = self.store.known_trials() if self.store is not None else {}
-        if self.known and self.view.holds_sequences:
-            self.known = {cid: self._own(t) for cid, t in self.known.items()}
-        self._tell_borrowed()
-        builder = self._builder(scratch.path)
-        runner = self._runner()
+        try:
+            # a SettingsError (too many compile workers, a memory limit above the machine's)
+            # or a broken store ends the run here: its scratch folder goes with it
+            self.known = self.store.known_trials() if self.store is not None else {}
+            if self.known and self.view.holds_sequences:
+                self.known = {cid: self._own(t) for cid, t in self.known.items()}
+            self._tell_borrowed()
+            builder = self._builder(scratch.path)
+            runner = self._runner()
+        except BaseException:
+            scratch.remove()
+            raise
         self.reporter.started(p.name, self.view.size_bound)
         rounds = Rounds(p, self.view, builder, runner, self.reporter, self.known, self._keep)
         self._measured, self._artifacts = rounds.measured, rounds.artifacts
+        self._unranked = rounds.unranked
         ref_latency = None
         stop_reason = None
         try:
@@ -332,6 +340,10 @@ class TuningSession:
         default_trial = measured[self.default_id].at_index(default_index)
         # The winner comes from the user's space; the default config is the baseline only.
         candidates = [t for t in trials if t.ok]
+        # a contender that could not be re-timed with the others is not compared with them
+        unranked = {self.view.position(cid) for cid in self._unranked}
+        ranked = [t for t in candidates if t.index not in unranked]
+        candidates = ranked or candidates
         if not candidates:
             message = no_winner_message(p.name, trials, default_trial, self.view, self.stop)
             log_path = self._report_end(trials, None, stop_reason, message, default_trial)

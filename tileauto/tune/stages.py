@@ -76,8 +76,12 @@ class RunStage(Protocol):
 
     def retime(
         self, items: Sequence[tuple[KernelArtifact, dict[str, Any]]], rounds: int
-    ) -> list[tuple[float, ...]] | None:
-        """Time configs again, interleaved; samples in ns per item, or None if it cannot."""
+    ) -> list[tuple[float, ...]] | RunOutcome | None:
+        """Time configs again, interleaved; samples in ns per item, or None if it cannot.
+
+        When a config crashed or hung in it (the run worker died or timed out), the failure
+        as a :class:`~tileauto.records.RunOutcome` (``crash``, ``timeout``...); the session
+        then re-times each config alone to find which one it was."""
 
     def time_reference(self) -> float | None:
         """The reference program's latency in ms (informative only), or None."""

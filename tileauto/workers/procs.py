@@ -52,6 +52,7 @@ __all__ = [
     "Worker",
     "WorkerCancelled",
     "WorkerCrashed",
+    "WorkerKilled",
     "WorkerTimeout",
     "fork_unsafe_reason",
 ]
@@ -62,6 +63,10 @@ _LOG_CAP_BYTES = 16 << 20
 _LOG_KEEP_BYTES = 1 << 20
 _POLL_S = 0.05  # how often a running job is checked (result, death, memory, deadline, cancel)
 _REAP_S = 2.0  # a SIGKILLed process is gone at once; this only bounds a stuck one
+# signals that stop a process from outside (an admin's kill, a supervisor, a terminal): the
+# job did not cause them, so its config is measured again another time (SIGSEGV, SIGBUS,
+# SIGILL, SIGFPE, SIGABRT are the job's own: a crash)
+OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"})
 
 
 def fork_unsafe_reason() -> str | None:
@@ -107,6 +112,12 @@ class WorkerCrashed(WorkerError):
 class WorkerCancelled(WorkerError):
     """The job was stopped on purpose: the worker was killed by a cancel (:meth:`Worker.kill`
     from another thread, or the ``cancel`` event of :meth:`Worker.call`)."""
+
+
+class WorkerKilled(WorkerCancelled, WorkerCrashed):
+    """The worker was stopped from outside tileauto (SIGTERM, SIGINT, SIGHUP, SIGQUIT), not by
+    its job: the job was cancelled (a builder or runner records it as ``cancelled``, measured
+    again next time) and the worker is gone (code that replaces a crashed worker does so)."""
 
 
 class RemoteJobError(WorkerError):
@@ -490,6 +501,12 @@ class Worker:
         where = f" (worker output: {self.output_path})" if self.output_path else ""
         if code is not None and code < 0:
             name = signal.Signals(-code).name
+            if name in OUTSIDE_SIGNALS:
+                return WorkerKilled(
+                    f"killed by {name} from outside tileauto (not the config's doing; it is "
+                    f"measured again next time){where}",
+                    signal_name=name,
+                )
             # nobody here sent it: the kernel's out-of-memory killer is the usual sender
             oom = name == "SIGKILL"
             hint = " (killed by SIGKILL: likely out of memory)" if oom else ""

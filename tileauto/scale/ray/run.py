@@ -185,7 +185,7 @@ class RayRunner(Runner):
 
     def retime(
         self, items: Sequence[tuple[KernelArtifact, dict]], rounds: int
-    ) -> list[tuple[float, ...]] | None:
+    ) -> list[tuple[float, ...]] | RunOutcome | None:
         for _ in range(self.cluster.node_retries + 1):
             lost = len(self.lost_nodes)
             got = super().retime(items, rounds)

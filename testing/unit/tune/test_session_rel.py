@@ -1,0 +1,168 @@
+"""A session's reliability with scripted stages: a config failing when re-timed, a resumed run's
+re-timing, the scratch folder of a run that fails at its start, a broken on_trial."""
+
+from __future__ import annotations
+
+import pytest
+
+from tileauto.errors import SettingsError
+from tileauto.options import CompileArgs, ProfileArgs
+from tileauto.records import RunOutcome, TrialStatus
+from tileauto.settings import Settings
+from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
+from tileauto.tune.problem import TuningProblem
+from tileauto.tune.session import TuningSession
+from tileauto.tune.stores import MemoryStore
+
+
+def factory(n, block=32):  # never called: the builder is scripted
+    raise AssertionError("a scripted session must not elaborate the factory")
+
+
+SPACE = [{"block": 16}, {"block": 32}, {"block": 64}, {"block": 128}]
+LATENCY = {16: 3.0, 32: 2.0, 64: 1.0, 128: 4.0}  # 32 is the default
+
+
+@pytest.fixture
+def problem(tmp_path):
+    def make(configs=SPACE, **profile):
+        return TuningProblem(
+            factory=factory,
+            args=(256,),
+            kwargs={},
+            configs=list(configs),
+            compile_args=CompileArgs(),
+            profile_args=ProfileArgs(**profile),
+            settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
+            verbose=False,
+            name="k",
+        )
+
+    return make
+
+
+class FailingRetime(ScriptedRunner):
+    """Re-timing fails (the worker died or hung) whenever ``bad`` is among the configs, or
+    (``alone_ok``) only when it is timed with others."""
+
+    def __init__(self, script, bad, status, alone_ok=False):
+        super().__init__(script)
+        self.bad, self.status, self.alone_ok = bad, status, alone_ok
+        self.retimed: list[list[int]] = []
+
+    def retime(self, items, rounds):
+        blocks = [c["block"] for _, c in items]
+        self.retimed.append(blocks)
+        if self.bad in blocks and not (self.alone_ok and len(blocks) == 1):
+            return RunOutcome(self.status, error=f"scripted {self.status.value}")
+        return super().retime(items, rounds)
+
+
+def run_session(problem, runner, *, builder=None, store=None):
+    s = TuningSession(
+        problem,
+        builder=builder or ScriptedBuilder(),
+        runner=runner,
+        store=store,
+        reporter=RecordingReporter(),
+    )
+    return s, s.run()
+
+
+# -- bug 1: a config that crashes or hangs when re-timed ------------------------------------------
+@pytest.mark.parametrize("status", [TrialStatus.CRASH, TrialStatus.TIMEOUT])
+def test_a_config_failing_when_retimed_takes_the_failure_and_does_not_win(problem, status):
+    runner = FailingRetime(lambda c: LATENCY[c["block"]], bad=64, status=status)
+    _, result = run_session(problem(), runner)
+    trial = {t.config["block"]: t for t in result.trials}[64]
+    assert trial.status is status and trial.latency is None
+    assert trial.error == f"when re-timed: scripted {status.value}"
+    assert any("failed when re-timed" in n for n in trial.notes)
+    assert result.config == {"block": 32}  # the best of the others
+    # interleaved, then each alone (to find it), then the others interleaved without it
+    assert runner.retimed == [[64, 16, 128, 32], [64], [16], [128], [32], [16, 128, 32]]
+    assert any("re-timed" in n for n in result.best_trial.notes)
+
+
+def test_a_retiming_failure_no_config_repeats_alone_is_noted_and_warned(problem):
+    runner = FailingRetime(
+        lambda c: LATENCY[c["block"]], bad=64, status=TrialStatus.CRASH, alone_ok=True
+    )
+    with pytest.warns(RuntimeWarning, match="interleaved re-timing failed"):
+        _, result = run_session(problem(), runner)
+    assert result.config == {"block": 64}  # the first timings stand
+    for block in (16, 64, 128, 32):
+        trial = {t.config["block"]: t for t in result.trials}[block]
+        assert trial.ok and any("interleaved re-timing failed" in n for n in trial.notes)
+
+
+# -- bug 2: a resumed run re-times the configs an earlier run measured ----------------------------
+def _interrupted_first_run(problem, store, first):
+    """Measure 32 (the default) and 16, then Ctrl-C at 64."""
+
+    def script(config):
+        if config["block"] == 64:
+            raise KeyboardInterrupt
+        return first[config["block"]]
+
+    with pytest.raises(KeyboardInterrupt):
+        run_session(problem(), ScriptedRunner(script), store=store)
+    assert sorted(t.config["block"] for t in store.known_trials().values()) == [16, 32]
+
+
+def test_a_resumed_run_retimes_the_best_configs_measured_before_it(problem):
+    true = {16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0}
+    store = MemoryStore("k")
+    _interrupted_first_run(problem, store, {**true, 16: 5.0})  # 16 hit by a slow spell
+    runner = ScriptedRunner(lambda c: true[c["block"]])
+    builder = ScriptedBuilder()
+    _, result = run_session(problem(), runner, builder=builder, store=store)
+    assert result.config == {"block": 16}
+    assert result.latency == pytest.approx(1.0)
+    assert any("re-timed interleaved" in n for n in result.best_trial.notes)
+    assert {"block": 16} in builder.built  # its library, had again to be re-timed
+
+
+def test_a_contender_whose_kernel_cannot_be_had_is_noted_and_not_ranked(problem):
+    true = {16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0}
+    store = MemoryStore("k")
+    _interrupted_first_run(problem, store, {**true, 16: 0.5})  # a stale, too good timing
+    builder = ScriptedBuilder(fails=lambda c: "compile_error" if c["block"] == 16 else None)
+    _, result = run_session(
+        problem(), ScriptedRunner(lambda c: true[c["block"]]), builder=builder, store=store
+    )
+    assert result.config == {"block": 32}  # the best of those re-timed
+    trial = {t.config["block"]: t for t in result.trials}[16]
+    assert trial.ok and any(n.startswith("not re-timed: its kernel") for n in trial.notes)
+
+
+# -- bug 5: no scratch folder left by a run that fails at its start -------------------------------
+@pytest.mark.parametrize("stage", ["builder", "runner"])
+def test_a_run_failing_at_its_start_leaves_no_scratch_folder(problem, stage):
+    p = problem()
+
+    def broken(*args):
+        raise SettingsError("TILEAUTO_AUTO_TUNING_CPU_COUNTS=3: more than the 2 CPUs")
+
+    stages = {"builder": ScriptedBuilder(), "runner": ScriptedRunner(lambda c: 1.0)}
+    stages[stage] = broken
+    s = TuningSession(p, **stages, load_kernel=lambda a, c: None, reporter=RecordingReporter())
+    with pytest.raises(SettingsError):
+        s.run()
+    staging = p.settings.staging_dir
+    assert not staging.exists() or list(staging.iterdir()) == []
+
+
+# -- bug 6: a failing on_trial is seen ------------------------------------------------------------
+def test_a_failing_on_trial_is_warned_once(problem):
+    calls = []
+
+    def on_trial(trial):
+        calls.append(trial.index)
+        if len(calls) == 2:
+            raise ValueError("progress bar broke")
+
+    with pytest.warns(RuntimeWarning, match="on_trial raised ValueError: progress bar broke") as w:
+        _, result = run_session(problem(on_trial=on_trial), ScriptedRunner(lambda c: 1.0))
+    assert len(calls) == 2 and result.config
+    assert len([x for x in w if "on_trial" in str(x.message)]) == 1
