@@ -72,6 +72,9 @@ def test_a_run_worker_killed_by_sigterm_from_outside_is_measured_again(tmp_path)
 
 
 def _die_by(sig: int) -> None:
+    # a shell's background job starts with SIGINT and SIGQUIT ignored, and the worker inherits
+    # that: the signal's own action, as an admin's kill meets it in a service
+    signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)
 
 
