@@ -20,7 +20,11 @@ round, so no variant always runs first or last):
   (the kernel alone, timed by the native loop) splits the call into kernel and overhead;
 - ``torch.empty`` alone (the allocation every fresh-output call pays), a JITKernel with a
   symbolic shape (the general call path), and an empty loop (the loop's own cost, in every
-  figure).
+  figure);
+- ``B = A + k`` on ``n`` int32 with ``k`` an int32 scalar argument, called ``k(a, 3)``: the C
+  call slot range-checks the scalar (TVM would wrap one out of range) and calls the kernel,
+  against the same call through the Python call path (``_call_python``), which is what every
+  call of a kernel with integer scalars took before the check moved into C.
 
 Each figure is nanoseconds per call (the round's total over ``--calls``); ratios are taken
 within a round (both sides measured seconds apart) and the median over rounds is printed.
@@ -69,10 +73,22 @@ def scale_symbolic():
     return te.create_prim_func([a, b])
 
 
+def add_int_scalar(n: int):
+    """``B = A + k`` on ``n`` int32, ``k`` an int32 scalar argument."""
+    a = te.placeholder((n,), "int32", name="A")
+    k = te.var("k", "int32")
+    b = te.compute((n,), lambda i: a[i] + k, name="B")
+    return te.create_prim_func([a, k, b])
+
+
 # Each variant is a loop written out in full, so that the only per-iteration work besides the
 # call is the loop itself (the "empty loop" row measures that).
-def _variants(kernel, dyn_kernel, gemms, n: int) -> dict[str, tuple[str, object]]:
+def _variants(kernel, dyn_kernel, gemms, scalar_kernel, n: int) -> dict[str, tuple[str, object]]:
     func = kernel.get_function()
+    ia = torch.arange(n, dtype=torch.int32)
+    torch.testing.assert_close(scalar_kernel(ia, 3), ia + 3)
+    torch.testing.assert_close(scalar_kernel._call_python(ia, 3), ia + 3)
+    scalar_python = scalar_kernel._call_python
     a = torch.randn(n)
     b = torch.randn(n)
     add = torch.add
@@ -146,6 +162,14 @@ def _variants(kernel, dyn_kernel, gemms, n: int) -> dict[str, tuple[str, object]
         for _ in range(calls):
             dyn_kernel(a)
 
+    def jit_scalar(calls):
+        for _ in range(calls):
+            scalar_kernel(ia, 3)
+
+    def jit_scalar_python(calls):
+        for _ in range(calls):
+            scalar_python(ia, 3)
+
     def empty_loop(calls):
         for _ in range(calls):
             pass
@@ -165,6 +189,8 @@ def _variants(kernel, dyn_kernel, gemms, n: int) -> dict[str, tuple[str, object]
         "matmul16": ("torch.matmul 16^3", torch_matmul),
         "alloc": (f"torch.empty({n}) alone", alloc_only),
         "jit_symbolic": ("JITKernel, symbolic shape", jit_symbolic),
+        "jit_scalar": ("JITKernel k(a, 3), int32 scalar", jit_scalar),
+        "jit_scalar_py": ("the same, Python call path", jit_scalar_python),
         "loop": ("empty loop", empty_loop),
     }
 
@@ -215,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     gemm16 = gemm_tuned(16, 16, 16)
     gemm16_ms = gemm_tuned.get_tuner_result(16, 16, 16).latency
     gemms = (gemm16, gemm_jit(16, 16, 16, parallel=False, **gemm16.config))
-    variants = _variants(kernel, dyn_kernel, gemms, args.n)
+    scalar_kernel = tileauto.jit(out_idx=[-1], target="llvm")(add_int_scalar)(args.n)
+    variants = _variants(kernel, dyn_kernel, gemms, scalar_kernel, args.n)
     per_round = measure(variants, args.calls, args.rounds)
 
     print(
@@ -284,12 +311,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{figures['gemm16']['median_ns'] - kernel_ns:.0f} ns; torch.matmul takes "
         f"{figures['matmul16']['median_ns']:.0f} ns in all; config {gemm16.config}"
     )
+    scalar_vs = _ratio(per_round, "jit_scalar", "jit_scalar_py")
+    print(
+        f"JITKernel with an int32 scalar, k(a, 3): C call slot / Python call path {scalar_vs:.2f} "
+        f"({figures['jit_scalar']['median_ns']:.0f} against "
+        f"{figures['jit_scalar_py']['median_ns']:.0f} ns; the range check is in both)"
+    )
     figures["summary"] = {
         "jit_vs_torch_mul": vs_mul,
         "jit_vs_torch_add": vs_add,
         "gemm16_vs_matmul": gemm_vs,
         "gemm16_serial_vs_matmul": serial_vs,
         "gemm16_kernel_ns": kernel_ns,
+        "scalar_c_vs_python": scalar_vs,
         "label": "summary",
         "load_average": os.getloadavg()[0],
     }

@@ -22,6 +22,9 @@
  *   - fast returned None (it found no framework allocator in the arguments, e.g. numpy
  *     arrays): nothing ran, the Python path allocates and runs.
  *
+ * An integer scalar argument outside its dtype's range (TVM would wrap it silently) takes none
+ * of these paths either: the Python method names it. See _set_int_ranges.
+ *
  * A tensor argument whose data is not aligned as the compiled code assumes (a view such as
  * x[1:]: TVM tells LLVM every buffer is 64-byte aligned, and an aligned vector load of a
  * misaligned address kills the process) takes none of these paths: the Python method names
@@ -47,6 +50,8 @@
 #define DIRECT_MAX_NDIM 8
 /* The direct call keeps the GIL (see direct_call): only for calls over this many bytes at most */
 #define DIRECT_MAX_BYTES (256 * 1024)
+/* The integer scalar parameters the C slot range-checks (a kernel with more: the Python path) */
+#define INT_RANGES_MAX 16
 
 /* The direct call: torch tensors on the CPU handed to the compiled function as DLTensor
  * pointers, with no FFI object in between (see direct_call). */
@@ -63,6 +68,13 @@ typedef struct {
   DLDataType out_dtype;
 } Direct;
 
+/* An integer scalar parameter: its position among every parameter and among the inputs, and
+ * the values its dtype holds (clamped to int64: a larger Python int takes the Python path) */
+typedef struct {
+  Py_ssize_t full, in;
+  long long low, high;
+} IntRange;
+
 typedef struct {
   PyObject_HEAD
   Py_ssize_t align;    /* the data alignment (bytes) to check tensors against; 0: none */
@@ -75,6 +87,9 @@ typedef struct {
   Py_ssize_t nparams;  /* the argument count dest takes */
   Py_ssize_t out;      /* which of dest's arguments the call returns */
   Direct direct;
+  int n_ranges;        /* integer scalars to range-check; 0: none */
+  Py_ssize_t range_num_in, range_num_params;  /* the counts whose calls hold them */
+  IntRange ranges[INT_RANGES_MAX];
 } KernelCall;
 
 static PyObject *str_call_python; /* "_call_python", interned */
@@ -269,6 +284,25 @@ static int misaligned(const KernelCall *kc, PyObject *args, Py_ssize_t n) {
   return 0;
 }
 
+/* Whether an integer scalar among args is one the Python method must look at: outside its
+ * dtype's range, or not an exact int (a bool, a numpy integer, a float: the Python method
+ * checks those). A call of neither count is left to the paths' own count handling. */
+static int int_out_of_range(const KernelCall *kc, PyObject *args, Py_ssize_t n) {
+  int full;
+  if (n == kc->range_num_params) full = 1;
+  else if (n == kc->range_num_in) full = 0;
+  else return 0;
+  for (int i = 0; i < kc->n_ranges; ++i) {
+    const IntRange *r = &kc->ranges[i];
+    PyObject *value = PyTuple_GET_ITEM(args, full ? r->full : r->in);
+    if (!PyLong_CheckExact(value)) return 1;
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0 || v < r->low || v > r->high) return 1;
+  }
+  return 0;
+}
+
 /* A kernel takes its tensors positionally: a keyword call is a TypeError naming the kernel */
 static PyObject *keyword_error(PyObject *self, PyObject *kwargs) {
   PyObject *type, *value, *traceback;
@@ -305,6 +339,7 @@ static PyObject *KernelCall_call(PyObject *self, PyObject *args, PyObject *kwarg
     if (result == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) return keyword_error(self, kwargs);
     return result;
   }
+  if (kc->n_ranges > 0 && int_out_of_range(kc, args, n)) return call_python(self, args, kwargs);
   if (kc->direct.func != NULL) {
     const int alloc = kc->direct.alloc && n == kc->nargs;
     if (alloc || (kc->dest != NULL && n == kc->nparams)) {
@@ -522,6 +557,44 @@ static PyObject *KernelCall_set_alignment(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *KernelCall_set_int_ranges(PyObject *self, PyObject *args) {
+  KernelCall *kc = (KernelCall *)self;
+  PyObject *ranges;
+  Py_ssize_t num_in = -1, num_params = -1;
+  if (!PyArg_ParseTuple(args, "O!nn:_set_int_ranges", &PyTuple_Type, &ranges, &num_in,
+                        &num_params)) {
+    return NULL;
+  }
+  const Py_ssize_t count = PyTuple_GET_SIZE(ranges);
+  if (count > INT_RANGES_MAX) {
+    PyErr_Format(PyExc_ValueError,
+                 "_set_int_ranges(ranges=...): at most %d integer scalars, got %zd",
+                 INT_RANGES_MAX, count);
+    return NULL;
+  }
+  IntRange parsed[INT_RANGES_MAX];
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    IntRange *r = &parsed[i];
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(ranges, i), "nnLL:_set_int_ranges range", &r->full,
+                          &r->in, &r->low, &r->high)) {
+      return NULL;
+    }
+    if (r->full < 0 || r->full >= num_params || r->in < 0 || r->in >= num_in ||
+        r->low > r->high) {
+      PyErr_Format(PyExc_ValueError,
+                   "_set_int_ranges: range %zd (position %zd of %zd, input %zd of %zd, "
+                   "%lld..%lld) is out of the call's bounds",
+                   i, r->full, num_params, r->in, num_in, r->low, r->high);
+      return NULL;
+    }
+  }
+  for (Py_ssize_t i = 0; i < count; ++i) kc->ranges[i] = parsed[i];
+  kc->n_ranges = (int)count;
+  kc->range_num_in = num_in;
+  kc->range_num_params = num_params;
+  Py_RETURN_NONE;
+}
+
 static int KernelCall_traverse(PyObject *self, visitproc visit, void *arg) {
   KernelCall *kc = (KernelCall *)self;
   Py_VISIT(kc->align_type);
@@ -556,6 +629,11 @@ static PyMethodDef KernelCall_methods[] = {
     {"_set_fast_call", KernelCall_set_fast, METH_VARARGS,
      "_set_fast_call(fast, nargs=0, errors=None): call fast(*args) for calls of nargs "
      "positional arguments (None: always the Python method _call_python)."},
+    {"_set_int_ranges", KernelCall_set_int_ranges, METH_VARARGS,
+     "_set_int_ranges(ranges, num_in, num_params): ranges is a tuple of (position among every "
+     "parameter, position among the inputs, low, high) per integer scalar; a call of num_in "
+     "or num_params arguments with one of them not an int within low..high takes the Python "
+     "method."},
     {"_set_dest_call", KernelCall_set_dest, METH_VARARGS,
      "_set_dest_call(dest, nparams=0, out=0): for calls of nparams positional arguments, "
      "call dest(*args) and return args[out] (None: the Python method _call_python)."},

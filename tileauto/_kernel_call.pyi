@@ -19,6 +19,9 @@ class KernelCall:
     def _set_alignment(
         self, align: int, tensor_type: type | None = None, capsule: Any = None
     ) -> None: ...
+    def _set_int_ranges(
+        self, ranges: tuple[tuple[int, int, int, int], ...], num_in: int, num_params: int
+    ) -> None: ...
     def _set_direct_call(
         self,
         func: Any,

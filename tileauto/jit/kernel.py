@@ -93,14 +93,14 @@ class JITKernel(_KernelCallBase):
         self._out_template, self._out_like = plan.out_template, plan.out_like
         self._align = plan.align  # a call checks its tensors' data against it
         self._native_out = plan.native_output_call(self._func)
-        # integer scalars, which TVM wraps to their dtype silently: checked on every call,
-        # by the Python path (the C slot does not look at scalars)
+        # integer scalars, which TVM wraps to their dtype silently: checked on every call (the
+        # C slot sends one that is out of range, or not an int, to the Python path, which names it)
         self._int_scalars = tuple(
             (pos, plan.in_pos.index(pos), *bounds)
             for pos, p in enumerate(artifact.params)
             if p.scalar and (bounds := _int_bounds(p.dtype)) is not None
         )
-        if _C_CALL and not self._int_scalars:
+        if _C_CALL and _set_int_ranges(self):
             install_c_paths(self, plan, self._func, self._native_out, _ARGUMENT_ERRORS)
         self._target: Any = None
         self.origin: tuple | None = None  # (JITImpl, args, kwargs) when made by a @jit factory
@@ -479,6 +479,22 @@ def _out_of_range(kernel: JITKernel, args: tuple) -> bool:
             if not low <= int(value) <= high:
                 return True
     return False
+
+
+def _set_int_ranges(kernel: JITKernel) -> bool:
+    """Give the C call slot the kernel's integer scalars to range-check; False when it cannot
+    take them all (then every call takes the Python path, which checks them)."""
+    if not kernel._int_scalars:
+        return True
+    top = (1 << 63) - 1  # the C slot compares int64s: a larger int goes to the Python path
+    ranges = tuple(
+        (pos, in_pos, low, min(high, top)) for pos, in_pos, low, high in kernel._int_scalars
+    )
+    try:
+        kernel._set_int_ranges(ranges, kernel._num_in, kernel._num_params)
+    except ValueError:  # more integer scalars than the C slot holds
+        return False
+    return True
 
 
 def _int_bounds(dtype: str) -> tuple[int, int] | None:

@@ -103,6 +103,14 @@ def add_scalar(n: int = 64, dtype: str = "int32") -> tvm.tirx.PrimFunc:
     return te.create_prim_func([a, k, b])
 
 
+def add_scalars(count: int, n: int = 8) -> tvm.tirx.PrimFunc:
+    """``B = A + k0 + ... + k(count-1)`` with ``count`` int32 scalar arguments after A."""
+    a = te.placeholder((n,), "int32", name="A")
+    ks = [te.var(f"k{j}", "int32") for j in range(count)]
+    b = te.compute((n,), lambda i: a[i] + sum(ks[1:], ks[0]), name="B")
+    return te.create_prim_func([a, *ks, b])
+
+
 def length_by_value() -> tvm.tirx.PrimFunc:
     """``B = A * 2`` with A of length n and n also passed as a scalar after A."""
     n = te.var("n")

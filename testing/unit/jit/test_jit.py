@@ -281,6 +281,43 @@ def test_an_integer_scalar_its_dtype_cannot_hold_is_refused(dtype, bad, low, hig
         k(a, np.int64(bad))
 
 
+def test_a_kernel_with_integer_scalars_keeps_the_c_call_slot(c_call_slot, monkeypatch):
+    # the C slot range-checks the scalars itself: an in-range call never reaches the Python
+    # method, an out-of-range one (or a value that is not an exact int) always does
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.add_scalar)(64, "int8")
+    a = torch.zeros(64, dtype=torch.int8)
+    assert k._fast_call is not None
+    seen = []
+    python_path = JITKernel._call_python
+    monkeypatch.setattr(
+        JITKernel, "_call_python", lambda self, *args: seen.append(args) or python_path(self, *args)
+    )
+    assert int(k(a, 127)[0]) == 127 and int(k(a, -128, torch.empty_like(a))[0]) == -128
+    assert seen == []
+    for bad in (128, -129, 2**70, -(2**70)):
+        with pytest.raises(KernelArgumentError, match=rf"holds -128 to 127, got {bad}"):
+            k(a, bad)
+    with pytest.raises(KernelArgumentError, match="holds -128 to 127, got 300"):
+        k(a, np.int16(300))
+    assert int(k(a, np.int8(5))[0]) == 5  # not an exact int: the Python path, which takes it
+    assert len(seen) == 6
+
+
+@pytest.mark.parametrize("count", [3, 17])  # 17: more than the C slot holds (the Python path)
+def test_every_integer_scalar_is_range_checked(count):
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.add_scalars)(count)
+    a = torch.zeros(8, dtype=torch.int32)
+    ones = [1] * count
+    assert int(k(a, *ones)[0]) == count
+    for j in (0, count - 1):
+        args = list(ones)
+        args[j] = 2**31
+        with pytest.raises(KernelArgumentError, match=rf"parameter 'k{j}': a scalar int32 holds"):
+            k(a, *args)
+        with pytest.raises(KernelArgumentError, match=rf"parameter 'k{j}'"):
+            k(a, *args, torch.empty_like(a))
+
+
 def test_a_length_by_value_that_disagrees_with_a_tensor_is_named():
     k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.length_by_value)()
     a = torch.randn(64)
