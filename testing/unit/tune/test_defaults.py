@@ -3,40 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
 from tileauto.build.cached import CachedBuilder
-from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.search import RandomSearch
 from tileauto.settings import Settings
 from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
 from tileauto.tune import defaults
-from tileauto.tune.problem import TuningProblem
 from tileauto.tune.stages import BuildStage, RunStage
 from tileauto.tune.stores import MemoryStore
 
 
-def factory(n, block=32):  # never called: nothing here compiles
-    raise AssertionError("resolving stages must not elaborate the factory")
-
-
 @pytest.fixture
-def problem(tmp_path):
-    def make(**profile):
-        return TuningProblem(
-            factory=factory,
-            args=(256,),
-            kwargs={},
-            configs=[{"block": 16}, {"block": 32}],
-            compile_args=CompileArgs(),
-            profile_args=ProfileArgs(**profile),
-            settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
-            verbose=False,
-            name="k",
-        )
-
-    return make
+def problem(problem):
+    """Two configs: resolving the stages needs no more."""
+    return functools.partial(problem, [{"block": 16}, {"block": 32}])
 
 
 def test_given_stages_are_handed_over_as_they_are(problem):

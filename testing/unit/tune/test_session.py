@@ -5,12 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tileauto.errors import NoValidConfigError
-from tileauto.options import CompileArgs, ProfileArgs
 from tileauto.records import TrialStatus
 from tileauto.search import RandomSearch
-from tileauto.settings import Settings
 from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
-from tileauto.tune.problem import TuningProblem
 from tileauto.tune.session import TuningSession
 from tileauto.tune.stages import (
     BuildStage,
@@ -24,30 +21,7 @@ from tileauto.tune.stages import (
 )
 from tileauto.tune.stores import MemoryStore
 
-
-def factory(n, block=32):  # never called: the builder is scripted
-    raise AssertionError("a scripted session must not elaborate the factory")
-
-
 SPACE = [{"block": 16}, {"block": 32}, {"block": 64}, {"block": 128}]
-
-
-@pytest.fixture
-def problem(tmp_path):
-    def make(configs=SPACE, **profile):
-        return TuningProblem(
-            factory=factory,
-            args=(256,),
-            kwargs={},
-            configs=list(configs),
-            compile_args=CompileArgs(),
-            profile_args=ProfileArgs(**profile),
-            settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
-            verbose=False,
-            name="k",
-        )
-
-    return make
 
 
 LATENCY = {16: 3.0, 32: 2.0, 64: 1.0, 128: 4.0}
