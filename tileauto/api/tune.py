@@ -173,12 +173,13 @@ def default_of_space(
 ) -> dict[str, Any]:
     """The config that runs when tuning is off: the factory's defaults, else the first config.
 
-    Only the keys without a default are set (the factory fills in the rest).
+    Every tuned key is set, a default included, so that the result and the kernel say which
+    values ran (a key none of them sets, such as ``pass_configs`` without a default, is left out).
     """
     defaults = default_config(factory)
     keys = set(space.names) if isinstance(space, Space) else {k for cfg in space for k in cfg}
     chosen = baseline_config(space, defaults, keys)
-    return {k: v for k, v in chosen.items() if k not in defaults or v != defaults[k]}
+    return {k: v for k, v in chosen.items() if k in defaults or v is not None}
 
 
 def check_api_options(*, timer: Any, verbose: Any, check_new_shapes: Any = False) -> None:
