@@ -380,9 +380,10 @@ class JITKernel(_KernelCallBase):
             torch.device("cuda") if self.artifact.device_type == "cuda" else torch.device("cpu")
         )
         positions = range(len(self.params)) if len(args) == self._num_params else self._in_pos
+        lengths = {sym for p in self.params if not p.scalar for sym in p.symbols}
         for k, pos in enumerate(positions):
             spec = self.params[pos]
-            message = _check_tensor(spec, args[k], bindings, device)
+            message = _check_tensor(spec, args[k], bindings, device, lengths)
             if message is not None:
                 error = KernelArgumentError(f"{self.func_name}: argument {k} ({message})")
                 # for a caller that names the argument its own way (a torch_op): which one,
@@ -446,23 +447,44 @@ def _check_scalar(spec: ParamSpec, value: Any) -> str | None:
     """Why ``value`` cannot be the scalar parameter ``spec``, or None."""
     kind = "int" if spec.dtype.startswith(("int", "uint")) else "number"
     if spec.dtype == "bool":
-        ok = isinstance(value, (bool, numbers.Integral))
+        kind = "bool"
+        ok = isinstance(value, (bool, numbers.Integral))  # not numpy.bool_: TVM refuses it
     elif kind == "int":
         ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     else:
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not ok:
+        what = type(value)
+        name = (
+            what.__name__ if what.__module__ == "builtins" else f"{what.__module__}.{what.__name__}"
+        )
         return (
-            f"parameter {spec.name!r}: expected a scalar {spec.dtype} (a Python {kind}), "
-            f"got {type(value).__name__}"
+            f"parameter {spec.name!r}: expected a scalar {spec.dtype} (a Python {kind}), got {name}"
+        )
+    if (
+        kind == "number"
+        and isinstance(value, numbers.Integral)
+        and not _INT64[0] <= int(value) <= _INT64[1]
+    ):
+        return (
+            f"parameter {spec.name!r}: a scalar {spec.dtype} was given the int {int(value)}, "
+            "beyond int64 (TVM passes a Python int as an int64): pass float(value)"
         )
     bounds = _int_bounds(spec.dtype)
     if bounds is not None and not bounds[0] <= int(value) <= bounds[1]:
+        if spec.dtype == "uint64":  # TVM passes every integer scalar as an int64
+            return (
+                f"parameter {spec.name!r}: a scalar uint64 takes {bounds[0]} to {bounds[1]} "
+                f"here (TVM passes it as an int64), got {int(value)}"
+            )
         return (
             f"parameter {spec.name!r}: a scalar {spec.dtype} holds {bounds[0]} to "
             f"{bounds[1]}, got {int(value)} (TVM would wrap it)"
         )
     return None
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def _out_of_range(kernel: JITKernel, args: tuple) -> bool:
@@ -486,31 +508,38 @@ def _set_int_ranges(kernel: JITKernel) -> bool:
     take them all (then every call takes the Python path, which checks them)."""
     if not kernel._int_scalars:
         return True
-    top = (1 << 63) - 1  # the C slot compares int64s: a larger int goes to the Python path
-    ranges = tuple(
-        (pos, in_pos, low, min(high, top)) for pos, in_pos, low, high in kernel._int_scalars
-    )
     try:
-        kernel._set_int_ranges(ranges, kernel._num_in, kernel._num_params)
+        kernel._set_int_ranges(kernel._int_scalars, kernel._num_in, kernel._num_params)
     except ValueError:  # more integer scalars than the C slot holds
         return False
     return True
 
 
 def _int_bounds(dtype: str) -> tuple[int, int] | None:
-    """The values an integer scalar of ``dtype`` holds, or None for other dtypes."""
+    """The values an integer scalar of ``dtype`` takes, or None for other dtypes: those the
+    dtype holds, and for uint64 those TVM can pass (as an int64: up to 2**63 - 1)."""
     signed = dtype.startswith("int")
     if not (signed or dtype.startswith("uint")):
         return None
     bits = int(dtype[3 if signed else 4 :] or 32)
-    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if signed:
+        return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    return (0, min((1 << bits) - 1, _INT64[1]))
 
 
 def _check_tensor(
-    spec: ParamSpec, value: Any, bindings: dict[str, int], device: torch.device
+    spec: ParamSpec,
+    value: Any,
+    bindings: dict[str, int],
+    device: torch.device,
+    lengths: set[str] | frozenset[str] = frozenset(),
 ) -> str | None:
+    """Why ``value`` cannot be the parameter ``spec``, or None; ``lengths``: the size variables
+    that are a buffer's dimension (a scalar that is one is a length, never negative)."""
     if spec.scalar:
         message = _check_scalar(spec, value)
+        if message is None and spec.size_var in lengths and int(value) < 0:
+            return f"parameter {spec.name!r}: a length (a buffer's dimension), got {int(value)}"
         if message is None and spec.dtype.startswith(("int", "uint")):
             bound = bindings.setdefault(spec.size_var, int(value))  # a length binds its size
             if bound != int(value):

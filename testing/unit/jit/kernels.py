@@ -111,6 +111,21 @@ def add_scalars(count: int, n: int = 8) -> tvm.tirx.PrimFunc:
     return te.create_prim_func([a, *ks, b])
 
 
+def scale_by(n: int = 8) -> tvm.tirx.PrimFunc:
+    """``B = A * s`` on float32 with ``s`` a float32 scalar argument."""
+    a = te.placeholder((n,), "float32", name="A")
+    s = te.var("s", "float32")
+    return te.create_prim_func([a, s, te.compute((n,), lambda i: a[i] * s, name="B")])
+
+
+def keep_if(n: int = 8) -> tvm.tirx.PrimFunc:
+    """``B = A if flag else 0`` on int32 with ``flag`` a bool scalar argument."""
+    a = te.placeholder((n,), "int32", name="A")
+    flag = te.var("flag", "bool")
+    b = te.compute((n,), lambda i: tvm.tirx.Select(flag, a[i], 0), name="B")
+    return te.create_prim_func([a, flag, b])
+
+
 def length_by_value() -> tvm.tirx.PrimFunc:
     """``B = A * 2`` with A of length n and n also passed as a scalar after A."""
     n = te.var("n")

@@ -318,6 +318,40 @@ def test_every_integer_scalar_is_range_checked(count):
             k(a, *args, torch.empty_like(a))
 
 
+def test_scalars_tvm_cannot_pass_are_named():
+    # each was a raw TVM TypeError or torch's allocation error, naming no parameter
+    jit = tileauto.jit(out_idx=[-1], target="llvm")
+    k64 = jit(kernels.add_scalar)(8, "uint64")
+    x64 = torch.zeros(8, dtype=torch.uint64)
+    assert int(k64(x64, 2**63 - 1)[0]) == 2**63 - 1
+    with pytest.raises(
+        KernelArgumentError,
+        match=r"'k': a scalar uint64 takes 0 to 9223372036854775807 here \(TVM passes it as an int64\), got 9223372036854775808",
+    ):
+        k64(x64, 2**63)
+    scale = jit(kernels.scale_by)()
+    torch.testing.assert_close(scale(torch.ones(8), 2**40), torch.full((8,), 2.0**40))
+    with pytest.raises(
+        KernelArgumentError,
+        match=r"'s': a scalar float32 was given the int 2361183241434822606848, beyond int64 .*float\(value\)",
+    ):
+        scale(torch.ones(8), 2**71)
+    length = jit(kernels.scalar_named_like_a_dim)()
+    for call in (lambda: length(torch.ones(4), -1), lambda: length.prepare(torch.ones(4), -1)):
+        with pytest.raises(
+            KernelArgumentError, match=r"'n': a length \(a buffer's dimension\), got -1"
+        ):
+            call()
+    keep = jit(kernels.keep_if)()
+    a = torch.arange(8, dtype=torch.int32)
+    assert keep(a, True).tolist() == a.tolist()
+    with pytest.raises(
+        KernelArgumentError,
+        match=r"'flag': expected a scalar bool \(a Python bool\), got numpy.bool",
+    ):
+        keep(a, np.True_)
+
+
 def test_a_length_by_value_that_disagrees_with_a_tensor_is_named():
     k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.length_by_value)()
     a = torch.randn(64)
