@@ -49,8 +49,16 @@ def freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple((k, freeze(v)) for k, v in value.items())
     if isinstance(value, (bool, int, float)):
-        return (type(value).__name__, value)  # True, 1 and 1.0 compare equal but differ here
+        return _scalar_key(value)
     return value
+
+
+def _scalar_key(value: bool | float) -> tuple[str, Any]:
+    """A number as a key: True, 1 and 1.0 compare equal but differ here; a float by its exact
+    bits' text, so that -0.0 is not 0.0 (1/d, copysign) and a NaN finds itself (nan != nan)."""
+    if type(value) is float:
+        return ("float", value.hex())
+    return (type(value).__name__, value)
 
 
 _PLAIN = (int, float, str, bool, type(None))
@@ -92,8 +100,8 @@ def fast_key(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
         if type(value) not in _PLAIN:
             return None
     return (
-        tuple((type(v).__name__, v) for v in args),
-        tuple(sorted((k, type(v).__name__, v) for k, v in kwargs.items())),
+        tuple(_scalar_key(v) for v in args),
+        tuple(sorted((k, *_scalar_key(v)) for k, v in kwargs.items())),
     )
 
 

@@ -7,7 +7,14 @@ import json
 import pytest
 import torch
 
-from tileauto.cache.args import bind_arguments, call_key, default_config, describe_value, is_tensor
+from tileauto.cache.args import (
+    bind_arguments,
+    call_key,
+    default_config,
+    describe_value,
+    fast_key,
+    is_tensor,
+)
 
 
 def factory(M, N, block=32, dtype="float32"):
@@ -31,6 +38,17 @@ def test_different_values_give_different_keys():
     assert call_key(factory, (64, 33), {}) != base
     assert call_key(factory, (64, 32), {"block": 16}) != base
     assert call_key(factory, (64, 32), {"dtype": "float16"}) != base
+
+
+def test_a_negative_zero_and_a_nan_are_keys_of_their_own():
+    # -0.0 == 0.0 served the kernel of 0.0 for -0.0 (a factory that bakes 1/d or copysign
+    # computes another thing); nan != nan made every call with a NaN a miss, one more entry each
+    assert call_key(factory, (64, -0.0), {}) != call_key(factory, (64, 0.0), {})
+    assert fast_key((64, -0.0), {}) != fast_key((64, 0.0), {})
+    assert fast_key((), {"d": -0.0}) != fast_key((), {"d": 0.0})
+    assert fast_key((float("nan"),), {}) == fast_key((float("nan"),), {})
+    assert call_key(factory, (float("nan"), 1), {}) == call_key(factory, (float("nan"), 1), {})
+    assert fast_key((1,), {}) != fast_key((1.0,), {}) != fast_key((True,), {})
 
 
 def test_key_is_hashable_and_ordered_by_parameter():
