@@ -129,8 +129,17 @@ class SpaceView:
         return cid
 
     def config(self, cid: str) -> dict[str, Any]:
-        """The filled config of an id seen before (from :meth:`id_at`, the default or a store)."""
-        return self._by_id[cid]
+        """The filled config of an id: one seen before (from :meth:`id_at`, the default or a
+        store), or one a product has (a trial an earlier run measured, which this run's search
+        never proposed: decoded from its position). KeyError for a config the space lacks."""
+        found = self._by_id.get(cid)
+        if found is None and self._product is not None:
+            index = self.position(cid)
+            if index >= 0:
+                found = self._by_id.setdefault(cid, self._product.config(index))
+        if found is None:
+            raise KeyError(cid)
+        return found
 
     def position(self, cid: str) -> int:
         """The trial index of a config id: its position in the space, or -1 when not in it."""

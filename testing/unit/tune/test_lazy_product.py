@@ -92,3 +92,42 @@ def test_a_search_that_needs_the_count_still_scans_the_whole_product(tmp_path):
     tuner.run()
     assert space.counted  # one chunk is the whole product: counted after all
     assert reporter.events[-1][1].never_tried == len(space) - 2
+
+
+def test_a_second_tuning_of_a_large_product_re_times_the_first_ones_best(tmp_path):
+    # A KeyError ended it: the re-timing takes the best of every known trial (241edaa), and a
+    # known config this run's search never proposed had never been decoded (a space of more
+    # than 10,000 configs is not listed whole, as the configs never tried of a smaller one are)
+    values = {name: list(range(4)) for name in NAMES[:7]}  # 4^7 = 16,384 configs
+    latency = lambda c: 30.0 - sum(c.values())  # noqa: E731 - the default (all 0) is the worst
+    store = MemoryStore("wide")
+    runs = []
+    # the same problem tuned again over a widened space, as docs/search.md has it
+    for space, seed in ((product(**values, constraints="p6 != 1"), 0), (product(**values), 1)):
+        problem = TuningProblem(
+            factory=factory,
+            args=(256,),
+            kwargs={},
+            configs=space,
+            compile_args=CompileArgs(),
+            profile_args=ProfileArgs(seed=seed, max_trials=6),
+            settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
+            verbose=False,
+            name="wide",
+        )
+        builder = ScriptedBuilder()
+        session = TuningSession(
+            problem,
+            builder=builder,
+            runner=ScriptedRunner(latency),
+            store=store,
+            reporter=RecordingReporter(),
+        )
+        runs.append((session.run(), builder))
+        store.shelf.results.clear()  # another space: another result's key, the same measurements
+    (first, _), (second, builder) = runs
+    mine = [t for t in second.trials if t.ok and t.config not in [f.config for f in first.trials]]
+    assert mine and first.latency < min(latency(t.config) for t in mine)  # the seeds make it so
+    assert second.config == first.config  # the first run's best, re-timed against the second's
+    assert first.config in builder.built  # its library had again (the kernel cache's, for real)
+    assert any("re-timed interleaved" in n for n in second.best_trial.notes)
