@@ -365,7 +365,7 @@ def test_a_config_that_pads_its_output_is_caught_after_a_trace():
     compiled = torch.compile(lambda a: op(a) + 1, fullgraph=True, backend="aot_eager")
     with pytest.raises(
         TorchOpError,
-        match=r"returned outputs of shapes \[\(7,\)\] where the op's fake says \[\(6,\)\]",
+        match=r"\[\(\(7,\), 'float32'\)\] where the op's fake says \[\(\(6,\), 'float32'\)\]",
     ):
         compiled(torch.randn(6))
 
@@ -382,7 +382,7 @@ def test_a_padding_config_is_caught_under_dynamic_shapes():
     op = padded_op()  # traced first: the first real call of each size is checked
     compiled = torch.compile(lambda a: op(a) + 1, fullgraph=True, dynamic=True, backend="eager")
     with pytest.raises(
-        TorchOpError, match=r"shapes \[\(11,\)\] where the op's fake says \[\(9,\)\]"
+        TorchOpError, match=r"\[\(\(11,\), 'float32'\)\] where the op's fake says \[\(\(9,"
     ):
         compiled(torch.randn(9))
 
@@ -513,8 +513,27 @@ def test_backward_convenience_and_compiled_backward():
 def test_without_a_backward_the_op_says_so():
     op = tileauto.torch_op(_name("swiglu"), swiglu, problem=lambda gate, up: gate.shape)
     gate = torch.randn(2, 3, requires_grad=True)
-    with pytest.raises(RuntimeError, match="autograd"):
+    with pytest.raises(TorchOpError, match="no autograd formula: register one"):
         op(gate, torch.randn(2, 3)).sum().backward()
+
+
+def test_a_compiled_forward_without_a_backward_says_to_use_no_grad():
+    # torch.compile traces the backward with a forward whose inputs require grad: the forward
+    # alone failed with torch's "no autograd formula", which did not say what to do
+    op = tileauto.torch_op(_name("swiglu"), swiglu, problem=lambda gate, up: gate.shape)
+    linear = torch.nn.Linear(8, 8)  # its parameters require grad, as a model's do
+
+    def f(x):
+        h = linear(x)
+        return op(h, h) * 2
+
+    x = torch.randn(4, 8)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match=r"torch.no_grad\(\) or torch.inference_mode\(\)"):
+        compiled(x)
+    with torch.no_grad():
+        h = linear(x)
+        torch.testing.assert_close(compiled(x), _reference(h, h) * 2, rtol=1e-5, atol=1e-5)
 
 
 # -- torch.export --------------------------------------------------------------------------------
@@ -570,6 +589,15 @@ def test_an_undeclared_write_is_an_error():
     x = torch.ones(4)
     torch.testing.assert_close(declared(x), torch.ones(4))
     assert torch.equal(x, torch.zeros(4))
+
+
+def test_a_refused_write_leaves_the_callers_tensor_as_it_was():
+    # the check raised but left x as the kernel wrote it (zeroed): a model's weights lost
+    op = tileauto.torch_op(_name("copy"), _copy_and_zero, problem=lambda x: x.shape[0])
+    weights = torch.arange(1.0, 5.0)
+    with pytest.raises(TorchOpError, match=r"wrote into \['x'\]"):
+        op(weights)
+    assert torch.equal(weights, torch.arange(1.0, 5.0))
 
 
 # -- errors a user can act on --------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tvm import te
 from tvm import tirx as tir
 
 import tileauto
+import tileauto.language as T
 from tileauto.errors import KernelArgumentError
 from tileauto.ops import TorchOpError
 
@@ -323,3 +324,269 @@ def test_keyword_arguments_to_a_kernel_are_named_as_such():
     with pytest.raises(TypeError, match=r"main: a kernel takes its tensors positionally") as info:
         k(torch.randn(4), B=torch.randn(4))
     assert "_call_python" not in str(info.value)
+
+
+# -- hunt B: scalar arguments, tuned configs and the fake ---------------------------------------
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _twice_in(n, mode=2):
+    """B = 2 * A: int32 for mode 3, float32 for any other mode."""
+    A = te.placeholder((n,), "float32", name="A")
+    odt = "int32" if mode == 3 else "float32"
+    return te.create_prim_func([A, te.compute((n,), lambda i: (A[i] * 2).astype(odt), name="B")])
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _head_or_all(n, mode=2):
+    """B = 10 * A[:m]: m = n for mode 3, 1 for any other mode."""
+    A = te.placeholder((n,), "float32", name="A")
+    m = n if mode == 3 else 1
+    return te.create_prim_func([A, te.compute((m,), lambda i: A[i] * 10, name="B")])
+
+
+def _mode_problem(x, mode: int):
+    return {"n": x.shape[0], "mode": mode}
+
+
+def _counted(graphs):
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend
+
+
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
+def test_a_scalar_that_chooses_the_output_dtype_is_guarded(dynamic):
+    # mode was symbolic (dynamic=True, or automatic dynamic at its second value) and the fake
+    # read its example value without a guard: the graph traced at mode=2 served mode=3, and
+    # read its int32 output as float32
+    op = tileauto.torch_op(_name("twice_in"), _twice_in, problem=_mode_problem)
+    graphs: list = []
+    compiled = torch.compile(
+        lambda x, mode: op(x, mode) + 0.5, fullgraph=True, dynamic=dynamic, backend=_counted(graphs)
+    )
+    x = torch.arange(4, dtype=torch.float32) + 0.25
+    for mode in (2, 4, 3, 2):
+        got, want = compiled(x, mode), op(x, mode) + 0.5
+        assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
+        torch.testing.assert_close(got, want)
+    assert len(graphs) == 3  # one graph per mode; mode=2 again is served by its graph
+
+
+def test_a_scalar_that_chooses_the_output_length_is_guarded():
+    op = tileauto.torch_op(_name("head_or_all"), _head_or_all, problem=_mode_problem)
+    compiled = torch.compile(lambda x, mode: op(x, mode) + 1, fullgraph=True, dynamic=True)
+    x = torch.arange(8, dtype=torch.float32)
+    for mode in (2, 3):
+        torch.testing.assert_close(compiled(x, mode), op(x, mode) + 1)
+
+
+class _Mode(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x, mode: int):
+        return self.op(x, mode) + 0.5
+
+
+def test_export_keeps_a_scalar_that_chooses_the_kernel_static():
+    op = tileauto.torch_op(_name("twice_in"), _twice_in, problem=_mode_problem)
+    x = torch.arange(4, dtype=torch.float32)
+    program = torch.export.export(_Mode(op), (x, 3))
+    torch.testing.assert_close(program.module()(x, 3), op(x, 3) + 0.5)
+    with pytest.raises(Exception, match=r"specialized it to be a constant \(3\)"):
+        torch.export.export(_Mode(op), (x, 3), dynamic_shapes=(None, torch.export.Dim.DYNAMIC))
+
+
+def test_a_data_dependent_scalar_that_chooses_the_kernel_is_refused_by_name():
+    op = tileauto.torch_op(_name("twice_in"), _twice_in, problem=_mode_problem)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(
+            lambda x, t: op(x, (t * 2 - t).sum().item()), fullgraph=True, backend="eager"
+        )
+        with pytest.raises(
+            Exception, match=r"data-dependent value .* scalar argument\(s\) \['mode'\]"
+        ):
+            compiled(torch.ones(4), torch.tensor(3))
+
+
+def test_the_tensors_sizes_stay_symbolic_beside_a_guarded_scalar():
+    op = tileauto.torch_op(_name("twice_in"), _twice_in, problem=_mode_problem)
+    graphs: list = []
+    compiled = torch.compile(
+        lambda x, mode: op(x, mode) * 2, fullgraph=True, dynamic=True, backend=_counted(graphs)
+    )
+    for n in (5, 7, 9):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x, 2), x * 4)
+    assert len(graphs) == 1  # the size n stays symbolic: one trace for every size
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _twice_as(n, odt="float32"):
+    A = te.placeholder((n,), "float32", name="A")
+    return te.create_prim_func([A, te.compute((n,), lambda i: (A[i] * 2).astype(odt), name="B")])
+
+
+def test_a_tuned_config_of_another_output_dtype_is_caught_after_a_trace():
+    # the check after a trace compared the output shapes alone: the graph read the tuned
+    # config's float64 output as the fake's float32
+    tuned = tileauto.autotune(configs=[{"odt": "float64"}], warmup=1, rep=2, verbose=False)(
+        _twice_as
+    )
+    op = tileauto.torch_op(_name("twice_as"), tuned, problem=lambda x: x.shape[0])
+    compiled = torch.compile(lambda x: op(x) + 1, fullgraph=True, backend="eager")
+    with pytest.raises(
+        TorchOpError,
+        match=r"\[\(\(4,\), 'float64'\)\] where the op's fake says \[\(\(4,\), 'float32'\)\]",
+    ):
+        compiled(torch.arange(4, dtype=torch.float32))
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _twice_by_size(n):
+    """B = 2 * A, in float64 from n = 16 on: an output dtype that depends on a size."""
+    A = te.placeholder((n,), "float32", name="A")
+    odt = "float64" if n >= 16 else "float32"
+    return te.create_prim_func([A, te.compute((n,), lambda i: (A[i] * 2).astype(odt), name="B")])
+
+
+def test_an_output_dtype_that_changes_with_a_symbolic_size_is_refused_at_the_trace():
+    op = tileauto.torch_op(_name("by_size"), _twice_by_size, problem=lambda x: x.shape[0])
+    dynamic = torch.compile(lambda x: op(x) + 1, fullgraph=True, dynamic=True, backend="eager")
+    with pytest.raises(Exception, match=r"output dtypes are \['float32'\] at these sizes and "):
+        dynamic(torch.randn(8))
+    static = torch.compile(lambda x: op(x) + 1, fullgraph=True, backend="eager")
+    for n in (8, 20):  # static sizes: each size its own graph, of its own dtype
+        x = torch.randn(n)
+        torch.testing.assert_close(static(x), op(x) + 1)
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _double_by_blocks(n, block=16):
+    """B = 2 * A, in blocks that must divide n (the default, 16, does not divide 12 or 24)."""
+    assert n % block == 0, f"block {block} must divide n={n}"
+    A = te.placeholder((n,), "float32", name="A")
+    return te.create_prim_func([A, te.compute((n,), lambda i: A[i] * 2, name="B")])
+
+
+def test_a_problem_the_default_config_cannot_build_after_a_trace():
+    # the check after a trace elaborated the default config (block=16), which asserts for
+    # n=24, so a plain eager call failed once anything had been traced; and the trace of
+    # n=12 failed although the space's block=4 builds it
+    tuned = tileauto.autotune(
+        configs=[{"block": 4}, {"block": 16}], warmup=1, rep=2, verbose=False
+    )(_double_by_blocks)
+    op = tileauto.torch_op(_name("blocks"), tuned, problem=lambda x: x.shape[0])
+    compiled = torch.compile(lambda x: op(x) + 1, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(torch.ones(16)), torch.full((16,), 3.0))
+    torch.testing.assert_close(op(torch.ones(24)), torch.full((24,), 2.0))  # eager
+    torch.testing.assert_close(compiled(torch.ones(12)), torch.full((12,), 3.0))  # traced
+
+
+def test_a_problem_no_config_builds_is_refused_at_the_trace_and_eager_still_works():
+    tuned = tileauto.autotune(configs=[{"block": 4}, {"block": 6}], warmup=1, rep=2, verbose=False)(
+        _double_by_blocks
+    )
+    op = tileauto.torch_op(_name("blocks"), tuned, problem=lambda x: x.shape[0])
+    compiled = torch.compile(lambda x: op(x) + 1, fullgraph=True, backend="eager")
+    with pytest.raises(
+        Exception, match=r"block 16 must divide n=7.*nor does the space: its first 16 configs"
+    ):
+        compiled(torch.ones(7))
+    torch.testing.assert_close(op(torch.ones(12)), torch.full((12,), 2.0))
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _add_k(n, block=4):
+    """B = A + k, k an int32 scalar parameter of the kernel (no value tileauto can make)."""
+    A = te.placeholder((n,), "int32", name="A")
+    k = tir.Var("k", "int32")
+    B = te.compute((n,), lambda i: A[i] + k, name="B")
+    return te.create_prim_func([A, k, B])
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _repeat2_tuned(dtype="float32", unroll=1):
+    """B = [A, A] for any length n (a size variable: no shape tileauto can make inputs of)."""
+
+    @T.prim_func
+    def main(a: T.handle, b: T.handle):
+        n = T.int32()
+        A = T.match_buffer(a, (n,), dtype)
+        B = T.match_buffer(b, (n * 2,), dtype)
+        for i in range(n):
+            B[i] = A[i]
+            B[i + n] = A[i]
+
+    return main
+
+
+def test_a_scalar_the_kernel_takes_stays_symbolic():
+    # k reaches the kernel, not the problem: nothing to guard, one trace for every value
+    def problem(x, k: int):
+        return x.shape[0]
+
+    op = tileauto.torch_op(_name("add_k"), _add_k, problem=problem)
+    graphs: list = []
+    compiled = torch.compile(
+        lambda x, k: op(x, k) * 2, fullgraph=True, dynamic=True, backend=_counted(graphs)
+    )
+    x = torch.arange(8, dtype=torch.int32)
+    for k in (5, 7, 9):
+        assert torch.equal(compiled(x, k), (x + k) * 2)
+    assert len(graphs) == 1
+
+
+def test_an_autotuned_op_tunes_on_its_own_arguments_where_tileauto_cannot_make_them():
+    # the tuning asked for set_autotune_inputs although the op holds the very inputs
+    def problem(x, k: int):
+        return x.shape[0]
+
+    tuned = tileauto.autotune(configs=[{"block": 4}, {"block": 8}], warmup=1, rep=2, verbose=False)
+    op = tileauto.torch_op(_name("add_k"), tuned(_add_k), problem=problem)
+    x = torch.arange(16, dtype=torch.int32)
+    assert torch.equal(op(x, 5), x + 5)
+    assert torch.equal(x, torch.arange(16, dtype=torch.int32))  # the tuning works on copies
+
+    sym = tileauto.autotune(configs=[{"unroll": 1}, {"unroll": 2}], warmup=1, rep=2, verbose=False)
+    op = tileauto.torch_op(
+        _name("repeat2"), sym(_repeat2_tuned), problem=lambda a: {"dtype": "float32"}
+    )
+    a = torch.randn(10)
+    torch.testing.assert_close(op(a), torch.cat([a, a]))
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _times_const(n, d=1.0):
+    """B = A * d, with d baked into the kernel (a problem value, not a kernel argument)."""
+    A = te.placeholder((n,), "float32", name="A")
+    return te.create_prim_func(
+        [A, te.compute((n,), lambda i: A[i] * tir.const(d, "float32"), name="B")]
+    )
+
+
+@pytest.mark.parametrize("problem", ["tuple", "dict"])
+def test_a_negative_zero_and_a_nan_problem_find_their_own_kernels(problem):
+    # -0.0 == 0.0 served 0.0's kernel for -0.0; nan != nan made every call with a NaN take the
+    # first-call path and keep one more kernel
+    if problem == "tuple":
+        op = tileauto.torch_op(
+            _name("times"), _times_const, problem=lambda x, d=1.0: (x.shape[0], d)
+        )
+    else:
+        op = tileauto.torch_op(
+            _name("times"), _times_const, problem=lambda x, d=1.0: {"n": x.shape[0], "d": d}
+        )
+    x = torch.ones(4)
+    assert op(x, 0.0).tolist() == [0.0] * 4
+    out = op(x, -0.0)
+    assert torch.equal(torch.signbit(out), torch.ones(4, dtype=torch.bool))  # -0.0 each
+    assert not torch.signbit(op(x, 0.0)).any()
+    for _ in range(3):
+        assert op(x, float("nan")).isnan().all()
+    assert op(x, 2.0).tolist() == [2.0] * 4
+    assert len(op.kernels()) == 4  # 0.0, -0.0, nan (once), 2.0

@@ -63,6 +63,52 @@ def hint(value: Any, *, stand_in: bool = False) -> Any:
     return value
 
 
+def scalar_symbols(values: Sequence[Any]) -> set[Any]:
+    """The free symbols of the symbolic values among ``values`` (the op's scalar arguments)."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    found: set[Any] = set()
+    for value in values:
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            found |= set(free_symbols(value))
+    return found
+
+
+def specialized(value: Any, symbols: set[Any]) -> Any:
+    """A problem with each symbolic value that holds one of ``symbols`` (the op's scalar
+    arguments) guarded to its example value, as are symbolic floats and bools.
+
+    The factory may branch on such a value (a ``mode`` that chooses the output's dtype or
+    length), which no doubling can tell: the guard makes torch trace the op again for another
+    value, where reading the example value alone would let one graph serve every value. A
+    symbolic tensor size is left symbolic (the fake follows it, see :func:`output_shapes`).
+
+    Raises:
+        GuardOnDataDependentSymNode: a data-dependent value (from ``.item()``), which has no
+            example value to guard.
+    """
+    from torch.fx.experimental.symbolic_shapes import (
+        free_symbols,
+        guard_bool,
+        guard_float,
+        guard_int,
+    )
+
+    if isinstance(value, torch.SymInt):
+        return guard_int(value) if set(free_symbols(value)) & symbols else value
+    if isinstance(value, torch.SymFloat):
+        return guard_float(value)
+    if isinstance(value, torch.SymBool):
+        return guard_bool(value)
+    if isinstance(value, list):
+        return [specialized(v, symbols) for v in value]
+    if isinstance(value, tuple):  # torch.Size included
+        return tuple(specialized(v, symbols) for v in value)
+    if isinstance(value, dict):
+        return {k: specialized(v, symbols) for k, v in value.items()}
+    return value
+
+
 class SignatureMemo:
     """Signatures by problem, elaborated at most once each (a fake is called at every trace)."""
 
@@ -254,6 +300,23 @@ def is_symbolic(value: Any) -> bool:
 
 def output_dtypes(sig: Signature) -> list[torch.dtype]:
     return [torch_dtype(sig.params[pos].dtype) for pos in sig.out_pos]
+
+
+def check_same_dtypes(name: str, sig: Signature, doubled: Signature | None) -> None:
+    """The output dtypes at twice the symbolic sizes are those at the example ones: a graph
+    traced with symbolic sizes serves every size with the dtypes the fake told."""
+    if doubled is None:
+        return
+    here = [sig.params[p].dtype for p in sig.out_pos]
+    there = [doubled.params[p].dtype for p in doubled.out_pos]
+    if here != there:
+        raise TorchOpError(
+            f"{name}: the kernel's output dtypes are {here} at these sizes and {there} at twice "
+            "the symbolic ones: a graph traced with symbolic sizes reads every size's outputs "
+            "with one dtype; output dtypes must not depend on the sizes (choose the dtype from "
+            "the inputs' dtypes or a scalar argument), or trace with static sizes "
+            "(torch.compile(dynamic=False))"
+        )
 
 
 def problem_values(problem: tuple, problem_kwargs: dict[str, Any]) -> list[Any]:

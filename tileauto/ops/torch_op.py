@@ -10,10 +10,12 @@ loads the tuned kernel from the cache, exactly as calling the factory does).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import itertools
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -21,11 +23,12 @@ import torch
 from tileauto.api.decorator import AutoTuneImpl
 from tileauto.api.tune import default_of_space
 from tileauto.cache.args import bind_arguments, describe_value, freeze
-from tileauto.errors import KernelArgumentError, TorchOpError
+from tileauto.errors import InputSupplyError, KernelArgumentError, TorchOpError
 from tileauto.jit.impl import JITImpl
 from tileauto.ops._fake import (
     Signature,
     SignatureMemo,
+    check_same_dtypes,
     check_same_outputs,
     doubled_problem,
     elaborated_signature,
@@ -34,12 +37,20 @@ from tileauto.ops._fake import (
     output_dtypes,
     output_shapes,
     problem_values,
+    scalar_symbols,
     shapes_of,
+    specialized,
 )
 from tileauto.ops._schema import checked_mutates, op_params, registered, schema_text
+from tileauto.run.inputs import captured_inputs, set_autotune_inputs
 from tileauto.space import ProductSpace, resolve_configs, split_pass_configs
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
+_FALLBACK_CONFIGS = 16  # configs of the space the fake tries where the default does not build
+
+
+class _NotElaborated(TorchOpError):
+    """No config of the factory elaborates for a problem: the fake cannot tell its outputs."""
 
 
 class TorchOp:
@@ -125,6 +136,8 @@ class TorchOp:
                 name, self._run, mutates_args=self.mutates_args, schema=self.schema
             )
             self._custom.register_fake(fake if fake is not None else self._fake)
+            if not self.mutates_args:  # torch takes no autograd formula for a mutating op
+                self._custom.register_autograd(self._no_backward)
         except Exception as exc:
             _unregister(name)  # a refused op must leave its name free to retry
             raise TorchOpError(
@@ -147,6 +160,16 @@ class TorchOp:
         """``torch.library.register_autograd`` for this op: ``backward(ctx, *grads)`` returns
         one gradient per op argument (None for those without one)."""
         torch.library.register_autograd(self.name, backward, setup_context=setup_context)
+
+    def _no_backward(self, ctx: Any, *grads: Any) -> Any:
+        """The backward of an op registered without one: an error that says what to do."""
+        raise TorchOpError(
+            f"{self.name}: a backward through the op, which has no autograd formula: register "
+            "one, torch_op(..., backward=..., setup_context=...) or op.register_autograd(...). "
+            "torch.compile traces the backward with the forward wherever an input requires "
+            "grad (the activations of a model's parameters), so it asks for one even if no "
+            "backward runs: run inference under torch.no_grad() or torch.inference_mode()"
+        )
 
     def register_fake(self, fake: Callable[..., Any]) -> None:
         """Replace the fake made from the kernel's signature by ``fake(*args)``."""
@@ -211,11 +234,9 @@ class TorchOp:
         """A problem this op has not called yet (or an unhashable one): find its kernel."""
         value = self._problem_value(args)
         device = args[self._tensor_pos[0]].device
-        try:
-            key: Any = (value, device)
-            hash(key)
-            memo = self._memo
-        except TypeError:  # a problem of lists or dicts: its frozen description is the key
+        key: Any = (value, device)
+        memo = self._memo
+        if not _exact_key(key, value):  # lists, dicts, a zero or NaN float: its frozen description
             key, memo = (freeze(describe_value(value)), device), self._frozen
         with self._lock:
             entry = memo.get(key)
@@ -228,7 +249,13 @@ class TorchOp:
                         "before capturing (torch.compile(mode='reduce-overhead') warms up first)"
                     )
                 pargs, pkwargs = self._factory_call(value)
-                kernel = self.factory(*pargs, **pkwargs)
+                try:
+                    with self._tuning_inputs(args, pargs, pkwargs):
+                        kernel = self.factory(*pargs, **pkwargs)
+                except InputSupplyError as exc:
+                    raise InputSupplyError(
+                        f"{self.name}: tuning the problem {value!r}: {exc}"
+                    ) from exc
                 entry = (kernel, self._kernel_positions(kernel.num_inputs, args))
             kernel, positions = entry
             kargs = args if positions is None else tuple(args[i] for i in positions)
@@ -241,12 +268,31 @@ class TorchOp:
                     self._check_against_fake(args, out)
                 self._remember_signature(value, kernel)
                 memo[key] = entry
-                if type(value) is dict:
+                if type(value) is dict and not _inexact(value):
                     try:
                         self._by_items[(tuple(value.items()), device)] = entry
                     except TypeError:  # a value that is a list: the frozen key alone
                         pass
         return out
+
+    def _tuning_inputs(
+        self, args: tuple, pargs: tuple, pkwargs: dict[str, Any]
+    ) -> contextlib.AbstractContextManager[None]:
+        """The op's own arguments as the tuning's inputs, where the kernel takes what tileauto
+        cannot make (a scalar, a tensor of symbolic shape) and no ``set_autotune_inputs``
+        block is open: the op holds the very inputs the tuning asks for."""
+        if not isinstance(self.factory, AutoTuneImpl) or captured_inputs() is not None:
+            return contextlib.nullcontext()
+        hargs, hkwargs = hint(pargs), hint(pkwargs)
+        try:
+            sig = self._signatures.get(freeze(describe_value((hargs, hkwargs))), hargs, hkwargs)
+        except TorchOpError:  # no config elaborates: the factory's own error follows
+            return contextlib.nullcontext()
+        specs = [sig.params[p] for p in sig.in_pos]
+        if not any(spec.scalar or spec.static_shape is None for spec in specs):
+            return contextlib.nullcontext()  # tileauto makes the inputs, as a direct call does
+        positions = self._kernel_positions(len(sig.in_pos), args)
+        return set_autotune_inputs(*(args if positions is None else [args[i] for i in positions]))
 
     def _checked_call(self, key: Any, kernel: Any, kargs: tuple, args: tuple) -> Any:
         """The first call of a kernel: inputs not in ``mutates_args`` must come back unchanged."""
@@ -262,6 +308,9 @@ class TorchOp:
             self._params[i][0] for i, before in kept.items() if not _same_bytes(before, args[i])
         ]
         if written:
+            with torch.no_grad():  # the caller's tensors as they were: the call is refused
+                for i, before in kept.items():
+                    args[i].copy_(before)
             raise TorchOpError(
                 f"{self.name}: the kernel wrote into {written}, which mutates_args does not "
                 f"declare ({list(self.mutates_args)}): declare them, torch_op(..., "
@@ -272,15 +321,25 @@ class TorchOp:
         return out
 
     def _check_against_fake(self, args: tuple, out: Any) -> None:
-        """Outputs whose shapes differ from the fake's (a config that pads its output, a wrong
-        ``out_shapes``) would make traced graphs wrong: said at the first call of a problem."""
-        expected = [tuple(shape) for shape in self._fake_shapes(args, elaborated=True)[1]]
-        got = [tuple(t.shape) for t in _as_list(out)]
+        """Outputs whose shapes or dtypes differ from the fake's (a config that pads its
+        output or returns another dtype, a wrong ``out_shapes``) would make traced graphs
+        wrong: said at the first call of a problem. A problem no config elaborates for has no
+        fake to compare with (it raises at a trace)."""
+        try:
+            sig, shapes = self._fake_shapes(args, elaborated=True)
+        except _NotElaborated:
+            return
+        expected = [
+            (tuple(shape), str(dtype).removeprefix("torch."))
+            for shape, dtype in zip(shapes, output_dtypes(sig))
+        ]
+        got = [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in _as_list(out)]
         if got != expected:
             raise TorchOpError(
-                f"{self.name}: the kernel returned outputs of shapes {got} where the op's fake "
-                f"says {expected}: the tuned config changes the output shape (outputs must not "
-                "depend on the tunables: return the unpadded result), or out_shapes is wrong"
+                f"{self.name}: the kernel returned outputs (shape, dtype) {got} where the op's "
+                f"fake says {expected}: the tuned config changes the outputs (they must not "
+                "depend on the tunables: return the unpadded result, in the default config's "
+                "dtype), or out_shapes is wrong"
             )
 
     # -- problems, signatures and the fake ----------------------------------------------------
@@ -349,22 +408,44 @@ class TorchOp:
         return None  # a callable space: its names are known once it is called
 
     def _elaborate(self, args: tuple, kwargs: dict[str, Any]) -> Signature:
+        """The signature of the default config, or where it does not build for this problem
+        (``assert n % block == 0``), of the first config of the space that does: every
+        config returns the same outputs, and the tuning picks among those that build."""
         fn = self._jit.factory
-        config: dict[str, Any] = {}
-        if isinstance(self.factory, AutoTuneImpl):
-            space = resolve_configs(self.factory.configs, fn, args, kwargs)
-            config = split_pass_configs(default_of_space(fn, space))[0]
-        try:
-            return elaborated_signature(
-                fn, self._jit.compile_args.out_idx, args, {**kwargs, **config}
-            )
-        except Exception as exc:
-            raise TorchOpError(
-                f"{self.name}: the fake cannot infer the outputs: elaborating "
-                f"{getattr(fn, '__name__', 'factory')}(*{args!r}, **{ {**kwargs, **config}!r}) "
-                f"raised {type(exc).__name__}: {exc}; give torch_op(..., out_shapes=...) or "
-                "fake=..."
-            ) from exc
+        first: tuple[dict[str, Any], Exception] | None = None
+        for config in self._configs_to_elaborate(args, kwargs):
+            try:
+                return elaborated_signature(
+                    fn, self._jit.compile_args.out_idx, args, {**kwargs, **config}
+                )
+            except Exception as exc:
+                first = first or (config, exc)
+        assert first is not None
+        config, error = first
+        tuned = self._tunable_names() != set()
+        others = f" (nor does the space: its first {_FALLBACK_CONFIGS} configs)" if tuned else ""
+        raise _NotElaborated(
+            f"{self.name}: the fake cannot infer the outputs: elaborating "
+            f"{getattr(fn, '__name__', 'factory')}(*{args!r}, **{ {**kwargs, **config}!r}) "
+            f"raised {type(error).__name__}: {error}{others}; give torch_op(..., "
+            "out_shapes=...) or fake=..."
+        ) from error
+
+    def _configs_to_elaborate(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[dict]:
+        """The default config, then the space's first configs in order (``{}`` for ``@jit``):
+        a few, as a problem no config builds (a doubled size the factory refuses) would
+        elaborate a large space whole at each trace."""
+        if not isinstance(self.factory, AutoTuneImpl):
+            yield {}
+            return
+        fn = self._jit.factory
+        space = resolve_configs(self.factory.configs, fn, args, kwargs)
+        default = split_pass_configs(default_of_space(fn, space))[0]
+        yield default
+        for config in itertools.islice(space, _FALLBACK_CONFIGS):
+            config = split_pass_configs(config)[0]
+            if config != default:
+                yield config
 
     def _signature(
         self, args: tuple, *, elaborated: bool = False
@@ -377,7 +458,7 @@ class TorchOp:
         whose outputs differ from it (a config that pads its output) is an error here, at
         the trace, not a wrong graph later.
         """
-        pargs, pkwargs = self._factory_call(self._problem_value(args))
+        pargs, pkwargs = self._specialized(*self._factory_call(self._problem_value(args)), args)
         try:
             hargs, hkwargs = hint(pargs), hint(pkwargs)
         except TypeError as exc:  # an unbacked (data-dependent) size
@@ -401,6 +482,26 @@ class TorchOp:
             check_same_outputs(self.name, known, sig)
         return sig, pargs, pkwargs
 
+    def _specialized(
+        self, pargs: tuple, pkwargs: dict[str, Any], args: tuple
+    ) -> tuple[tuple, dict[str, Any]]:
+        """The problem with the symbolic values of the op's scalar arguments guarded to their
+        example values (see :func:`tileauto.ops._fake.specialized`): torch traces again for
+        another value, as the factory may return another kernel for it."""
+        scalars = [i for i in range(len(args)) if i not in self._tensor_pos]
+        symbols = scalar_symbols([args[i] for i in scalars])
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+        try:
+            return specialized(pargs, symbols), specialized(pkwargs, symbols)
+        except GuardOnDataDependentSymNode:
+            names = [self._params[i][0] for i in scalars]
+            raise TorchOpError(
+                f"{self.name}: the problem holds a data-dependent value (from .item()) of the "
+                f"op's scalar argument(s) {names}, which chooses the kernel: pass a Python "
+                "number, or call the op outside the traced region"
+            ) from None
+
     def _remember_signature(self, value: Any, kernel: Any) -> None:
         """A kernel in memory gives its problem's signature: a later fake elaborates nothing.
 
@@ -415,8 +516,8 @@ class TorchOp:
         if len(args) < self._num_params:
             args = self._with_defaults(args)
         device = self._one_device(args)
-        self._traced = True
         sig, shapes = self._fake_shapes(args)
+        self._traced = True  # after the fake's own errors: a refused trace made no graph
         outs = [
             torch.empty(shape, dtype=dtype, device=device)
             for shape, dtype in zip(shapes, output_dtypes(sig))
@@ -455,12 +556,14 @@ class TorchOp:
         if self.out_shapes is not None:
             shapes = shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
         else:
+            doubled = self._doubled(pargs, pkwargs)
+            check_same_dtypes(self.name, sig, doubled)
             try:
                 shapes = output_shapes(
                     sig,
                     kargs,
                     problem_values(pargs, pkwargs),
-                    self._doubled(pargs, pkwargs),
+                    doubled,
                     lambda symbol: self._doubled(pargs, pkwargs, only=symbol),
                 )
             except (KeyError, ValueError) as exc:
@@ -594,6 +697,29 @@ def _unregister(name: str) -> None:
     if lib is not None:
         lib._destroy()
     custom_ops.OPDEFS.pop(name, None)
+
+
+def _exact_key(key: Any, value: Any) -> bool:
+    """Whether ``key`` (a problem and a device) finds only its own problem in a dict."""
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return not _inexact(value)
+
+
+def _inexact(value: Any) -> bool:
+    """Whether ``value`` holds a float that equality misreads as a key: a zero (-0.0 == 0.0,
+    and a factory baking ``1/d`` or ``copysign`` makes two kernels) or a NaN (nan != nan:
+    never found again). Such a problem is found by its frozen description, which keeps the
+    float's bits (off the hot path's single lookup)."""
+    if type(value) is float:
+        return value == 0.0 or value != value
+    if isinstance(value, (tuple, list)):
+        return any(_inexact(v) for v in value)
+    if isinstance(value, dict):
+        return any(_inexact(v) for v in value.values())
+    return False
 
 
 def _as_list(out: Any) -> list:

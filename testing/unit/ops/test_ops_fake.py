@@ -7,7 +7,17 @@ import torch
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from tileauto.artifact import ParamSpec
-from tileauto.ops._fake import Signature, SignatureMemo, hint, output_shapes, problem_values
+from tileauto.errors import TorchOpError
+from tileauto.ops._fake import (
+    Signature,
+    SignatureMemo,
+    check_same_dtypes,
+    hint,
+    output_shapes,
+    problem_values,
+    scalar_symbols,
+    specialized,
+)
 
 
 def _sig(*params: ParamSpec, out: tuple[int, ...] = (-1,)) -> Signature:
@@ -108,3 +118,36 @@ def test_the_doubled_signature_tells_sizes_constants_and_the_unwritable():
     assert output_shapes(sig(3, (3,)), [Sized()], [], doubled=sig(6, (3,))) == [(3,)]
     with pytest.raises(ValueError, match="dim 0 is 6 at these sizes and 12 at twice"):
         output_shapes(sig(3, (6,)), [Sized()], [], doubled=sig(6, (12,)))
+
+
+def _backed(env: ShapeEnv, name: str, value: int) -> torch.SymInt:
+    """A symbolic int with an example value, as dynamo makes for a size or an int argument."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    source = ConstantSource(name)
+    symbol = env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC)
+    return env.create_symintnode(symbol, hint=value, source=source)
+
+
+def test_the_scalar_arguments_values_in_a_problem_are_guarded_and_the_sizes_are_not():
+    env = ShapeEnv()
+    n, mode = _backed(env, "n", 8), _backed(env, "mode", 3)
+    symbols = scalar_symbols([mode, 2.5, True])
+    problem = specialized({"n": n, "mode": mode, "pair": [n, mode * 2]}, symbols)
+    assert problem == {"n": n, "mode": 3, "pair": [n, 6]}
+    assert isinstance(problem["n"], torch.SymInt)  # a tensor's size stays symbolic
+    (guard,) = env.guards  # mode == 3: torch traces again for another mode
+    assert guard.expr.free_symbols == symbols
+    assert specialized((n, "float32"), set()) == (n, "float32")
+    assert len(env.guards) == 1
+
+
+def test_output_dtypes_that_change_at_twice_the_sizes_are_refused():
+    def sig(dtype: str) -> Signature:
+        return _sig(ParamSpec("A", (8,), "float32"), ParamSpec("B", (8,), dtype))
+
+    check_same_dtypes("ns::op", sig("float32"), None)  # no symbolic size
+    check_same_dtypes("ns::op", sig("float32"), sig("float32"))
+    with pytest.raises(TorchOpError, match=r"\['float32'\] at these sizes and \['float64'\]"):
+        check_same_dtypes("ns::op", sig("float32"), sig("float64"))
