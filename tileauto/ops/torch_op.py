@@ -42,7 +42,7 @@ from tileauto.ops._fake import (
     specialized,
 )
 from tileauto.ops._schema import checked_mutates, op_params, registered, schema_text
-from tileauto.run.inputs import captured_inputs, set_autotune_inputs
+from tileauto.run.inputs import captured_inputs, inputs_of_this_thread
 from tileauto.space import ProductSpace, resolve_configs, split_pass_configs
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
@@ -292,7 +292,7 @@ class TorchOp:
         if not any(spec.scalar or spec.static_shape is None for spec in specs):
             return contextlib.nullcontext()  # tileauto makes the inputs, as a direct call does
         positions = self._kernel_positions(len(sig.in_pos), args)
-        return set_autotune_inputs(*(args if positions is None else [args[i] for i in positions]))
+        return inputs_of_this_thread(*(args if positions is None else [args[i] for i in positions]))
 
     def _checked_call(self, key: Any, kernel: Any, kargs: tuple, args: tuple) -> Any:
         """The first call of a kernel: inputs not in ``mutates_args`` must come back unchanged."""

@@ -47,6 +47,21 @@ def set_autotune_inputs(*tensors: Any) -> Iterator[None]:
         InputSupplyError: an argument is not a tensor or a number, or a tensor without data
             (a meta tensor) or not strided (a sparse one), named by its position.
     """
+    with _inputs_block(tensors, shared=True):
+        yield
+
+
+@contextlib.contextmanager
+def inputs_of_this_thread(*tensors: Any) -> Iterator[None]:
+    """:func:`set_autotune_inputs` for the tunings of this thread (and of contexts copied from
+    it) alone: a tuning another thread starts meanwhile does not see them (a torch_op tuning
+    on its own arguments, which no other tuning must take)."""
+    with _inputs_block(tensors, shared=False):
+        yield
+
+
+@contextlib.contextmanager
+def _inputs_block(tensors: tuple[Any, ...], shared: bool) -> Iterator[None]:
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
     for i, t in enumerate(tensors):
@@ -59,13 +74,15 @@ def set_autotune_inputs(*tensors: Any) -> Iterator[None]:
             _check_has_data(t, f"set_autotune_inputs: argument {i}")
     token = _CAPTURED.set(tuple(tensors))
     number = next(_BLOCK_NUMBERS)
-    with _OPEN_LOCK:
-        _OPEN[number] = (threading.get_ident(), tuple(tensors))
+    if shared:
+        with _OPEN_LOCK:
+            _OPEN[number] = (threading.get_ident(), tuple(tensors))
     try:
         yield
     finally:
-        with _OPEN_LOCK:
-            del _OPEN[number]
+        if shared:
+            with _OPEN_LOCK:
+                del _OPEN[number]
         _CAPTURED.reset(token)
 
 

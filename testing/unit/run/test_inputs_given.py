@@ -15,7 +15,12 @@ import torch
 
 from tileauto.artifact import ParamSpec
 from tileauto.errors import InputSupplyError
-from tileauto.run.inputs import captured_inputs, make_inputs, set_autotune_inputs
+from tileauto.run.inputs import (
+    captured_inputs,
+    inputs_of_this_thread,
+    make_inputs,
+    set_autotune_inputs,
+)
 
 SIZED = (
     ParamSpec("A", ("n",), "float32"),
@@ -102,6 +107,15 @@ def test_a_pool_thread_tunes_with_the_block_open_in_the_thread_that_submitted():
         seen = pool.submit(captured_inputs).result()
     assert seen is not None and seen[0] is a
     with ThreadPoolExecutor(1) as pool:  # closed: nothing left behind
+        assert pool.submit(captured_inputs).result() is None
+
+
+def test_inputs_of_this_thread_are_not_another_threads():
+    # a torch_op tuning on its own arguments: an unrelated tuning started meanwhile in another
+    # thread must make its own inputs, not take the op's
+    a = torch.ones(4)
+    with inputs_of_this_thread(a), ThreadPoolExecutor(1) as pool:
+        assert captured_inputs()[0] is a
         assert pool.submit(captured_inputs).result() is None
 
 
