@@ -75,6 +75,8 @@ def child_main() -> None:
 
     from tileauto.jit import compiler
 
+    if os.environ.get("FLEET_GRACEFUL"):  # a program that notes a Ctrl-C and tunes on
+        signal.signal(signal.SIGINT, lambda *_: Path(os.environ["FLEET_GRACEFUL"]).touch())
     if os.environ.get("FLEET_TUPLES"):
         tuner = tileauto.AutoTuner.from_kernel(fleet_tuple_kernel, TUPLE_CONFIGS)
     else:
@@ -203,7 +205,11 @@ def test_eight_processes_on_two_machines_tune_one_key_once(tmp_path, redis):
 def test_the_lease_holder_killed_mid_tuning_another_finishes(tmp_path, redis):
     gate = tmp_path / "gate"
     gate.mkdir()
-    env = {"TILEAUTO_REMOTE_CACHE": redis.url, "TILEAUTO_REMOTE_CACHE_LEASE": "2"}
+    env = {
+        "TILEAUTO_REMOTE_CACHE": redis.url,
+        "TILEAUTO_REMOTE_CACHE_LEASE": "3",  # the shortest a lease renewed in time may be
+        "TILEAUTO_REMOTE_CACHE_TIMEOUT": "1",
+    }
     holder = Child(tmp_path, "holder", tmp_path / "a", {**env, "FLEET_GATE": str(gate)})
     until(lambda: started(gate) >= 1, "the holder to tune", [holder])
     waiter = Child(tmp_path, "waiter", tmp_path / "b", env)  # its compiles do not block
@@ -214,6 +220,38 @@ def test_the_lease_holder_killed_mid_tuning_another_finishes(tmp_path, redis):
     from tileauto.cache.remote import RemoteCache
 
     assert RemoteCache(redis.url).get(result["key"]) is not None  # published by the waiter
+
+
+def test_a_ctrl_c_the_holder_survives_leaves_it_the_key(tmp_path, redis):
+    # the terminal's Ctrl-C reached the renewing helper too, which died without a word: the
+    # lease lapsed while its holder tuned on, and a waiter tuned the key as well
+    gate, noted = tmp_path / "gate", tmp_path / "sigint-noted"
+    gate.mkdir()
+    env = {
+        "TILEAUTO_REMOTE_CACHE": redis.url,
+        "TILEAUTO_REMOTE_CACHE_LEASE": "3",
+        "TILEAUTO_REMOTE_CACHE_TIMEOUT": "1",
+    }
+    holder_env = {**env, "FLEET_GATE": str(gate), "FLEET_GRACEFUL": str(noted)}
+    holder = Child(tmp_path, "holder", tmp_path / "a", holder_env)
+    until(lambda: started(gate) >= 1, "the holder to tune", [holder])
+    waiter = Child(tmp_path, "waiter", tmp_path / "b", env)
+    until(waiter.waiting, "the waiter to wait on the lease", [holder, waiter])
+    client = redis.client()
+    (name,) = client.keys("tileauto:r1:lease:*")
+    value = client.get(name)
+    os.killpg(holder.proc.pid, signal.SIGINT)  # Ctrl-C: to the holder's whole process group
+    until(noted.exists, "the holder to note the Ctrl-C", [holder, waiter])
+    renewals, lowest = 0, client.pttl(name)
+    while renewals < 2:  # the lease is renewed on (before the fix, it lapsed within 3 s)
+        assert client.get(name) == value, "the holder's lease lapsed after the Ctrl-C"
+        left = client.pttl(name)
+        renewals += left > lowest
+        lowest = left
+    (gate / "release").touch()
+    tuned, loaded = holder.result(), waiter.result()
+    assert not tuned["cache_hit"] and tuned["ok"]
+    assert loaded["cache_hit"] and loaded["ok"] and loaded["config"] == tuned["config"]
 
 
 def test_redis_killed_and_restarted_mid_tuning(tmp_path, redis):

@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import math
+import numbers
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -35,7 +37,7 @@ from tileauto.cache.entry import KERNEL_DIR, config_of
 from tileauto.cache.key import versions
 from tileauto.errors import SettingsError
 from tileauto.records import Trial
-from tileauto.settings import parse_redis_url
+from tileauto.settings import MAX_SECONDS, parse_redis_url
 from tileauto.space import config_id
 
 log = get_logger("cache")
@@ -51,6 +53,10 @@ _BAD_SIGNATURE = (
 )
 RECONNECT_FIRST_S = 0.05  # a waiter's first pause after a dropped connection (then doubled)
 RECONNECT_MAX_S = 1.0
+# the shortest lease: renewed every third of it by a helper process that takes a fraction of
+# a second to start (seconds on a loaded machine), each renewal taking up to the timeout
+MIN_LEASE_S = 3.0
+MIN_LEASE_TIMEOUTS = 3
 
 
 def check_url(url: Any, source: str) -> str:
@@ -65,6 +71,40 @@ def check_url(url: Any, source: str) -> str:
     if checked is None:
         raise SettingsError(f"{source}: expected a redis:// URL, got an empty string")
     return checked
+
+
+def check_seconds(value: Any, source: str) -> float:
+    """``value`` as seconds: a finite number in (0, :data:`~tileauto.settings.MAX_SECONDS`].
+
+    Raises:
+        SettingsError: it is not (the message names ``source``, what came and what is expected).
+    """
+    expected = f"expected a positive number of seconds, at most {MAX_SECONDS:.0f}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SettingsError(f"{source}: {expected}, got {type(value).__name__} {value!r}")
+    seconds = float(value)
+    if not (0 < seconds <= MAX_SECONDS and math.isfinite(seconds)):
+        raise SettingsError(f"{source}: {expected}, got {value!r}")
+    return seconds
+
+
+def check_lease(lease_s: float, timeout_s: float, lease: str, timeout: str) -> None:
+    """Refuse a lease too short to be renewed: it would lapse while its holder tunes, and
+    every waiting process would tune the key too. ``lease`` and ``timeout`` name the two
+    values as the caller gave them.
+
+    Raises:
+        SettingsError: ``lease_s`` is under :data:`MIN_LEASE_S` or 3 x ``timeout_s``.
+    """
+    least = max(MIN_LEASE_S, MIN_LEASE_TIMEOUTS * timeout_s)
+    if lease_s < least:
+        raise SettingsError(
+            f"{lease}: {lease_s:g} s is too short a lease to be renewed: expected at least "
+            f"{least:g} s ({MIN_LEASE_S:g} s, and {MIN_LEASE_TIMEOUTS} x {timeout}, "
+            f"{timeout_s:g} s). A helper process renews it every third of it (it takes a "
+            "fraction of a second to start) and each renewal may take the timeout; a lease "
+            "that lapses while its holder tunes lets every waiting process tune the key too"
+        )
 
 
 def shown_address(url: str) -> str:
@@ -149,7 +189,11 @@ class RemoteCache:
         signing_key: shares compiled kernels, signed with it (``TILEAUTO_REMOTE_CACHE_KEY``).
         timeout_s: the time limit of each operation (connecting included).
         lease_s: how long a tuner's lease lives without renewal (a killed tuner's key is
-            taken over after it).
+            taken over after it): at least 3 s and 3 x ``timeout_s``.
+
+    Raises:
+        SettingsError: a URL that is not ``redis://`` or ``rediss://``; a time that is not
+            a positive number of seconds, or a lease too short to be renewed.
     """
 
     def __init__(
@@ -162,16 +206,16 @@ class RemoteCache:
         lease_s: float = 15.0,
     ) -> None:
         self.url = check_url(url, "url")
-        for name, value in (("timeout_s", timeout_s), ("lease_s", lease_s)):
-            if not isinstance(value, (int, float)) or not value > 0:
-                raise SettingsError(f"RemoteCache({name}=...): expected seconds > 0, got {value!r}")
+        timeout_s = check_seconds(timeout_s, "RemoteCache(timeout_s=...)")
+        lease_s = check_seconds(lease_s, "RemoteCache(lease_s=...)")
+        check_lease(lease_s, timeout_s, f"RemoteCache(lease_s={lease_s:g})", "timeout_s")
         self.address = shown_address(self.url)
         self.password = password
         if isinstance(signing_key, str):
             signing_key = signing_key.encode()
         self.signing_key: bytes | None = signing_key or None
-        self.timeout_s = float(timeout_s)
-        self.lease_s = float(lease_s)
+        self.timeout_s = timeout_s
+        self.lease_s = lease_s
         self._client: Any = None
         self.report = disk.OnceWarner()  # unusable entries: one warning per message
         self._faulted = False  # a fault was warned of: later ones are logged
@@ -180,10 +224,21 @@ class RemoteCache:
     def from_settings(cls, settings: Any, url: str | None = None) -> RemoteCache | None:
         """The remote cache at ``url``, else the one the settings name
         (``TILEAUTO_REMOTE_CACHE``), with the settings' password, key and limits; None when
-        neither names one."""
+        neither names one.
+
+        Raises:
+            SettingsError: ``TILEAUTO_REMOTE_CACHE_LEASE`` is too short to be renewed.
+        """
         url = url or settings.remote_cache
         if not url:
             return None
+        lease_s, timeout_s = settings.remote_cache_lease_s, settings.remote_cache_timeout_s
+        check_lease(
+            lease_s,
+            timeout_s,
+            f"TILEAUTO_REMOTE_CACHE_LEASE={lease_s:g}",
+            "TILEAUTO_REMOTE_CACHE_TIMEOUT",
+        )
         return cls(
             url,
             password=settings.remote_cache_password,
@@ -369,8 +424,18 @@ class RemoteCache:
         return dict(self.client.hgetall(self.name("entry", key)))
 
     def delete(self, key: str) -> bool:
-        """Remove ``key``'s entry (and its lease); whether it was there."""
-        return bool(self.client.delete(self.name("entry", key), self.name("lease", key)))
+        """Remove ``key``'s entry, its lease and its place in its family's set (Redis drops
+        the set with its last key); whether it was there.
+
+        Raises:
+            redis.RedisError, OSError: the server did not answer.
+        """
+        family = _family_of_record(self.client.hget(self.name("entry", key), "record"))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.name("entry", key), self.name("lease", key))
+        if family is not None:
+            pipe.srem(self.name("family", family), key)
+        return bool(pipe.execute()[0])
 
     # -- the fleet's lease ----------------------------------------------------------------------
     def lease(self, key: str, limit_s: float | None = None) -> Lease:
@@ -438,8 +503,8 @@ class RemoteCache:
             holder = lease.holder()
             if holder is None:
                 continue  # it expired or was released since: take it
-            if holder.overdue(time.time()) and lease.take_over(holder):
-                log.info("took over %s from %s (past its time limit)", key, holder.owner)
+            if holder.overdue() and lease.take_over(holder):  # on Redis's clock
+                log.info("took over %s from %s (past the bound of its tuning)", key, holder.owner)
                 return True
             if on_wait is not None and holder.raw != told[0]:
                 told[0] = holder.raw
@@ -537,6 +602,15 @@ def _unpack_kernel(blob: bytes) -> dict[str, bytes] | None:
     return out
 
 
+def _family_of_record(raw: bytes | None) -> str | None:
+    """The family a stored record names (None: none, or the record is unreadable)."""
+    try:
+        family = json.loads(raw)["family"] if raw is not None else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return family if isinstance(family, str) and family else None
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:200]
 
@@ -599,6 +673,7 @@ class Checked:
     entry: RemoteEntry | None  # None: unusable (``problem``) or of another version
     problem: str | None  # why it is unusable: damaged, forged, malformed
     other: str | None  # which version differs: valid for the nodes of that version
+    created: float | None = None  # when it was published (None: its record does not say)
 
 
 def iter_checked(cache: RemoteCache) -> Iterator[Checked]:
@@ -615,7 +690,16 @@ def iter_checked(cache: RemoteCache) -> Iterator[Checked]:
         other = None
         if entry is None and problem is None:
             other = version_of_fields(fields) or "another format or version"
-        yield Checked(key, entry, problem, other)
+        yield Checked(key, entry, problem, other, created_of_fields(fields))
+
+
+def created_of_fields(fields: dict[bytes, bytes]) -> float | None:
+    """When an entry's raw hash says it was published (None: its record does not say)."""
+    try:
+        created = float(json.loads(fields[b"record"])["created"])
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return None
+    return created if math.isfinite(created) else None
 
 
 def version_of_fields(fields: dict[bytes, bytes]) -> str | None:

@@ -178,12 +178,13 @@ def _binary(entry: Any) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     cache = remote_of(args)
-    bad = others = 0
+    bad = others = foreign = 0
     checked = _checked(cache)
     for c in checked:
         if c.entry is not None:
-            if c.entry.note is not None:
-                print(f"note  {c.key}: {c.entry.note}")
+            if c.entry.note is not None:  # never deleted: this node's key may be the wrong one
+                foreign += 1
+                print(f"FAIL  {c.key}: {c.entry.note}")
             elif args.verbose:
                 print(f"ok    {c.key}")
             continue
@@ -197,8 +198,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
             cache.delete(c.key)
             print(f"      deleted {c.key}")
     tail = f", {others} of another version (left alone)" if others else ""
+    if foreign:
+        tail += (
+            f", {foreign} whose signature does not verify under this TILEAUTO_REMOTE_CACHE_KEY "
+            "(their kernels are not used here: is it the fleet's key?)"
+        )
     print(f"{len(checked)} remote entries checked, {bad} unusable{tail}")
-    return EXIT_FAIL if bad and not args.delete else EXIT_OK
+    return EXIT_FAIL if (bad and not args.delete) or foreign else EXIT_OK
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -206,10 +212,12 @@ def cmd_clear(args: argparse.Namespace) -> int:
     now = time.time()
     removed = 0
     for c in _checked(cache):
-        key, entry = c.key, c.entry
-        if args.older_than is not None and entry is not None:
-            if now - float(entry.record.get("created", now)) < args.older_than:
-                continue
+        key = c.key
+        # --older-than: every entry by the time its record says it was published (one of
+        # another version too: fresh, it serves that version's nodes); an entry whose record
+        # does not say is left to a clear without it (verify --delete removes damaged ones)
+        if args.older_than is not None and (c.created is None or now - c.created < args.older_than):
+            continue
         if args.dry_run:
             print(f"would delete {key}")
         else:
@@ -312,9 +320,12 @@ def cmd_pull(args: argparse.Namespace) -> int:
         if entry is None or entry.kernel is None:
             print(f"skipped {key}: {_not_pulled(entry, problem, fields)}")
             skipped += 1
-            # a damaged entry, or one the command named, is a failure; the others of a
-            # pull of everything (configs only, another version) are not for this node
-            failed += problem is not None or bool(args.keys)
+            # a damaged entry, one whose signature fails under this node's key (a wrong
+            # key refuses every kernel of the fleet), or one the command named is a failure;
+            # the others of a pull of everything (configs only, another version) are not
+            # for this node
+            foreign = entry is not None and entry.note is not None
+            failed += problem is not None or foreign or bool(args.keys)
             continue
         meta = {k: v for k, v in entry.record.items() if k not in ("files", "created", "versions")}
         meta.update(entry.record["versions"])

@@ -279,10 +279,8 @@ def store_of(
     p = problem
 
     def waiting(holder: Any) -> None:
-        import time
-
         note(
-            f"tileauto: {p.name}: {holder.describe(time.time())} is tuning {local.key} for the "
+            f"tileauto: {p.name}: {holder.describe()} is tuning {local.key} for the "
             f"fleet ({remote.address}); waiting for its result",
             show=p.verbose,
         )
@@ -292,9 +290,61 @@ def store_of(
         remote,
         check=_check_once(problem),
         on_wait=waiting,
-        limit_s=p.profile_args.max_seconds,
+        limit_s=fleet_bound_s(problem),
         family=family_of(p.factory, p.args, p.kwargs, bucket),
     )
+
+
+def fleet_bound_s(problem: TuningProblem) -> float | None:
+    """The most seconds the tuning of ``problem`` may take, which its lease of the fleet's key
+    tells the waiting processes (past it, and a margin, one takes the key over); None without
+    ``max_seconds``: it tunes until done and is never taken over while it lives.
+
+    The search stops only between batches, so past ``max_seconds`` the batch in flight still
+    runs (the first one too, when ``max_seconds`` is shorter): its configs compiled on the
+    compile workers (``TILEAUTO_COMPILE_TIMEOUT`` each) and run (``timeout=`` each). Then the
+    best ``retime_top_k`` and the default are re-timed (``timeout=`` each; each alone again
+    when that round fails), the reference is timed and the winner built (a compile, when an
+    earlier tuning measured it). Each step counts at its time limit.
+    """
+    pa, s = problem.profile_args, problem.settings
+    if pa.max_seconds is None:
+        return None
+    slots = _compile_slots(problem)
+    batch = _batch_bound(problem, slots)
+    rounds = -(-batch // slots) + 1  # the batch on the compile workers, then the winner
+    runs = batch + 2 * (pa.retime_top_k + 1) + 1
+    return pa.max_seconds + rounds * s.compile_timeout_s + runs * pa.timeout
+
+
+def _compile_slots(problem: TuningProblem) -> int:
+    """The compile workers of the tuning: this machine's (with Ray, the cluster's slots are
+    known only once it connects: ``TILEAUTO_AUTO_TUNING_CPU_COUNTS`` when set, else this
+    machine's count stands for them)."""
+    s = problem.settings
+    if s.cpu_counts > 0 and executor(problem) == "ray":
+        return min(s.cpu_counts, s.max_cpu_count) if s.max_cpu_count > 0 else s.cpu_counts
+    try:
+        return s.compile_workers()
+    except TileautoError:  # more workers than CPUs: the tuning says so when it starts
+        return max(1, s.cpu_counts)
+
+
+def _batch_bound(problem: TuningProblem, slots: int) -> int:
+    """The most configs one batch of the search may hold, the default config included: the
+    whole space for ``exhaustive`` and for ``auto`` on a small space (a strategy of the
+    caller's: at most the space), ``max(compile workers, 8)`` for ``guided``, ``random`` and
+    ``auto`` on a large space."""
+    from tileauto.search.resolve import AUTO_EXHAUSTIVE_MAX
+
+    pa = problem.profile_args
+    size = problem.view.size_bound
+    large = size > AUTO_EXHAUSTIVE_MAX
+    if pa.search in ("guided", "random") or (pa.search == "auto" and large):
+        size = min(size, max(slots, 8))
+    if pa.max_trials is not None:
+        size = min(size, pa.max_trials)
+    return size + 1
 
 
 def _check_once(problem: TuningProblem) -> Any:

@@ -302,27 +302,31 @@ def test_one_holder_at_a_time_and_who_it_is(server):
 def test_a_holder_past_its_limit_is_taken_over(server, monkeypatch):
     from tileauto.cache import _lease
 
-    monkeypatch.setattr(_lease, "OVERDUE_MARGIN_S", 0.0)  # the limit alone: 1 ms x 1.25
+    monkeypatch.setattr(_lease, "OVERDUE_MARGIN_S", 0.0)  # the bound alone: 1 ms
     cache = RemoteCache(server.url, lease_s=30)
     holder = cache.lease(KEY, limit_s=0.001)
     assert holder.acquire()
     seen = []
     waiter = cache.lease(KEY)
-    while not holder.holder().overdue(time.time()):  # a deadline of about a millisecond
+    while not holder.holder().overdue():  # a deadline of about a millisecond, Redis's clock
         pass
     assert cache.wait_for(KEY, waiter, seen.append)
     assert not holder.renew()  # the old holder learns it lost the lease
 
 
-def test_overdue_leaves_a_margin_past_the_limit():
+def test_overdue_leaves_a_margin_past_the_bound():
     holder = Holder("h:1", since=1000.0, limit_s=60.0, raw=b"")
-    assert not holder.overdue(1000.0 + 60 * 1.25 + 29) and holder.overdue(1000.0 + 60 * 1.25 + 31)
+    assert not holder.overdue(1000.0 + 60 + 29) and holder.overdue(1000.0 + 60 + 31)
     assert not Holder("h:1", 1000.0, None, b"").overdue(1e12)
+    read = Holder("h:1", since=1000.0, limit_s=60.0, raw=b"", read_at=1000.0 + 91)
+    assert read.overdue() and "(91 s)" in read.describe()  # on the clock it was read with
 
 
 def test_a_dead_holder_expires_and_the_waiter_takes_it(server):
-    cache = RemoteCache(server.url, lease_s=0.3)
-    dead = cache.lease(KEY)  # never renewed: as a process killed with -9
+    from tileauto.cache._lease import Lease
+
+    cache = RemoteCache(server.url, lease_s=3, timeout_s=1)
+    dead = Lease(cache.client, cache.name("lease", KEY), 0.3, None)  # never renewed: kill -9
     assert dead.acquire()
     seen: list[Holder] = []
     waiter = cache.lease(KEY)
@@ -383,7 +387,7 @@ def test_the_renewing_helper_frees_the_key_when_its_holder_dies(server):
 
 def test_the_renewing_helper_reports_faults(tmp_path):
     with redis_server(tmp_path / "r") as srv:
-        cache = RemoteCache(srv.url, lease_s=0.3, timeout_s=0.5)
+        cache = RemoteCache(srv.url, lease_s=3, timeout_s=0.5)
         lease = cache.lease(KEY)
         assert lease.acquire()
         lease.keep_renewed(cache.connection())
@@ -403,14 +407,14 @@ def test_settings_read_the_remote_variables_and_hide_secrets():
         {
             "TILEAUTO_REMOTE_CACHE": "rediss://:hunter2@cache.local:6380/3",
             "TILEAUTO_REMOTE_CACHE_KEY": "k",
-            "TILEAUTO_REMOTE_CACHE_LEASE": "5",
+            "TILEAUTO_REMOTE_CACHE_LEASE": "6",
         }
     )
     shown = s.describe()
     assert "hunter2" not in json.dumps(shown)
     assert shown["TILEAUTO_REMOTE_CACHE_KEY"] == "(set)"
     cache = RemoteCache.from_settings(s)
-    assert cache is not None and cache.lease_s == 5 and cache.signing_key == b"k"
+    assert cache is not None and cache.lease_s == 6 and cache.signing_key == b"k"
     assert cache.address == "rediss://cache.local:6380/3"
     assert RemoteCache.from_settings(Settings.from_env({})) is None
 

@@ -6,6 +6,7 @@ folders in place; another gets them as bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -13,8 +14,31 @@ from pathlib import Path
 _READ_ONLY_FILES = ("_source.txt", "kernel_script.py")
 
 
+# the fleet's Redis is the driver's alone: a compile task or a run actor never reads it, and
+# its address (which may hold a password), password and signing key must not travel with
+# every task (Ray keeps a task's arguments in its object store, on other machines)
+_DRIVER_ONLY = ("TILEAUTO_REMOTE_CACHE",)
+
+
 def settings_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
+    """The driver's ``TILEAUTO_*`` variables that a node needs: all but its secrets and the
+    fleet's Redis address."""
+    kept = {k: v for k, v in os.environ.items() if k.startswith("TILEAUTO_")}
+    for name in (*_DRIVER_ONLY, *_secret_names()):
+        kept.pop(name, None)
+    return kept
+
+
+def _secret_names() -> tuple[str, ...]:
+    """Every variable the settings mark secret (a password, the signing key), aliases too."""
+    from tileauto.settings import Settings
+
+    return tuple(
+        name
+        for f in dataclasses.fields(Settings)
+        if f.metadata.get("secret")
+        for name in (f.metadata["env"], *f.metadata.get("also", ()))
+    )
 
 
 def apply_settings(env: dict[str, str]) -> None:
