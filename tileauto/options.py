@@ -217,10 +217,11 @@ def _positions(name: str, value: Any) -> tuple[int, ...] | None:
 def _threads(name: str, value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not _is_int(value) or value < 1:
         raise ValueError(
             f"{name} must be None (the settings' thread count) or an int >= 1, got {value!r}"
         )
+    value = int(value)  # numpy's ints too, kept as Python's
     from tileauto.machine import too_many_threads
 
     too_many = too_many_threads(value)

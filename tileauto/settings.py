@@ -307,7 +307,8 @@ class Settings:
         "TILEAUTO_AUTO_TUNING_CPU_UTILITIES",
         0.9,
         _parse_fraction,
-        "Fraction of the CPUs used for compile workers, in (0, 1].",
+        "Fraction of the CPUs this process may use (its affinity mask, and its container's CPU "
+        "quota: cgroup `cpu.max`) used for compile workers, in (0, 1].",
     )
     cpu_counts: int = _var(
         "TILEAUTO_AUTO_TUNING_CPU_COUNTS",
@@ -354,8 +355,9 @@ class Settings:
         -1,
         lambda n, r: _parse_int(n, r, 1),
         "Memory (MiB) a run worker may take beyond its size at start before its config is failed "
-        "as out of memory, at most the memory of the machine it runs on (checked there, a Ray "
-        "node's too); `-1` allows 90% of the memory available when it starts.",
+        "as out of memory, at most the memory of the machine it runs on, or of its container "
+        "(cgroup `memory.max`; checked there, a Ray node's too); `-1` allows 90% of the memory "
+        "available when it starts.",
     )
     worker_start: str = _var(
         "TILEAUTO_WORKER_START",
@@ -520,8 +522,8 @@ class Settings:
         return workers
 
     def run_memory_limit_bytes(self) -> int | None:
-        """``TILEAUTO_RUN_MEMORY_LIMIT_MB`` in bytes, checked against this machine's memory
-        (:func:`run_memory_limit_bytes`)."""
+        """``TILEAUTO_RUN_MEMORY_LIMIT_MB`` in bytes, checked against the memory this process
+        may use (this machine's, or its container's: :func:`run_memory_limit_bytes`)."""
         return machine.run_memory_limit_bytes(self.run_memory_limit_mb)
 
     def run_threads(self) -> int:

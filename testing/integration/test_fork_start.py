@@ -272,7 +272,7 @@ def test_the_memory_limit_counts_what_a_forked_worker_adds():
     assert seen["method"] == "fork"
     assert seen["rss"] > 600 * 2**20  # above the limit before the worker allocates anything
     assert seen["small"] == 100 * 2**20
-    assert "out of memory" in seen["big"] and "more than 0.4 GiB" in seen["big"]
+    assert "out of memory" in seen["big"] and "more than 400.0 MiB" in seen["big"]
 
 
 @pytest.mark.slow

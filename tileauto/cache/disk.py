@@ -353,6 +353,7 @@ def write_entry(
         publish(staged, Path(final), private=not shared)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+        _STAGING.discard(staged)
     return manifest
 
 
@@ -364,12 +365,26 @@ def _stage(
 ) -> tuple[Path, dict[str, Any]]:
     """A new staging folder from ``make``, filled and sealed (removed again on failure)."""
     staged = make()
+    _STAGING.add(staged)
     try:
         fill(staged)
         return staged, seal(staged, meta, shared=shared)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
+        _STAGING.discard(staged)
         raise
+
+
+# staging folders this process is filling or publishing now: a SIGTERM removes them
+_STAGING: set[Path] = set()
+os.register_at_fork(after_in_child=_STAGING.clear)  # a forked child's are its parent's
+
+
+def remove_staging_now() -> None:
+    """Remove the staging folders of the writes in progress in this process: the process is
+    about to die (a SIGTERM), and a write cut there would leave its folder for an hour."""
+    for staged in list(_STAGING):
+        shutil.rmtree(staged, ignore_errors=True)
 
 
 def sweep(directory: Path, max_age_s: float = STALE_S) -> int:

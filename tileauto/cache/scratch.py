@@ -107,11 +107,16 @@ def claim_scratch_dir(parent: Path, prefix: str) -> ScratchDir:
     path any more) and another folder is made. Where the file system has no ``flock``, the
     folder is returned unclaimed; cleaners then go by its age and process id.
 
+    Before it, the folders of the same kind whose process has ended, and interrupted deletes
+    (``.trash-*``), are removed (:func:`remove_leftovers`): a run killed in its clean-up (Ctrl-C
+    pressed twice) leaves them to the next run of its kind, not to ``tileauto cache clear``.
+
     Raises:
         UnsafeDirError: ``parent`` is not this user's own (see ``folders.make_private_dir``).
         OSError: the folder cannot be created.
     """
     folders.make_private_dir(Path(parent))
+    _remove_ended(Path(parent), prefix)
     record = json.dumps(
         {"tileauto": MARK, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
     )
@@ -142,6 +147,21 @@ def claim_scratch_dir(parent: Path, prefix: str) -> ScratchDir:
             return ScratchDir(path, None)
         return ScratchDir(path, fd)
     raise OSError(errno.EAGAIN, f"could not claim a scratch folder in {parent}", str(parent))
+
+
+def _remove_ended(parent: Path, kind: str) -> None:
+    """The scratch folders of ``kind`` in ``parent`` whose process ended, and interrupted
+    deletes; a kind tileauto does not name is left alone."""
+    if not _SCRATCH.match(f"{kind}-1-{'0' * 12}"):
+        return
+    done = remove_leftovers(parent, only=kind, with_trash=True)
+    if done.removed:
+        log.info(
+            "removed %d leftovers of ended processes (%.1f MB) from %s",
+            len(done.removed),
+            done.size_bytes / 1e6,
+            parent,
+        )
 
 
 def _lock(fd: int, *, blocking: bool) -> bool | None:
@@ -181,7 +201,12 @@ class Cleanup:
 
 
 def remove_leftovers(
-    staging: Path, *, dry_run: bool = False, now: float | None = None, only: str | None = None
+    staging: Path,
+    *,
+    dry_run: bool = False,
+    now: float | None = None,
+    only: str | None = None,
+    with_trash: bool = False,
 ) -> Cleanup:
     """Remove what killed runs left in the staging dir ``staging``; keep what is in use.
 
@@ -193,7 +218,7 @@ def remove_leftovers(
     names without tileauto's claim record, are never touched, nor written to: the staging dir
     may be a folder of yours with other things in it. ``dry_run`` decides the same way and
     removes nothing; ``only`` (such as ``"work"``) looks at the scratch folders of that kind
-    alone.
+    alone (and, ``with_trash``, at the interrupted deletes).
     """
     now = time.time() if now is None else now
     removed: list[Leftover] = []
@@ -212,7 +237,8 @@ def remove_leftovers(
             continue  # not ours to judge (a private staging dir holds none of these)
         scratch = _SCRATCH.match(name)
         if only is not None and (scratch is None or scratch.group("kind") != only):
-            continue
+            if not (with_trash and _TRASH.match(name)):
+                continue
         item: Leftover | bool
         if scratch and stat.S_ISDIR(st.st_mode):
             item = _scratch_leftover(child, int(scratch.group("pid")), now, dry_run)
@@ -253,7 +279,6 @@ def _scratch_leftover(path: Path, pid: int, now: float, dry_run: bool) -> Leftov
     tileauto's to judge: no ``.owner`` that holds tileauto's claim record for ``pid`` (a
     folder of the user's, or one being made). Nothing is created or written in the folder.
     """
-    newest = disk.newest_mtime(path)
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # RDWR: flock over NFS
     try:
         fd = os.open(path / OWNER, flags)
@@ -272,7 +297,7 @@ def _scratch_leftover(path: Path, pid: int, now: float, dry_run: bool) -> Leftov
         if locked:
             why: str | None = f"its process (pid {pid}) has ended"
         else:  # no flock on this file system: go by age and process id
-            why = _unclaimed_leftover(claim, pid, newest, now)
+            why = _unclaimed_leftover(claim, pid, disk.newest_mtime(path), now)
         if why is None:
             return True
         size = disk.dir_size(path)

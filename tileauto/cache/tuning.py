@@ -437,14 +437,29 @@ class TuningStore:
         if self._stored.get(identity) == measured:
             return False
         if not self._writable:
-            folders.make_private_dir(self.measure_dir)
-            for folder in (self.base_dir, self.base_dir.parent, self.root):  # measurements/
-                folders.check_private(folder)
-            _write_whole(self.measure_dir.with_suffix(".json"), self.checks)
-            self._writable = True
-        self._write_trial(trial)
+            self._make_measure_dir()
+        try:
+            self._write_trial(trial)
+        except FileNotFoundError:
+            # the folder went while this tuning ran (``tileauto cache clear``): what the clear
+            # deleted stays deleted, but this and every later trial is stored in a new folder
+            self._make_measure_dir()
+            self._write_trial(trial)
         self._stored[identity] = measured
         return True
+
+    def _make_measure_dir(self) -> None:
+        """Create this problem's measurement folder (private) and its checks record.
+
+        Raises:
+            OSError: a folder is unsafe or cannot be created.
+        """
+        self._writable = False
+        folders.make_private_dir(self.measure_dir)
+        for folder in (self.base_dir, self.base_dir.parent, self.root):  # measurements/
+            folders.check_private(folder)
+        _write_whole(self.measure_dir.with_suffix(".json"), self.checks)
+        self._writable = True
 
     def _write_trial(self, trial: Trial) -> None:
         identity = self.measurement_id(trial.config)

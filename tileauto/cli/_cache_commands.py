@@ -353,6 +353,13 @@ def _check_not_in_entry(trials: Path, dest: Path, info: Any) -> None:
     entry's own files (its ``trials.json`` holds the entry's records), checked up front."""
     from tileauto.cache import disk
 
+    if dest.resolve().is_relative_to(trials.resolve()):  # DIR would be written in FILE's place
+        what = "DIR itself" if trials.resolve() == dest.resolve() else "a folder above DIR"
+        raise CommandError(
+            f"--trials {trials} is {what} ({dest}): expected a file to write, "
+            f"e.g. {dest / 'trials-export.json'}",
+            EXIT_USAGE,
+        )
     try:
         rel = trials.resolve().relative_to(dest.resolve())
     except ValueError:  # not inside DIR
@@ -382,6 +389,13 @@ def _check_new_file(path: Path) -> None:
         )
     if os.path.lexists(path):
         raise CommandError(f"--trials {path} exists: give a new file, or delete it first")
+    above = path.parent
+    while not os.path.lexists(above) and above != above.parent:
+        above = above.parent
+    if not above.is_dir():  # its folder cannot be made: said before anything is written
+        raise CommandError(
+            f"--trials {path}: {above} is not a folder: expected a file in a folder", EXIT_USAGE
+        )
 
 
 def _write_trials(path: Path, text: str) -> None:

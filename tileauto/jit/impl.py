@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,8 @@ class JITImpl:
         check_workers("num_workers", num_workers)
         check_seconds("timeout_s", timeout_s)
         settings = Settings.from_env()
+        if timeout_s is not None and settings.compile_isolation == "thread":
+            _warn_thread_timeout()
         items = list(configs)
         calls = [_as_call(i, cfg) for i, cfg in enumerate(items)]
         out: list[JITKernel | CompileFailure | None] = [None] * len(calls)
@@ -234,30 +237,37 @@ class JITImpl:
     ) -> list[JITKernel | CompileFailure]:
         """Build ``pending`` with the other processes that build the same kernels.
 
-        Each config's kernel-cache lock is tried without waiting: the configs this process
-        holds are built in parallel and stored while it holds them; a config another process
-        holds (it is building that kernel) is waited for afterwards and loaded, and built here
-        only if that process stored nothing. Processes that par_compile the same configs at
-        once so share the work instead of each doing all of it. At most ``_LOCKS_AT_ONCE``
-        locks are held at a time (each is an open file).
+        Each config's kernel-cache lock is tried without waiting, a chunk of about as many
+        configs as there are workers at a time: the configs this process holds are built in
+        parallel and stored while it holds them; a config another process holds (it is
+        building that kernel) is skipped, and once every chunk is done it is waited for and
+        loaded, and built here only if that process stored nothing. Processes that par_compile
+        the same configs at once so share the work instead of each doing all of it. A chunk
+        never holds more locks (each an open file) than half the files this process may still
+        open (``ulimit -n``).
         """
         out: dict[int, JITKernel | CompileFailure] = {}
         items = list(enumerate(pending))
-        for start in range(0, len(items), _LOCKS_AT_ONCE):
-            chunk = items[start : start + _LOCKS_AT_ONCE]
-            held_elsewhere = self._build_locked(chunk, out, settings, num_workers, timeout_s)
-            if held_elsewhere:  # waited for in one order, so that waiting processes never cycle
-                held_elsewhere.sort(key=lambda item: item[1].store.key if item[1].store else "")
-                self._build_locked(held_elsewhere, out, settings, num_workers, timeout_s, True)
+        workers = num_workers if num_workers is not None else settings.compile_workers()
+        builds = _Builds(self, settings, max(1, min(workers, len(pending))), timeout_s)
+        held_elsewhere: list[tuple[int, _Pending]] = []
+        try:
+            size = locks_at_once(workers)
+            for start in range(0, len(items), size):
+                held_elsewhere += self._build_locked(items[start : start + size], out, builds)
+            # waited for in one order, so that waiting processes never cycle
+            held_elsewhere.sort(key=lambda item: item[1].store.key if item[1].store else "")
+            for start in range(0, len(held_elsewhere), size):
+                self._build_locked(held_elsewhere[start : start + size], out, builds, True)
+        finally:
+            builds.close()
         return [out[n] for n in range(len(pending))]
 
     def _build_locked(
         self,
         items: list[tuple[int, _Pending]],
         out: dict[int, JITKernel | CompileFailure],
-        settings: Settings,
-        num_workers: int | None,
-        timeout_s: float | None,
+        builds: _Builds,
         wait: bool = False,
     ) -> list[tuple[int, _Pending]]:
         """Take the lock of each of ``items`` (waiting only with ``wait``), load those another
@@ -282,40 +292,24 @@ class JITImpl:
                         continue
                 mine.append((n, p))
             if mine:
-                results = self._build([p for _, p in mine], settings, num_workers, timeout_s)
+                results = self._build([p for _, p in mine], builds)
                 for k, (n, p) in enumerate(mine):
                     out[n] = self._keep(p, results[k])
         if wait and elsewhere:  # one key twice: its first item is built, then loaded here
-            return self._build_locked(elsewhere, out, settings, num_workers, timeout_s, True)
+            return self._build_locked(elsewhere, out, builds, True)
         return elsewhere
 
-    def _build(
-        self,
-        pending: list[_Pending],
-        settings: Settings,
-        num_workers: int | None,
-        timeout_s: float | None,
-    ) -> dict[int, BuildResult]:
+    def _build(self, pending: list[_Pending], builds: _Builds) -> dict[int, BuildResult]:
         """Compile each of ``pending`` in the tuner's worker processes: results by position.
 
         Each kernel is stored in the disk cache as it arrives, so an interrupt (Ctrl-C, a
         SIGTERM) costs none of the compiles finished before it."""
-        from tileauto.build.builder import Builder
         from tileauto.records import BuildRequest
 
         requests = [
             BuildRequest(index=n, config={}, args=p.args, kwargs=p.kwargs)
             for n, p in enumerate(pending)
         ]
-        workers = num_workers if num_workers is not None else settings.compile_workers()
-        builder = Builder(
-            self.factory,
-            self.compile_args,
-            workers=max(1, min(workers, len(requests))),
-            isolation=settings.compile_isolation,
-            timeout_s=timeout_s or settings.compile_timeout_s,
-            staging_dir=process_scratch_dir(settings),
-        )
         results: dict[int, BuildResult] = {}
 
         def collect(result: BuildResult) -> None:  # called from the build's driver threads
@@ -328,11 +322,7 @@ class JITImpl:
                     p.store.save(artifact)
             results[result.index] = result
 
-        builder.start()  # the workers forked from this process when that is safe
-        try:
-            builder.build(requests, collect)
-        finally:
-            builder.close()
+        builds.builder().build(requests, collect)
         self.compile_count += len(requests)
         return results
 
@@ -383,6 +373,87 @@ class _Pending:
 
 
 _LOCKS_AT_ONCE = 256  # kernel-cache locks a par_compile holds at a time (one open file each)
+
+
+def locks_at_once(workers: int) -> int:
+    """How many kernel-cache locks (one open file each) a ``par_compile`` takes at a time:
+    about one per compile worker, so that another process compiling the same configs takes
+    the next ones; at most ``_LOCKS_AT_ONCE``, and at most half the files this process may
+    still open (the soft ``RLIMIT_NOFILE``, less those open now); at least 1."""
+    import resource
+
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover - no such limit here
+        soft = resource.RLIM_INFINITY
+    room = _LOCKS_AT_ONCE
+    if soft != resource.RLIM_INFINITY:
+        room = (soft - _open_files()) // 2
+    return max(1, min(_LOCKS_AT_ONCE, workers, room))
+
+
+def _open_files() -> int:
+    """How many files this process has open now (0 where the system cannot say)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(folder))
+        except OSError:
+            continue
+    return 0
+
+
+class _Builds:
+    """The builder of one ``par_compile``: started at its first build (a call served by the
+    caches starts no worker), shared by every chunk, closed at the end."""
+
+    def __init__(
+        self, impl: JITImpl, settings: Settings, workers: int, timeout_s: float | None
+    ) -> None:
+        self.impl = impl
+        self.settings = settings
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self._builder: Any = None
+
+    def builder(self) -> Any:
+        """The started builder (a :class:`~tileauto.build.builder.Builder`)."""
+        if self._builder is None:
+            from tileauto.build.builder import Builder
+
+            settings = self.settings
+            builder = Builder(
+                self.impl.factory,
+                self.impl.compile_args,
+                workers=self.workers,
+                isolation=settings.compile_isolation,
+                timeout_s=self.timeout_s or settings.compile_timeout_s,
+                staging_dir=process_scratch_dir(settings),
+            )
+            builder.start()  # the workers forked from this process when that is safe
+            self._builder = builder
+        return self._builder
+
+    def close(self) -> None:
+        if self._builder is not None:
+            self._builder.close()
+            self._builder = None
+
+
+_THREAD_TIMEOUT_WARNED = threading.Event()
+
+
+def _warn_thread_timeout() -> None:
+    """Say once per process that ``timeout_s`` does nothing with compiles in threads."""
+    if _THREAD_TIMEOUT_WARNED.is_set():
+        return
+    _THREAD_TIMEOUT_WARNED.set()
+    warnings.warn(
+        "par_compile: timeout_s is ignored with TILEAUTO_COMPILE_ISOLATION=thread (a compile "
+        "in a thread of this process cannot be stopped); unset it, or set it to process, for "
+        "compiles limited in time",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _as_call(i: int, cfg: Any) -> tuple[tuple, dict[str, Any]]:

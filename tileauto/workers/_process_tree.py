@@ -121,8 +121,15 @@ def kill_all(processes: list[psutil.Process]) -> None:
             pass
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL a worker, its process group and every descendant (setsid ones too). No lock."""
+def kill_tree(pid: int) -> list[psutil.Process]:
+    """SIGKILL a worker, its process group and every descendant (setsid ones too). No lock.
+
+    Returns the processes killed that could be looked at (the worker first), for a caller that
+    must wait until they are gone (:func:`wait_gone`)."""
+    try:
+        root = [psutil.Process(pid)]
+    except psutil.Error:
+        root = []
     for send in (os.kill, os.killpg):
         try:
             send(pid, signal.SIGSTOP)
@@ -136,3 +143,20 @@ def kill_tree(pid: int) -> None:
         except (ProcessLookupError, PermissionError):
             pass
     kill_all(found)
+    return [*root, *found]
+
+
+def wait_gone(processes: list[psutil.Process], timeout_s: float) -> None:
+    """Wait until every process of ``processes`` has ended (a zombie counts as ended), for at
+    most ``timeout_s`` in all. Takes no lock (a signal handler calls it)."""
+    deadline = time.monotonic() + timeout_s
+    for proc in processes:
+        while True:
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:  # gone (or its pid reused: psutil checks the creation time)
+                break
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.005)

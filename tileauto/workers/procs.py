@@ -30,6 +30,7 @@ import psutil
 from tileauto._logging import get_logger
 from tileauto.cache.scratch import ScratchDir
 from tileauto.errors import WorkerError
+from tileauto.machine import available_memory_bytes, size_text
 from tileauto.utils.threads import signals_to_main_thread
 from tileauto.workers import pickling
 from tileauto.workers._process_tree import (
@@ -177,7 +178,7 @@ class Worker:
     ):
         self.name = name
         self.env = dict(env or {})
-        self.memory_limit_bytes = memory_limit_bytes or int(psutil.virtual_memory().available * 0.9)
+        self.memory_limit_bytes = memory_limit_bytes or int(available_memory_bytes() * 0.9)
         self.fork_ok = fork_ok
         self.own_tmp = own_tmp
         self.start_method: str | None = None  # "fork" or "forkserver" once started
@@ -381,7 +382,8 @@ class Worker:
             if self._over_memory(proc):
                 self.kill()
                 raise WorkerCrashed(
-                    f"out of memory: worker {self.name} took more than {self.memory_limit_bytes / 2**30:.1f} GiB and was killed",
+                    f"out of memory: worker {self.name} took more than "
+                    f"{size_text(self.memory_limit_bytes)} and was killed",
                     out_of_memory=True,
                 )
             if deadline is not None and time.monotonic() >= deadline:

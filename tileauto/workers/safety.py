@@ -8,6 +8,7 @@ registers each worker it starts; why each of these: docs/architecture.md ("Worke
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
@@ -16,10 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tileauto.workers._process_tree import kill_tree
+from tileauto.cache import disk
+from tileauto.workers import tempdirs
+from tileauto.workers._process_tree import kill_tree, wait_gone
 from tileauto.workers.forkserver import ForkServer
 
 __all__ = ["NET", "kill_workers_on_sigterm", "remove_on_sigterm", "shutdown_all"]
+
+_GONE_S = 0.5  # how long a SIGTERM or the exit waits for the killed workers to be gone
 
 
 class SafetyNet:
@@ -32,18 +37,23 @@ class SafetyNet:
         self.scratch: weakref.WeakSet[Any] = weakref.WeakSet()  # removed on SIGTERM
 
     def kill_everything(self) -> None:
-        """Kill every live worker and the forkserver, now, then remove the workers' temp
-        folders; takes no lock (a signal handler)."""
+        """Kill every live worker and the forkserver, now, wait (briefly) until they are gone,
+        then remove the workers' temp folders: every one this process made, also those of a
+        worker another thread was reaping or starting (:func:`tempdirs.remove_own_now`). Takes
+        no lock this thread may hold (a signal handler)."""
         workers = list(self.live)
+        killed = []
         for worker in workers:
             handle = worker._proc
             if handle is not None and handle.exitcode is None:
-                kill_tree(handle.pid)
+                killed += kill_tree(handle.pid)
         ForkServer.stop_shared()
+        wait_gone(killed, _GONE_S)  # a dying g++ must not write into a folder being removed
         for worker in workers:
             tmp = worker._tmp
             if tmp is not None:
                 tmp.remove()
+        tempdirs.remove_own_now(_GONE_S)
 
     def remove_scratch(self) -> None:
         """Remove every registered scratch folder (after the workers that wrote in it died)."""
@@ -90,6 +100,8 @@ def remove_on_sigterm(folder: Any) -> None:
 def _on_sigterm(signum: int, frame: Any) -> None:
     shutdown_all()
     NET.remove_scratch()
+    with contextlib.suppress(Exception):  # best effort: the process is about to die
+        disk.remove_staging_now()  # a kernel being stored when the signal came
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
 

@@ -207,7 +207,7 @@ def test_a_compile_past_the_memory_limit_is_out_of_memory(tmp_path, reports):
     finally:
         limited.close()
     assert result.status is BuildStatus.OUT_OF_MEMORY
-    assert "out of memory" in result.error and "0.2 GiB" in result.error
+    assert "out of memory" in result.error and "256.0 MiB" in result.error
 
 
 def test_a_compiler_killed_by_sigkill_is_out_of_memory_and_a_segfault_a_crash(pool, tmp_path):
