@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from cache_kernels import jit_matmul, ref_scale_add, tune_scale_add
 import tileauto
 from tileauto import cli
 from tileauto.cache import disk
+from tileauto.search import RecordedSpace
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
@@ -308,6 +310,10 @@ def test_export_trials_writes_self_describing_json(cache, capsys, tmp_path):
     assert best["config"] == result.config
     code, out, _ = run(capsys, "cache", "export", tuned, "--trials", "-")
     assert code == 0 and json.loads(out) == doc
+    gz = tmp_path / "trials.json.gz"  # as its name says (it was plain JSON under a .gz name)
+    code, _, _ = run(capsys, "cache", "export", tuned, "--trials", str(gz))
+    assert code == 0 and json.loads(gzip.decompress(gz.read_bytes())) == doc
+    assert RecordedSpace.load(gz).digest == RecordedSpace.load(out_file).digest
     code, _, err = run(capsys, "cache", "export", kernel, "--trials", str(tmp_path / "k.json"))
     assert code == 1 and "no trials" in err and not (tmp_path / "k.json").exists()
     code, _, err = run(capsys, "cache", "export", tuned)

@@ -401,21 +401,26 @@ def _check_new_file(path: Path) -> None:
 def _write_trials(path: Path, text: str) -> None:
     """``--trials FILE``: written to a temporary file next to it, then put in place in one
     step, never over a file there (a failure half-way leaves no half-written FILE); its
-    folder made as ``DIR``'s is; a failure named."""
+    folder made as ``DIR``'s is; a failure named. A FILE named ``*.gz`` is gzipped, as its name
+    says (the records are shared as ``.json.gz``)."""
     import contextlib
+    import gzip
     import os
     import tempfile
 
     _check_new_file(path)
+    data = text.encode()
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with open(fd, "w") as f:
+        with open(fd, "wb") as f:
             umask = os.umask(0o022)
             os.umask(umask)
             os.fchmod(f.fileno(), 0o666 & ~umask)  # as a plain write makes it, not 0600
-            f.write(text)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         try:
