@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any
 
+from tileauto.machine import size_text
 from tileauto.workers.procs import WorkerCrashed
 
 _WATCH_POLL_S = 0.05  # how often a run actor's memory is looked at (as a local worker's)
@@ -90,6 +91,6 @@ def grown(ray: Any, watch: Any, wait_s: float) -> int | None:
 
 def out_of_memory(limit: int) -> WorkerCrashed:
     return WorkerCrashed(
-        f"out of memory: the Ray run actor took more than {limit / 2**30:.1f} GiB and was killed",
+        f"out of memory: the Ray run actor took more than {size_text(limit)} and was killed",
         out_of_memory=True,
     )
