@@ -321,7 +321,9 @@ class Settings:
         "TILEAUTO_AUTO_TUNING_MAX_CPU_COUNT",
         -1,
         lambda n, r: _parse_int(n, r, 1),
-        "Upper bound on compile workers; `-1` means no bound.",
+        "Upper bound on a tuning's compile workers, `TILEAUTO_AUTO_TUNING_CPU_COUNTS` "
+        "included (the lower of the two holds); `par_compile(num_workers=...)` given a count "
+        "uses that count. `-1` means no bound.",
     )
     disable_autotune: bool = _var(
         "TILEAUTO_DISABLE_AUTOTUNE",
