@@ -53,3 +53,13 @@ class SearchStrategy:
     def describe(self) -> str:
         """A stable text of the settings (part of the cache key)."""
         return type(self).__name__
+
+
+def _started(strategy: Any, attribute: str, method: str) -> None:
+    """Raise, naming the strategy and ``method``, when :meth:`SearchStrategy.start` has not
+    set ``attribute`` yet (an ask or tell before start)."""
+    if not hasattr(strategy, attribute):
+        raise RuntimeError(
+            f"{type(strategy).__name__}.{method}() before start(): call "
+            "start(space, parallelism=..., seed=...) first"
+        )

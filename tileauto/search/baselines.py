@@ -20,7 +20,7 @@ from typing import Any
 
 from tileauto.records import Trial
 from tileauto.search._sampling import Untried
-from tileauto.search.base import SearchStrategy, SpaceLike
+from tileauto.search.base import SearchStrategy, SpaceLike, _started
 
 _GENERATIONS_PER_ASK = 50  # generations of known configs skipped in one ask, at most
 
@@ -41,11 +41,13 @@ class _Population(SearchStrategy):
         self._pending: list[int] = []  # the current generation's members
 
     def tell(self, index: int, trial: Trial) -> None:
+        _started(self, "_untried", "tell")
         self._untried.mark([index])
         ok = trial.ok and trial.latency_ms is not None and math.isfinite(trial.latency_ms)
         self._time[index] = float(trial.latency_ms) if ok and trial.latency_ms else math.inf
 
     def ask(self) -> list[int]:
+        _started(self, "_untried", "ask")
         if self._untried.left == 0:
             return []
         for _ in range(_GENERATIONS_PER_ASK):  # a member never measured counts as failed

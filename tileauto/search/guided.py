@@ -13,13 +13,14 @@ import importlib
 import math
 import numbers
 import random
+import warnings
 from typing import Any
 
 from tileauto.records import Trial
 from tileauto.search._features import Encoder
 from tileauto.search._forest import Forest, p_true
 from tileauto.search._sampling import Untried
-from tileauto.search.base import SearchStrategy, SpaceLike
+from tileauto.search.base import SearchStrategy, SpaceLike, _started
 from tileauto.search.prior import (
     Prior,
     PriorSource,
@@ -115,9 +116,10 @@ class GuidedSearch(SearchStrategy):
     ) -> None:
         for name, value in (("budget", budget), ("batch", batch), ("initial", initial)):
             if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
+                isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
             ):
                 raise ValueError(f"GuidedSearch {name} must be an int >= 1 or None, got {value!r}")
+        budget, batch, initial = (None if v is None else int(v) for v in (budget, batch, initial))
         if not _real(good_fraction) or not 0.0 < good_fraction < 1.0:
             raise ValueError(
                 f"GuidedSearch good_fraction must be a number in (0, 1), got {good_fraction!r}"
@@ -198,15 +200,44 @@ class GuidedSearch(SearchStrategy):
         self._logs: list[float] = []  # log latency, NaN for a failed config
         self._bests: list[float] = []  # the best log latency at each model-guided batch
         source = self._given if self.prior == "auto" else self.prior
-        self.matched: Prior | None = (
+        # every record with why it was dropped, kept for prior_facts() (matched: those used)
+        self.prior_matched: Prior | None = (
             match(self.space, source, family=self._family) if source is not None else None
         )
+        self.matched: Prior | None = self.prior_matched
         if self.matched is not None and not len(self.matched):
+            if self.prior != "auto":  # the user's own records: say why none is used
+                why = "; ".join(self.matched.dropped) or "no records"
+                warnings.warn(
+                    f"GuidedSearch prior matched no config of the space, so the search runs "
+                    f"without one ({why[:600]})",
+                    stacklevel=2,
+                )
             self.matched = None
         self._queue: Any = None  # the prior's configs, most promising first
         self._trust: Any = None  # how far each prior record ranks this space alike
 
+    def prior_facts(self) -> dict[str, Any] | None:
+        """What the prior was after :meth:`start` (None: no prior was given or handed in): the
+        records it used (``matched``) and the dropped ones, each with why (``dropped``), as
+        plain data for a tuning's stored facts or log."""
+        prior = getattr(self, "prior_matched", None)
+        if prior is None:
+            return None
+        return {"matched": [s.name for s in prior.sources], "dropped": list(prior.dropped)}
+
     def tell(self, index: int, trial: Trial) -> None:
+        _started(self, "_untried", "tell")
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, numbers.Integral)
+            or not (0 <= index < self._untried.n)
+        ):
+            raise ValueError(
+                f"GuidedSearch.tell index must be an index of the space (0 to "
+                f"{self._untried.n - 1}), got {index!r}"
+            )
+        index = int(index)
         self._untried.mark([index])
         self._told.append(index)
         latency = trial.latency_ms
@@ -216,6 +247,7 @@ class GuidedSearch(SearchStrategy):
         )
 
     def ask(self) -> list[int]:
+        _started(self, "_untried", "ask")
         k = min(self._size, self._untried.left)
         if self.budget is not None:
             k = min(k, self.budget - self._asked)

@@ -19,7 +19,7 @@ from typing import Any
 
 from tileauto.records import Trial
 from tileauto.search._sampling import Untried
-from tileauto.search.base import SearchStrategy, SpaceLike
+from tileauto.search.base import SearchStrategy, SpaceLike, _started
 
 SAMPLERS = ("tpe", "random")
 
@@ -103,6 +103,7 @@ class OptunaSearch(SearchStrategy):
         self.filled = 0  # slots filled at random after too many of them
 
     def ask(self) -> list[int]:
+        _started(self, "_untried", "ask")
         import numpy as np
 
         k = min(self.batch or max(self.parallelism, 8), self._untried.left)
@@ -132,6 +133,7 @@ class OptunaSearch(SearchStrategy):
         return picks
 
     def tell(self, index: int, trial: Trial) -> None:
+        _started(self, "_untried", "tell")
         self._untried.mark([index])
         latency = trial.latency_ms if trial.ok else None
         if latency is not None and math.isfinite(latency):

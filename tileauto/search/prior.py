@@ -71,6 +71,7 @@ class _Source:
     keys: Any  # sorted int64 keys of the matched configs
     pct: Any  # the percentile of each key (0 fastest, 1 slowest or failed)
     sizes: list[int]
+    failed: Any = None  # whether each key failed in the record (its best record did)
     same_problem: bool = False  # given as SameProblem: the same call measured elsewhere
 
 
@@ -147,7 +148,10 @@ class Prior:
         import numpy as np
 
         params = self.space.params
-        order = np.argsort(src.pct, kind="stable")[:limit]
+        order = np.argsort(src.pct, kind="stable")
+        if src.failed is not None:  # what failed elsewhere is no candidate: it fails here too
+            order = order[~src.failed[order]]
+        order = order[:limit]
         codes = np.zeros((len(order), len(params)), dtype=np.int64)
         rest = src.keys[order]
         for j, size in zip(reversed(src.shared), reversed(src.sizes)):
@@ -258,7 +262,10 @@ def match(space: Space, prior: PriorSource, family: str | None = None) -> Prior:
                 out.dropped.append(why if why.startswith(str(item.path)) else f"{item.path}: {why}")
                 continue
         elif isinstance(item, (str, Path)):
-            item = RecordedSpace.load(item)
+            try:
+                item = RecordedSpace.load(item)
+            except OSError as exc:  # named as the prior's, not a bare OSError
+                raise ValueError(f"prior[{k}]: {item} cannot be read: {_short(exc)}") from None
         if isinstance(item, RecordedSpace):
             name = Path(item.source).name or item.device or item.kernel or f"prior[{k}]"
             src, why = _from_record(space, name, item)
@@ -278,14 +285,32 @@ def match(space: Space, prior: PriorSource, family: str | None = None) -> Prior:
 def _tagged(prior: Any) -> list[tuple[Any, bool]]:
     """The records of ``prior``, each with whether it came in a :class:`SameProblem`."""
     if isinstance(prior, SameProblem):
-        return [(item, True) for item in _items(list(prior.records))]
+        return [(item, True) for item in _unfolded(_items(list(prior.records)))]
     out: list[tuple[Any, bool]] = []
-    for item in _items(prior):
+    for item in _unfolded(_items(prior)):
         if isinstance(item, SameProblem):
-            out += [(x, True) for x in _items(list(item.records))]
+            out += [(x, True) for x in _unfolded(_items(list(item.records)))]
         else:
             out.append((item, False))
     return out
+
+
+def _unfolded(items: list[Any]) -> list[Any]:
+    """``items`` with each folder among them replaced by its files (a folder in a list is a
+    folder as well)."""
+    out: list[Any] = []
+    for item in items:
+        out += _folder(item) if isinstance(item, (str, Path)) and Path(item).is_dir() else [item]
+    return out
+
+
+def _folder(path: str | Path) -> list[Any]:
+    """The recorded spaces of a folder: its regular ``*.json``/``*.json.gz`` files."""
+    return [
+        _InFolder(p)
+        for p in sorted(Path(path).iterdir())
+        if p.name.endswith((".json", ".json.gz")) and p.is_file()
+    ]
 
 
 def _items(prior: Any) -> list[Any]:
@@ -294,11 +319,7 @@ def _items(prior: Any) -> list[Any]:
     if prior is None:
         return []
     if isinstance(prior, (str, Path)) and Path(prior).is_dir():  # a folder of recorded spaces
-        return [
-            _InFolder(p)
-            for p in sorted(Path(prior).iterdir())
-            if p.name.endswith((".json", ".json.gz")) and p.is_file()
-        ]
+        return _folder(prior)
     if isinstance(prior, (RecordedSpace, str, Path)):
         return [prior]
     if isinstance(prior, Sequence) and prior and all(isinstance(x, (Trial, dict)) for x in prior):
@@ -379,21 +400,49 @@ def _from_record(space: Space, name: str, record: Any) -> tuple[_Source | None, 
     import numpy as np
 
     theirs = {p.names: (j, p) for j, p in enumerate(record.space.params)}
+    # each of the record's names: its parameter, and its place in that parameter's values
+    named = {n: (k, i) for k, q in enumerate(record.space.params) for i, n in enumerate(q.names)}
     tables = _tables(space)
     shared, columns = [], []
     codes = record.space.codes(np.arange(len(record)))
     for j, p in enumerate(space.params):
-        if p.names not in theirs:
+        if p.names in theirs:
+            k, q = theirs[p.names]
+            to_ours = np.asarray(
+                [tables[j].get(_value_key(v), -1) for v in q.values], dtype=np.int64
+            )
+            column = to_ours[codes[:, k]]
+        elif all(n in named for n in p.names):  # tied on one side only: value by value
+            column = _joint_column(
+                record.space.params, [named[n] for n in p.names], tables[j], codes
+            )
+        else:
             continue
-        k, q = theirs[p.names]
-        to_ours = np.asarray([tables[j].get(_value_key(v), -1) for v in q.values], dtype=np.int64)
         shared.append(j)
-        columns.append(to_ours[codes[:, k]])
+        columns.append(column)
     if not shared:
         return None, _no_names(space, {n for p in record.space.params for n in p.names})
     ours = np.stack(columns, axis=1)
     lat = np.asarray([t.latency_ms if t.ok and t.latency_ms else math.inf for t in record.trials])
     return _collapse(space, name, shared, ours, lat)
+
+
+def _joint_column(
+    params: Sequence[Any], parts: list[tuple[int, int]], table: dict[Any, int], codes: Any
+) -> Any:
+    """One space parameter's codes for each config of a record that splits or ties its names
+    otherwise (the space ties ``micro_M, micro_N``, the record has each apart, or the reverse):
+    ``parts`` gives each name's record parameter and place in its values."""
+    import numpy as np
+
+    used = sorted({k for k, _ in parts})
+    combos, inverse = np.unique(codes[:, used], axis=0, return_inverse=True)
+    out = np.empty(len(combos), dtype=np.int64)
+    for row, combo in enumerate(combos):
+        chosen = {k: params[k].values[c] for k, c in zip(used, combo)}
+        value = [chosen[k] if len(params[k].names) == 1 else chosen[k][i] for k, i in parts]
+        out[row] = table.get(_value_key(value[0] if len(parts) == 1 else tuple(value)), -1)
+    return out[np.asarray(inverse).reshape(-1)]
 
 
 def _from_rows(
@@ -443,22 +492,24 @@ def _collapse(
     import numpy as np
 
     passing = np.isfinite(lat)
+    if len(lat) and not passing.any():
+        return None, f"none of its {len(lat)} configs passed"
     pct = np.ones(len(lat))
     if passing.sum() > 1:
         pct[passing] = _ranks(lat[passing]) / (passing.sum() - 1)
     elif passing.sum() == 1:
         pct[passing] = 0.0
     keep = (codes >= 0).all(axis=1) if len(codes) else np.zeros(0, dtype=bool)
-    codes, pct = codes[keep], pct[keep]
+    codes, pct, failed = codes[keep], pct[keep], ~passing[keep]
     if not len(codes):
         return None, "none of its configs has values the space has"
     sizes = [len(space.params[j].values) for j in shared]
     radix = np.asarray([math.prod(sizes[i + 1 :]) for i in range(len(sizes))], dtype=np.int64)
     k = codes @ radix
-    order = np.lexsort((pct, k))
-    k, pct = k[order], pct[order]
+    order = np.lexsort((failed, pct, k))  # a key's best record: a pass before a failure
+    k, pct, failed = k[order], pct[order], failed[order]
     first = np.r_[True, k[1:] != k[:-1]]
-    return _Source(name, shared, radix, k[first], pct[first], sizes), ""
+    return _Source(name, shared, radix, k[first], pct[first], sizes, failed[first]), ""
 
 
 def check_prior(prior: PriorSource, owner: str) -> None:
@@ -473,6 +524,13 @@ def check_prior(prior: PriorSource, owner: str) -> None:
             f"{owner} prior must be {auto}None, records, a callable, or the path of a "
             f"recorded space or of a folder of them; {str(prior)!r} is not a file or folder"
         )
+    for where, path in _paths_in(prior):  # in a list (or SameProblem): checked the same
+        if not Path(path).exists():
+            raise ValueError(
+                f"{owner} prior{where} must be a recorded space (a RecordedSpace, a list of "
+                f"trials) or the path of one or of a folder of them; {str(path)!r} is not a "
+                "file or folder"
+            )
     if (
         prior is None
         or isinstance(prior, (str, Path, RecordedSpace, SameProblem))
@@ -485,6 +543,26 @@ def check_prior(prior: PriorSource, owner: str) -> None:
         "list of these), a callable returning them, or the path of a recorded space or of a "
         f"folder of them; got {type(prior).__name__} {prior!r:.60}"
     )
+
+
+def _paths_in(prior: Any) -> list[tuple[str, Any]]:
+    """The paths a list prior (or a :class:`SameProblem`) names, each with where: ``[k]``
+    or ``[k].records[i]`` (a generator is not read: it would be used up)."""
+    if isinstance(prior, SameProblem):
+        return [(f".records[{i}]", x) for i, x in enumerate(prior.records) if _is_path(x)]
+    if not isinstance(prior, Sequence) or isinstance(prior, (str, bytes)):
+        return []
+    out = []
+    for k, item in enumerate(prior):
+        if _is_path(item):
+            out.append((f"[{k}]", item))
+        elif isinstance(item, SameProblem):
+            out += [(f"[{k}]{w}", x) for w, x in _paths_in(item)]
+    return out
+
+
+def _is_path(item: Any) -> bool:
+    return isinstance(item, (str, Path))
 
 
 def describe_prior(prior: Any) -> str:
@@ -504,7 +582,9 @@ def describe_prior(prior: Any) -> str:
     if callable(prior):
         return "callable"
     if isinstance(prior, Sequence) and prior and all(isinstance(x, (Trial, dict)) for x in prior):
-        return f"1 record ({len(prior)} trial{'' if len(prior) == 1 else 's'})"
+        return (
+            f"1 record ({len(prior)} trial{'' if len(prior) == 1 else 's'}, {_rows_digest(prior)})"
+        )
     try:
         items = list(prior)
     except TypeError:
@@ -517,6 +597,27 @@ def describe_prior(prior: Any) -> str:
     if not items:
         return head
     return f"{head}: [{', '.join(describe_prior(x) for x in items)}]"
+
+
+def _rows_digest(trials: Sequence[Any]) -> str:
+    """16 hex digits of a list of trials' configs and latencies (or failures): other records,
+    another cache key."""
+    import hashlib
+
+    from tileauto.space import config_id
+
+    h = hashlib.blake2b(digest_size=8)
+    try:
+        rows = _rows(trials, 0)
+    except TypeError:  # not trials after all: the text of each tells them apart
+        rows = [(t, None) for t in trials]
+    for config, latency in rows:
+        try:
+            text = config_id(config)
+        except (TypeError, ValueError):  # a value JSON cannot write: its repr
+            text = repr(config)
+        h.update(f"{text}|{latency!r};".encode())
+    return h.hexdigest()
 
 
 def _describe_record(record: Any) -> str:

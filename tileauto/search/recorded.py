@@ -8,8 +8,9 @@ Two formats are read, plain or gzipped JSON:
   ``"InvalidConfig"`` broke the kernel's constraints and are left out of the space. A file that
   Kernel Tuner was still writing (no closing braces) is read too. The file's ``objective``
   (default ``time``) is what ranks the configs when lower is better; when it is higher-is-better
-  (``"objective_higher_is_better": true``, a throughput such as ``GFLOP/s``), each record's
-  ``time`` is read instead, and a record without one is refused. A config cached under two keys
+  (``"objective_higher_is_better": true``, or, as Kernel Tuner never writes that flag, a
+  throughput or efficiency such as ``GFLOP/s``), each record's ``time`` is read instead, and a
+  record without one is refused. Any other string in place of a time is refused. A config cached under two keys
   is one config of the space, its best record kept.
 - tileauto's trial exports (``tileauto cache export KEY --trials out.json``, format
   ``tileauto-trials/1``): each trial that was measured is one config; configs never tried are
@@ -25,7 +26,7 @@ import math
 import numbers
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,17 @@ from tileauto.records import LatencyStats, Trial, TrialStatus
 from tileauto.space import ListSpace, Param, Space, config_id
 
 TRIALS_FORMAT = "tileauto-trials/1"
+_CHUNK = 1 << 20  # bytes read at a time
 MAX_RECORD_BYTES = 256 << 20  # load() reads no more (decompressed); recorded GPU spaces are < 20 MB
 _KT_FAILURES = {
     "CompilationFailedConfig": TrialStatus.COMPILE_ERROR,
     "RuntimeFailedConfig": TrialStatus.RUN_ERROR,
 }
+# the failures Kernel Tuner writes in place of a time (kernel_tuner/util.py's ErrorConfig kinds)
+_KT_FAILURE_NAMES = {*_KT_FAILURES, "InvalidConfig", "ErrorConfig"}
+# objectives Kernel Tuner reads as higher-is-better when the file does not say
+# (kernel_tuner/util.py get_objective_defaults): throughputs and efficiencies
+_KT_HIGHER = {"gflops", "gflop/s", "tflops", "tflop/s", "gb/s", "tb/s", "gflops/w", "tflops/w"}
 
 
 @dataclass(frozen=True)
@@ -105,8 +112,12 @@ class RecordedSpace:
         return sum(not t.ok for t in self.trials)
 
     def within(self, share: float = 0.05) -> int:
-        """How many configs are within ``share`` of the optimum (0.05: 5% slower at most)."""
-        limit = self.optimum_ms * (1 + share)
+        """How many configs are within ``share`` of the optimum (0.05: 5% slower at most).
+
+        Raises:
+            ValueError: ``share`` is not a number in [0, 1) (5% is 0.05, not 5).
+        """
+        limit = self.optimum_ms * (1 + check_share(share, "RecordedSpace.within"))
         return sum(t.ok and t.latency_ms is not None and t.latency_ms <= limit for t in self.trials)
 
     def describe(self) -> str:
@@ -125,25 +136,40 @@ class RecordedSpace:
         latencies_ms: Sequence[float | None],
         **info: Any,
     ) -> RecordedSpace:
-        """A recorded space from configs and their latencies (None: the config failed).
+        """A recorded space from configs and their latencies (None: the config failed). A
+        config listed twice is one config, its best latency kept (counted in ``left_out``).
 
         Raises:
             ValueError: a latency that is not a finite number of milliseconds > 0 (named).
         """
-        space = configs if isinstance(configs, Space) else ListSpace(configs)
-        if len(latencies_ms) != len(space):  # a config's own, one each
+        count = len(configs)
+        if len(latencies_ms) != count:  # a config's own, one each
             raise ValueError(
-                f"from_latencies needs one latency per config: {len(space)} configs, "
+                f"from_latencies needs one latency per config: {count} configs, "
                 f"{len(latencies_ms)} latencies"
             )
         for i, t in enumerate(latencies_ms):
             if t is not None:
                 _check_latency(t, f"latencies_ms[{i}]")
-        trials = tuple(
-            _trial(i, space.config(i), None if t is None else float(t))
-            for i, t in enumerate(latencies_ms)
-        )
-        return cls(space, trials, **info)
+        if isinstance(configs, Space):
+            trials = tuple(
+                _trial(i, configs.config(i), None if t is None else float(t))
+                for i, t in enumerate(latencies_ms)
+            )
+            return cls(configs, trials, **info)
+        # a config listed twice is one config, its best latency kept (as load() keeps them)
+        kept: list[dict[str, Any]] = []
+        found: list[Trial] = []
+        at: dict[str, int] = {}
+        left_out = dict(info.pop("left_out", None) or {})
+        for config, t in zip(configs, latencies_ms):
+            cid = config_id(config)
+            trial = _trial(at.get(cid, len(kept)), config, None if t is None else float(t))
+            if _kept(trial, cid, at, found, left_out):
+                kept.append(config)
+        space = ListSpace(kept)
+        trials = tuple(replace(t, config=space.config(i)) for i, t in enumerate(found))
+        return cls(space, trials, left_out=left_out, **info)
 
     @classmethod
     def load(cls, path: str | Path, *, max_bytes: int | None = None) -> RecordedSpace:
@@ -152,16 +178,27 @@ class RecordedSpace:
         Args:
             path: the file.
             max_bytes: the most bytes to read, after decompression (default
-                :data:`MAX_RECORD_BYTES`, 256 MiB); a larger file is refused unread.
+                :data:`MAX_RECORD_BYTES`, 256 MiB), an int >= 1; a larger file is refused
+                after that many bytes (memory grows with the file, not with the limit).
 
         Raises:
             ValueError: the file is neither format (the message says what was found), is
                 damaged (a truncated gzip, bytes that are not UTF-8), is larger than
                 ``max_bytes``, or has a record that does not fit its format or a time that is
-                not a finite number > 0 (the message names the file and the record).
+                not a finite number > 0 (the message names the file and the record); a
+                ``max_bytes`` that is not an int >= 1.
         """
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool)
+            or not isinstance(max_bytes, numbers.Integral)
+            or max_bytes < 1
+        ):
+            raise ValueError(
+                f"RecordedSpace.load max_bytes must be an int >= 1 (bytes) or None, got "
+                f"{type(max_bytes).__name__} {max_bytes!r:.60}"
+            )
         path = Path(path)
-        limit = MAX_RECORD_BYTES if max_bytes is None else max_bytes
+        limit = MAX_RECORD_BYTES if max_bytes is None else int(max_bytes)
         raw = _read(path, limit)
         try:
             text = raw.decode("utf-8")
@@ -185,6 +222,17 @@ class RecordedSpace:
         )
 
 
+def check_share(share: Any, owner: str) -> float:
+    """A share of the optimum (0.05: 5% slower at most) as a float; ValueError naming
+    ``owner``'s ``share`` unless it is a number in [0, 1)."""
+    if not _is_number(share) or not 0.0 <= share < 1.0:
+        raise ValueError(
+            f"{owner} share must be a number in [0, 1) (0.05: within 5% of the optimum), got "
+            f"{type(share).__name__} {share!r:.60}"
+        )
+    return float(share)
+
+
 class _Bad(ValueError):
     """A record of a recorded-space file that does not fit its format (the file is added)."""
 
@@ -197,20 +245,34 @@ def _read(path: Path, limit: int) -> bytes:
         if zipped:
             try:
                 with gzip.GzipFile(fileobj=file) as unzipped:
-                    raw = unzipped.read(limit + 1)
+                    raw = _upto(unzipped, limit + 1)
             except (OSError, EOFError, zlib.error) as exc:
                 raise ValueError(
                     f"{path} is a damaged gzip file ({type(exc).__name__}: {exc}); "
                     "copy or download it again"
                 ) from None
         else:
-            raw = file.read(limit + 1)
+            raw = _upto(file, limit + 1)
     if len(raw) > limit:
         raise ValueError(
             f"{path} holds more than {limit:,} bytes{' decompressed' if zipped else ''}, the "
             "most RecordedSpace.load reads; pass max_bytes= to read a larger recorded space"
         )
     return raw
+
+
+def _upto(file: Any, most: int) -> bytes:
+    """At most ``most`` bytes of ``file``, read a chunk at a time (read(most) would allocate
+    ``most`` bytes up front, whatever the file holds)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < most:
+        chunk = file.read(min(_CHUNK, most - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 def _is_number(value: Any) -> bool:
@@ -308,13 +370,16 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
     objective = data.get("objective", "time")
     if not isinstance(objective, str):
         raise _Bad(f"objective must be the name of a record's time, got {_kind(objective)}")
-    higher = data.get("objective_higher_is_better", False)
+    higher = data.get("objective_higher_is_better")
+    if higher is None:  # Kernel Tuner never writes it: its default for the objective's name
+        higher = _higher_is_better(objective)
     if not isinstance(higher, bool):
         raise _Bad(f"objective_higher_is_better must be true or false, got {_kind(higher)}")
     configs: list[dict[str, Any]] = []
     trials: list[Trial] = []
     left_out: dict[str, int] = {}
     at: dict[str, int] = {}  # a config's position, by its id: one config cached twice is one
+    timed = 0  # records that hold a time (a number or a failure name)
     for name, record in cache.items():
         where = f"cache[{name!r}]"
         if not isinstance(record, dict):
@@ -331,8 +396,14 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
                     f"tune_params values {tune[key]!r}"
                 )
         time: Any = _kt_time(record, objective, higher, where)
+        if isinstance(time, str) and time not in _KT_FAILURE_NAMES:
+            raise _Bad(
+                f"{where} has time {time!r}: expected a number of milliseconds or one of "
+                f"Kernel Tuner's failures {sorted(_KT_FAILURE_NAMES)}"
+            )
         if time is not None and not isinstance(time, str):
             time = _check_latency(time, f"{where} (its time)")
+        timed += time is not None
         _check_seconds(record, ("compile_time", "verification_time", "benchmark_time"), where)
         samples = record.get("times") or ()
         if not isinstance(time, str) and time is not None:
@@ -360,6 +431,13 @@ def _from_kernel_tuner(data: dict[str, Any], source: str) -> RecordedSpace:
         )
         if _kept(trial, cid, at, trials, left_out):
             configs.append(config)
+    if cache and not timed:
+        read = "time" if higher or objective == "time" else f"{objective!r} (or 'time')"
+        some = sorted(next(iter(cache.values())))[:12]
+        raise _Bad(
+            f"no record holds {read}, what ranks the configs (the file's objective is "
+            f"{objective!r}); a record has {some}"
+        )
     return RecordedSpace(
         _space(configs, params),
         tuple(trials),
@@ -473,6 +551,16 @@ def _kt_time(record: dict[str, Any], objective: str, higher: bool, where: str) -
             "record's time in ms is read instead"
         )
     return time
+
+
+def _higher_is_better(objective: str) -> bool:
+    """Whether a Kernel Tuner objective is higher-is-better when its file does not say (Kernel
+    Tuner's cache files never do): a throughput or an efficiency (``GFLOP/s``, ``GB/s``,
+    ``GFLOPS/W``, a name ending in ``/s`` or ``/W``) is; ``time``, ``energy`` and any other
+    name are not, as Kernel Tuner reads them."""
+    name = objective.strip().lower()
+    rate = name.endswith(("/s", "/w")) or "/s/" in name or "flops" in name
+    return name in _KT_HIGHER or rate
 
 
 def _check_names(config: dict[str, Any], names: list[str], where: str) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 from tileauto.records import Trial
 from tileauto.search.loop import StopReason, run_search
-from tileauto.search.prior import check_prior
-from tileauto.search.recorded import RecordedSpace
+from tileauto.search.prior import check_prior, describe_prior
+from tileauto.search.recorded import RecordedSpace, check_share
 from tileauto.search.resolve import resolve_search
 
 
@@ -28,6 +28,8 @@ class ReplayResult:
         best_index: the index of the best config it found (None when nothing passed).
         stop_reason: why the search stopped.
         strategy: the strategy's ``describe()``.
+        prior: the ``prior=`` handed to the strategy, described as in a cache key ("" when
+            none was, or the strategy takes no prior).
         compile_s: the recorded compile seconds of the configs it measured (Kernel Tuner's
             ``compile_time``), failures included.
         run_s: their recorded run seconds (Kernel Tuner's ``verification_time`` and
@@ -49,14 +51,19 @@ class ReplayResult:
     best_index: int | None
     stop_reason: StopReason
     strategy: str
+    prior: str = ""
     compile_s: float = 0.0
     run_s: float = 0.0
     strategy_s: float = field(default=0.0, compare=False)
     simulated_s: float = field(default=0.0, compare=False)
 
     def trials_to_reach(self, share: float = 0.05) -> int | None:
-        """Trials it took to come within ``share`` of the optimum (None: it never did)."""
-        limit = self.optimum_ms * (1 + share)
+        """Trials it took to come within ``share`` of the optimum (None: it never did).
+
+        Raises:
+            ValueError: ``share`` is not a number in [0, 1) (5% is 0.05, not 5).
+        """
+        limit = self.optimum_ms * (1 + check_share(share, "ReplayResult.trials_to_reach"))
         return next((k + 1 for k, best in enumerate(self.trace) if best <= limit), None)
 
 
@@ -87,11 +94,13 @@ def replay(
             lists of trials, or a callable returning them), handed to a strategy that takes a
             prior (``use_prior``: the guided and auto searches, unless made with a prior of
             their own or ``prior=None``); see :mod:`tileauto.search.prior`. ``"auto"`` is
-            refused: a replay has no tuning cache to read.
+            refused: a replay has no tuning cache to read. It is handed in on every replay,
+            None included, so a strategy object replayed again keeps no earlier replay's
+            prior (nor its record's family).
 
     Raises:
-        ValueError: a bad ``budget``, ``seed``, ``max_seconds`` or ``plateau`` (named), or
-            ``prior="auto"``.
+        ValueError: a bad ``budget``, ``seed``, ``parallelism``, ``max_seconds`` or
+            ``plateau`` (named), or ``prior="auto"``.
     """
     if isinstance(budget, float):
         if not 0.0 < budget <= 1.0:
@@ -102,6 +111,15 @@ def replay(
         raise ValueError(
             "replay() budget must be an int >= 1 (trials), a float in (0, 1] (a share of the "
             f"space) or None, got {type(budget).__name__} {budget!r:.60}"
+        )
+    if (
+        isinstance(parallelism, bool)
+        or not isinstance(parallelism, numbers.Integral)
+        or parallelism < 1
+    ):
+        raise ValueError(
+            "replay() parallelism must be an int >= 1 (configs measured at once), got "
+            f"{type(parallelism).__name__} {parallelism!r:.60}"
         )
     if isinstance(prior, str) and prior == "auto":
         raise ValueError(
@@ -119,11 +137,12 @@ def replay(
     hand_in = getattr(chosen, "use_prior", None)
     if prior is not None:
         check_prior(prior, "replay()")  # a missing path: named here, not a bare OSError later
-    if prior is not None and callable(hand_in):
+    # handed in every time, None included: an object replayed again forgets the last prior
+    if callable(hand_in):
         hand_in(prior)
     family = getattr(chosen, "use_family", None)
-    if record.family and callable(family):  # the prior's records of it: the same problem
-        family(record.family)
+    if callable(family):  # the prior's records of it: the same problem
+        family(record.family or None)
     spent = [0.0]
 
     def measure(indices: list[int]) -> Any:
@@ -140,7 +159,7 @@ def replay(
         max_seconds=max_seconds,
         plateau=plateau,
         clock=lambda: spent[0],
-        parallelism=parallelism,
+        parallelism=int(parallelism),
         seed=seed,
         started_at=0.0,
     )
@@ -162,6 +181,7 @@ def replay(
         best_index=outcome.best_index,
         stop_reason=outcome.stop_reason,
         strategy=chosen.describe(),
+        prior=describe_prior(prior) if prior is not None and callable(hand_in) else "",
         compile_s=compile_s,
         run_s=run_s,
         strategy_s=outcome.strategy_s,

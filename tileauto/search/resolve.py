@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import warnings
 from typing import Any
 
@@ -35,11 +36,11 @@ class AutoSearch(SearchStrategy):
 
     def __init__(self, budget: int | None = None, *, prior: Any = "auto") -> None:
         if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
+            isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1
         ):
             raise ValueError(f"AutoSearch budget must be an int >= 1 or None, got {budget!r}")
         check_prior(prior, "AutoSearch")
-        self.budget = budget
+        self.budget = None if budget is None else int(budget)
         self.prior = prior  # as GuidedSearch takes it
         self._given: Any = None
         self._family: str | None = None
@@ -91,6 +92,11 @@ class AutoSearch(SearchStrategy):
         """The tuned call's family, for the guided search (see :meth:`GuidedSearch.use_family`)."""
         self._family = family
 
+    def prior_facts(self) -> dict[str, Any] | None:
+        """The guided search's :meth:`GuidedSearch.prior_facts` (None: no prior, or exhaustive)."""
+        facts = getattr(self.inner, "prior_facts", None)
+        return facts() if callable(facts) else None
+
     def ask(self) -> list[int]:
         return self.inner.ask()
 
@@ -115,7 +121,8 @@ def resolve_search(search: Any) -> SearchStrategy:
       ``tell`` and ``describe``) as it is.
 
     Raises:
-        TypeError: anything else (the message lists the names).
+        TypeError: anything else (the message lists the names), a strategy's class in place
+            of an instance (``search=GuidedSearch``) included.
         ImportError: ``"guided"`` without scikit-learn (the message names the extra).
     """
     if search == "exhaustive":
@@ -127,6 +134,11 @@ def resolve_search(search: Any) -> SearchStrategy:
         return GuidedSearch()
     if search == "random":
         return RandomSearch()
+    if isinstance(search, type):  # search=GuidedSearch: has every method, but unbound
+        raise TypeError(
+            f"search must be a strategy object, not its class: pass an instance, "
+            f"{search.__name__}() (or {search.__name__}(budget=...)), got the class {search!r}"
+        )
     if isinstance(search, SearchStrategy):
         return search
     if all(callable(getattr(search, m, None)) for m in ("start", "ask", "tell", "describe")):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numbers
 import random
 
 from tileauto.records import Trial
 from tileauto.search._sampling import Untried
-from tileauto.search.base import SearchStrategy, SpaceLike
+from tileauto.search.base import SearchStrategy, SpaceLike, _started
 
 EXHAUSTIVE_BATCH = 1 << 16  # the most indices Exhaustive proposes at once (never the whole space)
 
@@ -21,6 +22,7 @@ class Exhaustive(SearchStrategy):
         self._next = 0
 
     def ask(self) -> list[int]:
+        _started(self, "_next", "ask")
         stop = self.space.count_upto(self._next + EXHAUSTIVE_BATCH)  # no count past it
         batch = list(range(self._next, stop))
         self._next = stop
@@ -47,12 +49,14 @@ class RandomSearch(SearchStrategy):
 
     def __init__(self, budget: int | None = None, seed: int | None = None, rounds: int = 1) -> None:
         if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
+            isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1
         ):
             raise ValueError(f"RandomSearch budget must be an int >= 1 or None, got {budget!r}")
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
             raise ValueError(f"RandomSearch rounds must be an int >= 1, got {rounds!r}")
-        self.budget, self.own_seed, self.rounds = budget, seed, rounds
+        self.budget: int | None = None if budget is None else int(budget)
+        self.own_seed: int | None = seed
+        self.rounds: int = int(rounds)
 
     def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
         super().start(space, parallelism=parallelism, seed=seed)
@@ -68,6 +72,7 @@ class RandomSearch(SearchStrategy):
             self._untried = Untried(n, rng)
 
     def ask(self) -> list[int]:
+        _started(self, "_queue", "ask")
         if self._untried is not None:
             return self._untried.draw(max(self.parallelism, 8))
         return self._queue.pop(0) if self._queue else []

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import ast
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tileauto.errors import ConfigSpaceError
-from tileauto.space._values import numpy_module, radix
+from tileauto.space._values import config_id, numpy_module, radix
 from tileauto.space.constraints import Constraint
 from tileauto.space.types import Param, Space
 
@@ -45,6 +46,8 @@ class ProductSpace(Space):
             raise ConfigSpaceError(f"parameters {twice} are given more than once")
         if not params:
             raise ConfigSpaceError("a product needs at least one parameter")
+        for p in params:
+            _check_distinct(p)
         self.params = tuple(params)
         rules: list[Constraint] = []
         for c in constraints:
@@ -282,6 +285,32 @@ class _Scan:
         self._starts[self.scanned] = end
         if self.done and len(self._valid) > end:  # give back what doubling took beyond it
             self._valid = self._valid[:end].copy()
+
+
+def _by_value(value: Any) -> Any:
+    """A value as a kernel sees it: numbers by value (``64`` is ``64.0``), bools apart from
+    numbers, tuples and lists by their items."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, numbers.Number):
+        return ("number", value)
+    if isinstance(value, (tuple, list)):
+        return ("items", tuple(_by_value(v) for v in value))
+    return ("other", config_id({"v": value}))
+
+
+def _check_distinct(param: Param) -> None:
+    """Refuse a parameter that lists one value twice as numbers of two types (``[64, 64.0]``):
+    one kernel config, compiled and measured as two."""
+    seen: dict[Any, Any] = {}
+    for v in param.values:
+        key = _by_value(v)
+        if key in seen:
+            raise ConfigSpaceError(
+                f"parameter {param.name!r} repeats a value: {seen[key]!r} and {v!r} are equal "
+                f"(one config to a kernel); give each value once, got {list(param.values)}"
+            )
+        seen[key] = v
 
 
 def product(

@@ -211,12 +211,10 @@ def test_a_prior_that_does_not_fit_is_not_trusted():
     target = recorded_bowl(noise=0.05, seed=3)
     unlike = shuffled(recorded_bowl(seed=4))
     search = GuidedSearch()
-    search.use_prior([unlike])
-    replay(target, search, budget=48, seed=0)
+    replay(target, search, budget=48, seed=0, prior=[unlike])
     assert search._trust is not None and (search._trust < 0.3).all()  # it ranks nothing alike
     fitting = GuidedSearch()
-    fitting.use_prior([recorded_bowl(noise=0.05, seed=4)])
-    replay(target, fitting, budget=48, seed=0)
+    replay(target, fitting, budget=48, seed=0, prior=[recorded_bowl(noise=0.05, seed=4)])
     assert (fitting._trust > 0.6).all()
 
 
@@ -245,8 +243,8 @@ def test_after_a_first_batch_from_a_prior_that_missed_half_the_next_is_random(fi
     target = recorded_bowl(noise=0.05, seed=3)
     record = recorded_bowl(noise=0.05, seed=4)
     search = _CountsDraws(explore=0.0, local=0)  # no random picks of its own
-    search.use_prior([record if fits else shuffled(record)])
-    replay(target, search, budget=16, seed=0, parallelism=8)
+    prior = [record if fits else shuffled(record)]
+    replay(target, search, budget=16, seed=0, parallelism=8, prior=prior)
     first, second = search.random_per_ask[:2]
     assert first == 2  # a quarter of the first batch is random, the rest the prior's
     assert bool((search._trust >= 0.3).any()) is fits

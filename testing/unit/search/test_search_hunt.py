@@ -370,7 +370,7 @@ def test_a_recorded_space_prior_is_described_by_its_source_and_digest():
 def test_a_list_of_trials_is_described_as_one_record():
     trials = [ok_trial(i, 1.0 + i) for i in range(558)]
     assert isinstance(trials[0], Trial)
-    assert describe_prior(trials) == "1 record (558 trials)"
-    assert describe_prior([trials, trials]).startswith("2 records: [1 record (558 trials)")
+    assert describe_prior(trials).startswith("1 record (558 trials, ")
+    assert describe_prior([trials, trials]).startswith("2 records: [1 record (558 trials, ")
     dicts = [{"config": {"a": 1}, "latency_ms": 1.0}]
-    assert GuidedSearch(prior=dicts).describe().endswith("prior=1 record (1 trial))")
+    assert "prior=1 record (1 trial, " in GuidedSearch(prior=dicts).describe()

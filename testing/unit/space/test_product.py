@@ -112,3 +112,12 @@ def test_find_is_the_inverse_of_config():
     assert space.find({"micro_M": 4, "micro_N": 16, "block_M": 64}) == -1  # a key missing
     listed = Space.from_configs([{"a": 1}, {"a": 2, "b": "x"}])
     assert [listed.find(c) for c in listed] == [0, 1]
+
+
+def test_equal_numbers_of_two_types_are_one_value_and_refused():
+    # hunt D, bug 11: 64 and 64.0 are one kernel config, compiled and measured twice
+    with pytest.raises(ConfigSpaceError, match=r"'block' repeats a value: 64 and 64.0"):
+        product(block=[64, 64.0], unroll=[1, 2])
+    with pytest.raises(ConfigSpaceError, match="'t, u' repeats a value"):
+        product(Param.of("t, u", [(1, 2), (1.0, 2.0)]))
+    assert len(product(flag=[0, False, 1, True])) == 4  # bools stay apart from numbers
