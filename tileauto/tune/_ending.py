@@ -45,7 +45,8 @@ def no_winner_message(
 
 
 def stored_facts(problem: TuningProblem, search: Any, stop: Any) -> dict[str, Any]:
-    """Plain facts kept with the entry: how the search ended, the problem's call (which
+    """Plain facts kept with the entry: how the search ended (and, for a search with a prior,
+    the prior's records it used and those it dropped, with why), the problem's call (which
     lets ``load_from_disk(factory=...)`` compile the winner elsewhere) and the compile
     arguments (which such a recompile builds with)."""
     extra: dict[str, Any] = {"compile_args": compile_args_record(problem.compile_args)}
@@ -57,6 +58,10 @@ def stored_facts(problem: TuningProblem, search: Any, stop: Any) -> dict[str, An
             "never_tried": stop.never_tried,
             "pruned": problem.pruned,
         }
+        facts = getattr(search, "prior_facts", None)  # the records a guided search started from
+        prior = facts() if callable(facts) else None
+        if prior is not None:
+            extra["search"]["prior"] = prior
     call = {"args": list(problem.args), "kwargs": dict(problem.kwargs)}
     if _plain(call):
         extra["problem"] = call

@@ -131,3 +131,32 @@ def test_a_second_tuning_of_a_large_product_re_times_the_first_ones_best(tmp_pat
     assert second.config == first.config  # the first run's best, re-timed against the second's
     assert first.config in builder.built  # its library had again (the kernel cache's, for real)
     assert any("re-timed interleaved" in n for n in second.best_trial.notes)
+
+
+def test_a_tuning_keeps_what_its_prior_matched_and_dropped(tmp_path):
+    from tileauto.search import GuidedSearch
+
+    space = product(**{name: list(range(4)) for name in NAMES[:5]})  # 1,024 configs
+    records = [{"config": {"p0": 1, "p1": 2}, "latency_ms": 1.0}]
+    elsewhere = [{"config": {"q": 1}, "latency_ms": 1.0}]  # no parameter in common
+    problem = TuningProblem(
+        factory=factory,
+        args=(256,),
+        kwargs={},
+        configs=space,
+        compile_args=CompileArgs(),
+        profile_args=ProfileArgs(search=GuidedSearch(prior=[records, elsewhere]), max_trials=4),
+        settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
+        verbose=False,
+        name="wide",
+    )
+    session = TuningSession(
+        problem,
+        builder=ScriptedBuilder(),
+        runner=ScriptedRunner(lambda c: 1.0 + sum(c.values())),
+        store=MemoryStore("wide"),
+        reporter=RecordingReporter(),
+    )
+    prior = session.run().extra["search"]["prior"]
+    assert prior["matched"] == ["prior[0]"]
+    assert len(prior["dropped"]) == 1 and "prior[1]" in prior["dropped"][0]
