@@ -131,7 +131,8 @@ class JITKernel(_KernelCallBase):
 
     @property
     def config(self) -> dict[str, Any]:
-        """The tunable arguments this kernel was built with."""
+        """The tunable arguments this kernel was built with (a tuned kernel: the tuned ones; a
+        tunable its call fixed is the call's argument, not the config's)."""
         return dict(self.artifact.config)
 
     @property

@@ -152,7 +152,15 @@ def resolve_configs(
                     "(a string) and look the function or object up inside the factory"
                 )
     # A tunable the call passes explicitly is fixed to that value, as in TileLang: the configs
-    # keep only the rest, each distinct remainder once, in the order of the list.
+    # keep only the rest, each distinct remainder once, in the order of the list. With none
+    # fixed, the list stays as given (a config listed twice is measured once, and each trial's
+    # index is its config's place in the list, as the report's `#` and the errors' [i] say).
+    if not any(k in passed for cfg in items for k in cfg):
+        _check_complete(factory, args, kwargs, {k for c in items for k in c})
+        return [
+            dict(cfg) if all(type(v) in _SCALARS for v in cfg.values()) else _plain_config(cfg)
+            for cfg in items
+        ]
     remainders: dict[str, dict[str, Any]] = {}
     for cfg in items:
         rest = {
@@ -161,6 +169,11 @@ def resolve_configs(
         remainders.setdefault(config_id(rest), rest)
     _check_complete(factory, args, kwargs, {k for c in items for k in c})
     return list(remainders.values())
+
+
+def _plain_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A config with each value that is not a scalar made plain data (lists, tuples, dicts)."""
+    return {k: v if type(v) in _SCALARS else plain(v) for k, v in cfg.items()}
 
 
 def _check_complete(

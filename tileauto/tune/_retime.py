@@ -28,6 +28,7 @@ log = get_logger("session")
 RETIME_ROUNDS = 10
 
 FAILED_WHEN_RETIMED = "passed its first run, then failed when re-timed"
+RETIMED = "re-timed interleaved with the best"  # a re-timed config's note begins so
 
 
 def contenders(
@@ -65,6 +66,7 @@ def retime_contenders(
         chosen = contenders(measured, default_id, top_k, artifacts)
         if top_k < 2 or len(chosen) < 2:
             return
+        best = len(chosen)  # the default config is compared with them, not among the best
         if default_id in artifacts and measured[default_id].ok:
             chosen.append(default_id)
         start = time.perf_counter()
@@ -76,14 +78,17 @@ def retime_contenders(
                 return
             continue
         share = (time.perf_counter() - start) / len(chosen)
+        note = f"{RETIMED} {best}" + (" and the default config" if best < len(chosen) else "")
         for cid, got in zip(chosen, samples, strict=True):
             if got and LatencyStats.bad_sample(got) is None:  # else the first timing stands
                 t = measured[cid]
+                # an earlier run's re-timing note went with the latency this one replaces
+                kept = tuple(n for n in t.notes if not n.startswith(RETIMED))
                 measured[cid] = replace(
                     t,
                     latency=LatencyStats.from_samples_ns(got),
                     run_s=(t.run_s or 0.0) + share,
-                    notes=(*t.notes, f"re-timed interleaved with the best {len(chosen)}"),
+                    notes=(*kept, note),
                 )
         return
 

@@ -30,6 +30,7 @@ from tileauto.records import NEVER_TRIED, SessionSummary, Trial, TrialStatus
 from tileauto.report.console import default_reporter
 from tileauto.report.notes import note
 from tileauto.report.observer import TrialObserver
+from tileauto.report.table import format_ms
 from tileauto.result.record import AutotuneResult
 from tileauto.search import SearchStrategy, StopReason, resolve_search
 from tileauto.space import config_id, tunable_parameters
@@ -154,7 +155,8 @@ class TuningSession:
             hit = self._own_result(hit)
             self.observer.cache_hit(hit)  # a marker trial, never stored as a measurement
             self._tell(
-                f"tileauto: using cached tuning {hit.key} ({hit.config}, {hit.latency:.4f} ms)"
+                f"tileauto: using cached tuning {hit.key} ({hit.config}, "
+                f"{format_ms(hit.latency)} ms)"
             )
         return hit
 
@@ -381,8 +383,14 @@ class TuningSession:
         ref_latency: float | None = None,
         key: str | None = None,
     ) -> Path | None:
-        if trials is None:  # interrupted or failed: what was measured so far
-            trials = tuple(sorted(self._measured.values(), key=lambda t: t.index))
+        if trials is None:  # interrupted or failed: the configs of the space measured so far
+            view = self.view
+            found = [(view.position(cid), t) for cid, t in self._measured.items()]
+            trials = tuple(t.at_index(i) for i, t in sorted(found, key=lambda f: f[0]) if i >= 0)
+            # the rest were not measured (a default outside the space is its own row)
+            never = len(view) - len(trials) if view.counted else None
+        else:
+            never = never_listed(self.view, self.stop, trials)
         default = default_trial or self._measured.get(self.default_id)
         return self.reporter.finished(
             SessionSummary(
@@ -395,7 +403,7 @@ class TuningSession:
                 stop_reason=stop_reason,
                 key=key,
                 error=error,
-                never_tried=never_listed(self.view, self.stop, trials),
+                never_tried=never,
                 pruned=self.problem.pruned,
             )
         )

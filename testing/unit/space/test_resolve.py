@@ -113,6 +113,14 @@ def test_callable_configs_are_checked_too():
         resolve_configs(lambda *a: [{"nope": 1}], matmul, (1, 2, 3), {})
 
 
+def test_a_config_listed_twice_keeps_its_place_when_nothing_is_fixed():
+    # collapsing shifted every later config: the report's # and an error's [2] said [1], a
+    # good config of the user's list
+    space = [{"block_M": 16}, {"block_M": 16}, {"block_M": 3}]
+    assert resolve_configs(space, matmul, (1, 2, 3), {}) == space
+    assert resolve_configs(space, matmul, (1, 2, 3), {"threads": 64}) == space  # not tuned here
+
+
 def test_an_explicit_keyword_fixes_that_tunable_and_the_configs_collapse():
     space = [
         {"threads": 64, "block_M": 32},

@@ -7,6 +7,7 @@ import pytest
 
 from tileauto.errors import SettingsError
 from tileauto.records import RunOutcome, TrialStatus
+from tileauto.report.table import summary_table
 from tileauto.testing import RecordingReporter, ScriptedBuilder, ScriptedRunner
 from tileauto.tune.session import TuningSession
 from tileauto.tune.stores import MemoryStore
@@ -140,3 +141,43 @@ def test_a_failing_on_trial_is_warned_once(problem):
         _, result = run_session(problem(on_trial=on_trial), ScriptedRunner(lambda c: 1.0))
     assert len(calls) == 2 and result.config
     assert len([x for x in w if "on_trial" in str(x.message)]) == 1
+
+
+def test_an_interrupted_run_reports_the_configs_it_measured_once_and_the_rest_untried(problem):
+    # the default (block 32, not in this list) was a second row and counted as a config that
+    # passed: "3 configs, 3 passed" for a 4-config list of which 2 were measured
+    def script(config):
+        if config["block"] == 64:
+            raise KeyboardInterrupt
+        return LATENCY[config["block"]]
+
+    reporter = RecordingReporter()
+    session = TuningSession(
+        problem([{"block": 16}, {"block": 128}, {"block": 64}, {"block": 8}]),
+        builder=ScriptedBuilder(),
+        runner=ScriptedRunner(script),
+        store=MemoryStore("k"),
+        reporter=reporter,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        session.run()
+    summary = reporter.events[-1][1]
+    assert [t.index for t in summary.trials] == [0, 1]
+    assert summary.default is not None and summary.default.config == {"block": 32}
+    assert summary.never_tried == 2 and summary.error == "KeyboardInterrupt: "
+    table = summary_table("k", summary)
+    assert "4 configs, 2 measured (2 never tried), 2 passed" in table
+    assert table.count("default") == 2  # the header's column name and the one default row
+
+
+def test_a_re_timed_trial_keeps_one_re_timing_note(problem):
+    # a widened tuning re-times the earlier run's trials: their notes said "re-timed
+    # interleaved with the best 3" and "... the best 4" side by side
+    store = MemoryStore("k")
+    for configs in (SPACE[:3], SPACE):  # the default (32) is re-timed with the best, not one
+        _, result = run_session(
+            problem(configs), ScriptedRunner(lambda c: LATENCY[c["block"]]), store=store
+        )
+        store.shelf.results.clear()  # another space: another result's key, the same trials
+    notes = [n for n in result.best_trial.notes if n.startswith("re-timed")]
+    assert notes == ["re-timed interleaved with the best 3 and the default config"]
