@@ -55,6 +55,36 @@ _EXPORTS = {
     "torch_op": "tileauto.ops.torch_op",
 }
 
+# subpackages and modules the docs write as ``tileauto.X.Y`` after a plain ``import tileauto``
+# (imported on first use, like the names above)
+_SUBMODULES = frozenset(
+    {
+        "api",
+        "artifact",
+        "build",
+        "cache",
+        "cli",
+        "errors",
+        "jit",
+        "language",
+        "machine",
+        "ops",
+        "options",
+        "records",
+        "report",
+        "result",
+        "run",
+        "scale",
+        "search",
+        "settings",
+        "space",
+        "testing",
+        "tune",
+        "utils",
+        "workers",
+    }
+)
+
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
     from typing import Any
 
@@ -87,9 +117,10 @@ def __getattr__(name: str) -> Any:
     """Import a public name on first use (PEP 562)."""
     import importlib
 
-    if name == "jit":
-        # The subpackage, which is callable as the decorator; importing it binds it here.
-        return importlib.import_module("tileauto.jit")
+    if name in _SUBMODULES:
+        # ``tileauto.space.product``: importing a subpackage binds it here (``tileauto.jit``
+        # is the subpackage, callable as the decorator).
+        return importlib.import_module(f"tileauto.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tileauto' has no attribute {name!r}")

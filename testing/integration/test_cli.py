@@ -474,3 +474,37 @@ def test_cache_dir_works_before_the_subcommand(cache, capsys, monkeypatch, tmp_p
         capsys, "--cache-dir", str(root), "cache", "list", "--cache-dir", str(tmp_path / "x")
     )
     assert code == 0 and tuned not in out
+
+
+@pytest.mark.parametrize("plot", ["x.jpg", "missing-folder/x.png"])
+def test_show_refuses_a_bad_plot_path_before_showing_the_entry(cache, capsys, tmp_path, plot):
+    _, tuned, _ = cache
+    code, out, err = run(capsys, "cache", "show", tuned, "--plot", str(tmp_path / plot))
+    assert code == 2 and out == ""
+    assert "--plot: " in err and ("'.jpg'" in err or "not a folder" in err)
+
+
+def test_show_prints_a_tuple_config_value_as_a_tuple():
+    from tileauto.cli._cache_commands import _format_config
+    from tileauto.records import Trial, TrialStatus
+    from tileauto.result._values import with_own_values
+
+    best = {"pair": (5, 6), "block": 256}
+    assert _format_config(best) == "{'block': 256, 'pair': (5, 6)}"  # not [5, 6]
+    assert _format_config({"block": 256}) == '{"block": 256}'
+    stored = (Trial(0, {"block": 256, "pair": [5, 6]}, TrialStatus.OK),)
+    trials, default = with_own_values(stored, None, best)
+    assert trials[0].config == {"block": 256, "pair": (5, 6)} and default is None
+
+
+def test_env_flags_more_compile_workers_than_cpus(capsys, monkeypatch):
+    import tileauto.machine
+
+    monkeypatch.setattr(tileauto.machine, "available_cpus", lambda: 2)
+    monkeypatch.setenv("TILEAUTO_AUTO_TUNING_CPU_COUNTS", "64")
+    code, out, _ = run(capsys, "env")
+    assert "TILEAUTO_AUTO_TUNING_CPU_COUNTS=64" in out
+    assert "# warning: a tuning on this machine fails: TILEAUTO_AUTO_TUNING_CPU_COUNTS=64" in out
+    monkeypatch.setenv("TILEAUTO_AUTO_TUNING_CPU_COUNTS", "2")
+    code, out, _ = run(capsys, "env")
+    assert "# compile workers here: 2" in out and "warning" not in out

@@ -90,6 +90,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from tileauto.cache import catalog
     from tileauto.cache.entry import KIND_TUNED, read_artifact
 
+    if args.plot is not None:  # a bad --plot is refused before the entry is shown
+        _check_plot_path(args.plot)
     info = _find(args)
     manifest = info.manifest or {}
     facts = [
@@ -133,14 +135,41 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK if problem is None else EXIT_FAIL
 
 
+def _check_plot_path(path: str) -> None:
+    """Refuse a ``--plot`` image path that cannot be written: an unknown suffix, a missing
+    folder."""
+    from tileauto.report.plot import check_image_path
+
+    try:
+        image = check_image_path(path)
+    except ValueError as exc:
+        raise CommandError(f"--plot: {exc}", EXIT_USAGE) from None
+    folder = image.parent
+    if not folder.is_dir():
+        raise CommandError(
+            f"--plot: {path!r} is in {str(folder)!r}, which is not a folder; "
+            "expected an image path in an existing folder",
+            EXIT_USAGE,
+        )
+
+
+def _format_config(config: dict[str, Any]) -> str:
+    """JSON, sorted; a config with tuples (the literal ``best_config.json`` keeps) as the
+    Python dict the tuning returned, so that a tuple does not read as a list."""
+    if json.loads(json.dumps(config)) == config:
+        return json.dumps(config, sort_keys=True)
+    return repr(dict(sorted(config.items())))
+
+
 def _tuned_facts(info: Any) -> list[tuple[str, str]]:
     from tileauto.cache import catalog
+    from tileauto.cache.entry import config_of
     from tileauto.errors import CacheError
 
     out = []
     try:
-        config = catalog.read_record(info, "best_config.json")["config"]
-        out.append(("best config", json.dumps(config, sort_keys=True)))
+        config = config_of(catalog.read_record(info, "best_config.json"))
+        out.append(("best config", _format_config(config)))
         lat = catalog.read_record(info, "latency.json")
         out.append(("best latency", f"{lat['latency_ms']:.4g} ms"))
         if lat.get("default_latency_ms"):
@@ -156,17 +185,21 @@ def _tuned_facts(info: Any) -> list[tuple[str, str]]:
 
 def _trial_table(info: Any) -> str | None:
     from tileauto.cache import catalog
+    from tileauto.cache.entry import config_of
     from tileauto.errors import CacheError
     from tileauto.report.table import format_table
+    from tileauto.result._values import with_own_values
 
     try:
         records = catalog.read_trials(info)
-    except CacheError:
+        best_config = config_of(catalog.read_record(info, "best_config.json"))
+    except (CacheError, OSError, ValueError, KeyError, TypeError):
         return None
+    trials, default = with_own_values(records.trials, records.default, best_config)
     return format_table(
-        list(records.trials),
+        list(trials),
         records.best_index,
-        records.default,
+        default,
         title=f"{len(records.trials)} configs, tuned in {records.tuning_s:.1f} s",
     )
 

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
 def cmd_env(args: argparse.Namespace) -> int:
     from tileauto.cache.key import versions
+    from tileauto.errors import SettingsError
     from tileauto.settings import unknown_variables
 
     settings = settings_of(args)
@@ -74,6 +75,10 @@ def cmd_env(args: argparse.Namespace) -> int:
     print(f"# logs dir: {settings.logs_dir}")
     print(f"# tuning cache: {'on' if settings.tuning_cache_enabled else 'off'}")
     print(f"# kernel cache: {'on' if settings.kernel_cache_enabled else 'off'}")
+    try:  # checked where workers start (a Ray node reads the driver's values); flagged here
+        print(f"# compile workers here: {settings.compile_workers()}")
+    except SettingsError as exc:
+        print(f"# warning: a tuning on this machine fails: {exc}")
     for name, hint in unknown_variables(os.environ).items():
         print(f"# {name} is set but is not a tileauto setting{hint}")
     print(

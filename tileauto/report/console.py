@@ -86,7 +86,7 @@ class ConsoleReporter:
         if self._bar is not None:
             best = self._best_ms
             self._bar.set_postfix_str(
-                f"best {best:.4f} ms" if best is not None else "no valid config yet"
+                f"best {format_ms(best)} ms" if best is not None else "no valid config yet"
             )
 
     def finished(self, summary: SessionSummary) -> Path | None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tileauto.records import Trial, TrialStatus
+from tileauto.records import LatencyStats, Trial, TrialStatus
 
 # How each way of failing is drawn in the strip under the latencies: (marker, colour).
 _FAILURE_STYLE: dict[TrialStatus, tuple[str, str]] = {
@@ -44,8 +44,8 @@ def plot_trials(
     """Draw the latency of every config of a space into an image file.
 
     The x axis is the config's index in the space, the y axis its median latency in ms (a log
-    axis when the latencies span more than a factor of 20), with the p20-p80 spread as error
-    bars. Configs that did not pass are marked in a strip below, one row per status
+    axis when the positive latencies span more than a factor of 20, a 0 ms config then drawn
+    as a triangle at its bottom), with the p20-p80 spread as error bars. Configs that did not pass are marked in a strip below, one row per status
     (``compile_error``, ``crash``, ``timeout``, ``mismatch``...), with their counts; configs
     that were not measured are drawn faintly. The winner is a star, and the default config a
     ring and a dashed line at its latency (or its status in the legend when it failed).
@@ -64,12 +64,7 @@ def plot_trials(
         ImportError: matplotlib is not installed (install ``tileauto[plot]``).
         ValueError: ``path`` has a suffix that is not a supported image format.
     """
-    path = Path(path)
-    if path.suffix.lower() not in _FORMATS:
-        raise ValueError(
-            f"plot_trials: path={str(path)!r} has an unsupported suffix {path.suffix!r}; "
-            f"expected one of {', '.join(_FORMATS)}"
-        )
+    path = check_image_path(path)
     figure_cls, canvas_cls, ticker = _matplotlib()
     trials = [t for t in trials if t.index >= 0]
     failed = [t for t in trials if not (t.ok and t.latency is not None)]
@@ -91,6 +86,21 @@ def plot_trials(
     # a title is text, never TeX: a config value such as "$x^$" is not a formula to parse
     ax.set_title(title if title is not None else f"{configs}, {passed} passed", parse_math=False)
     fig.savefig(path, dpi=120)
+    return path
+
+
+def check_image_path(path: Path | str) -> Path:
+    """``path`` as a Path, when its suffix is an image format :func:`plot_trials` writes.
+
+    Raises:
+        ValueError: the suffix is not ``.png``, ``.svg`` or ``.pdf``.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in _FORMATS:
+        raise ValueError(
+            f"plot_trials: path={str(path)!r} has an unsupported suffix {path.suffix!r}; "
+            f"expected one of {', '.join(_FORMATS)}"
+        )
     return path
 
 
@@ -122,12 +132,16 @@ def _draw_latencies(
             ax.legend(loc="upper right", fontsize="small")
         return
     stats = [t.latency for t in ok if t.latency is not None]
+    floor = _log_floor(stats)
+    if floor is not None:
+        ax.set_yscale("log")
+    drawn = [(t, s) for t, s in zip(ok, stats) if floor is None or s.median_ms > 0]
     ax.errorbar(
-        [t.index for t in ok],
-        [s.median_ms for s in stats],
+        [t.index for t, _ in drawn],
+        [s.median_ms for _, s in drawn],
         yerr=[
-            [max(s.median_ms - s.p20_ms, 0.0) for s in stats],
-            [max(s.p80_ms - s.median_ms, 0.0) for s in stats],
+            [max(s.median_ms - s.p20_ms, 0.0) for _, s in drawn],
+            [max(s.p80_ms - s.median_ms, 0.0) for _, s in drawn],
         ],
         fmt="o",
         ms=4,
@@ -137,23 +151,38 @@ def _draw_latencies(
         alpha=0.8,
         label=f"ok ({len(ok)})",
     )
-    lowest = min(s.p20_ms for s in stats)
-    if lowest > 0 and max(s.p80_ms for s in stats) / lowest > _LOG_SCALE_RATIO:
-        ax.set_yscale("log")
+    zeros = [t.index for t, s in zip(ok, stats) if floor is not None and s.median_ms <= 0]
+    if zeros and floor is not None:  # 0 ms has no place on a log axis: a row at its bottom
+        ax.plot(
+            zeros, [floor] * len(zeros), "v", ms=6, color="tab:blue", label=f"0 ms ({len(zeros)})"
+        )
     best = next((t for t in ok if t.index == best_index), None)
     if best is not None and best.latency is not None:
+        ms = best.latency.median_ms
         ax.plot(
             [best.index],
-            [best.latency.median_ms],
+            [ms if floor is None or ms > 0 else floor],
             "*",
             ms=16,
             color="gold",
             markeredgecolor="black",
             zorder=5,
-            label=f"best [{best.index}]: {best.latency.median_ms:.4g} ms",
+            label=f"best [{best.index}]: {ms:.4g} ms",
         )
     _label_default(ax, default)
     ax.legend(loc="best", fontsize="small")
+
+
+def _log_floor(stats: Sequence[LatencyStats]) -> float | None:
+    """Where 0 ms is drawn on a log axis, or None for a linear one.
+
+    The axis is log when the positive latencies span more than ``_LOG_SCALE_RATIO``: a 0 ms
+    config (a legal time) does not turn it linear, it is drawn below the fastest positive one.
+    """
+    positive = [v for s in stats for v in (s.p20_ms, s.median_ms) if v > 0]
+    if not positive or max(s.p80_ms for s in stats) / min(positive) <= _LOG_SCALE_RATIO:
+        return None
+    return min(positive) / 2
 
 
 def _label_default(ax: Any, default: Trial | None) -> bool:

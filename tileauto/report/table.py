@@ -116,7 +116,8 @@ def summary_table(name: str, summary: SessionSummary) -> str:
     title += f", {passed} passed"
     title += f", {summary.elapsed_s:.1f} s" + (", no winner" if best is None else "")
     if summary.stop_reason:
-        title += f" (stopped: {summary.stop_reason})"
+        reason = summary.stop_reason.removeprefix("search stopped: ")  # "stopped" once
+        title += f" (stopped: {reason})"
     table = format_table(trials, best.index if best else None, summary.default, title=title)
     if never is None:
         table += (

@@ -14,8 +14,8 @@ from typing import Any
 
 from tileauto.records import Trial
 from tileauto.report.plot import plot_trials
-from tileauto.report.table import format_table
-from tileauto.result.shipping import kernel_name, load_result, problem_names, save_result
+from tileauto.report.table import format_ms, format_table
+from tileauto.result.shipping import load_result, problem_names, reported_name, save_result
 from tileauto.result.summary import TuningResult
 
 
@@ -102,7 +102,7 @@ class AutotuneResult:
             path,
             best_index=best.index if best is not None else None,
             default=self.default_trial,
-            title=f"{kernel_name(self.kernel)}: {self.config}, {self.latency:.4f} ms",
+            title=f"{reported_name(self)}: {self.config}, {format_ms(self.latency)} ms",
         )
 
     # -- shipping (tileauto.result.shipping) --------------------------------------------------

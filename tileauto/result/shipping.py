@@ -10,7 +10,6 @@ module (``from tileauto import AutotuneResult``), loads neither.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import uuid
@@ -31,6 +30,7 @@ from tileauto.result._portability import (
     recompile_factory,
     with_out_idx,
 )
+from tileauto.result._values import with_own_values
 
 log = get_logger("shipping")
 
@@ -42,7 +42,7 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
     from tileauto.cache.key import versions
     from tileauto.jit.target_memo import device_fingerprint
 
-    path = Path(path).expanduser().absolute()
+    path = _folder_path("save_to_disk", path)
     in_the_way = refused_destination(path)
     if in_the_way is not None:
         raise CacheError(f"save_to_disk({str(path)!r}): {in_the_way}")
@@ -78,6 +78,16 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
     return path
 
 
+def _folder_path(method: str, path: Any) -> Path:
+    """``path``, a folder's path as text or a path object, made absolute (``~`` expanded)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"{method}: path must be a folder's path (a str or a pathlib.Path), "
+            f"not {type(path).__name__} ({path!r})"
+        )
+    return Path(path).expanduser().absolute()
+
+
 def load_result(
     cls: Any, path: str | Path, compile_args: Any = None, *, factory: Any = None
 ) -> Any:
@@ -86,7 +96,7 @@ def load_result(
     from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, REQUIRED_TUNED, read_result
     from tileauto.jit.kernel import JITKernel
 
-    path = Path(path).expanduser().absolute()
+    path = _folder_path("load_from_disk", path)
     args = _compile_args(compile_args)
     make = recompile_factory(factory)
     not_a_folder = _not_a_folder(path)
@@ -144,34 +154,11 @@ def _manifest_kind(path: Path) -> Any:
 
 
 def _with_own_values(stored: Any) -> Any:
-    """The stored trials with the winner's tuples: JSON made every tuple a list, and only the
-    winner's config kept its Python literal. A list where the winner's config holds a tuple
-    (of the same parameter, in the same place) is that tuple's kind again, so a trial of the
-    winner's config equals ``result.config``."""
-    best = stored.config
-    if json.loads(json.dumps(best, default=repr)) == best:
-        return stored  # no tuple to give back
-
-    def own(trial: Any) -> Any:
-        config = {name: _like(value, best.get(name)) for name, value in trial.config.items()}
-        return replace(trial, config=config) if config != trial.config else trial
-
-    default = stored.default_trial
-    return replace(
-        stored,
-        trials=tuple(own(t) for t in stored.trials),
-        default_trial=own(default) if default is not None else None,
-    )
-
-
-def _like(value: Any, model: Any) -> Any:
-    """``value`` as JSON gave it back, with ``model``'s tuples where ``value`` has lists."""
-    if isinstance(value, list) and isinstance(model, (list, tuple)):
-        items = [_like(v, m) for v, m in zip(value, model)] + value[len(model) :]
-        return tuple(items) if isinstance(model, tuple) else items
-    if isinstance(value, dict) and isinstance(model, dict):
-        return {k: _like(v, model.get(k)) for k, v in value.items()}
-    return value
+    """The stored result with the winner's tuples in its trials (:func:`with_own_values`)."""
+    trials, default = with_own_values(stored.trials, stored.default_trial, stored.config)
+    if trials is stored.trials and default is stored.default_trial:
+        return stored
+    return replace(stored, trials=trials, default_trial=default)
 
 
 def _not_a_folder(path: Path) -> str | None:
@@ -237,8 +224,10 @@ def kernel_name(kernel: Any) -> str:
     origin = getattr(kernel, "origin", None)
     impl = origin[0] if origin else None
     artifact = getattr(kernel, "artifact", None)
+    factory = getattr(impl, "factory", None)  # a JITImpl's: the name the table and log use
     return str(
-        getattr(impl, "__qualname__", None)
+        getattr(factory, "__qualname__", None)
+        or getattr(impl, "__qualname__", None)
         or getattr(artifact, "func_name", None)
         or type(kernel).__name__
     )
@@ -272,6 +261,13 @@ PROBLEM_NAMES = ("kernel", "module", "problem_key", "family")
 def problem_names(manifest: dict[str, Any]) -> dict[str, str]:
     """The :data:`PROBLEM_NAMES` a manifest holds (as text)."""
     return {name: manifest[name] for name in PROBLEM_NAMES if isinstance(manifest.get(name), str)}
+
+
+def reported_name(result: Any) -> str:
+    """The name ``result``'s problem is reported under: its factory's, as the table, the log
+    and ``cache list`` give it (the kernel's own name, often the PrimFunc's ``main``, when no
+    stored name is known)."""
+    return _stored_names(result).get("kernel") or kernel_name(result.kernel)
 
 
 def _stored_names(result: Any) -> dict[str, str]:

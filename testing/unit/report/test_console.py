@@ -157,3 +157,12 @@ def test_an_interrupted_session_is_logged_with_its_error(tmp_path, caplog):
     assert finish is not None and finish["error"] == "KeyboardInterrupt: "
     assert finish["best"] is None and "1 configs, 1 passed, 1.2 s, no winner" in finish["table"]
     assert "no winner: KeyboardInterrupt:" in caplog.records[-1].getMessage()
+
+
+def test_console_bar_shows_a_sub_microsecond_best_with_significant_digits():
+    reporter = ConsoleReporter("gemm", verbose=True)
+    reporter.started("gemm", 2)
+    reporter.trial(ok_trial(0, 3.1e-05))
+    assert reporter._bar is not None
+    assert "best 3.1e-05 ms" in reporter._bar.postfix  # not "best 0.0000 ms"
+    reporter.finished(summary_of((ok_trial(0, 3.1e-05),)))

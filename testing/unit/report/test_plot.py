@@ -93,3 +93,40 @@ def test_a_title_with_dollar_signs_is_drawn_as_text(tmp_path):
     trial = _ok(0, 1.0)
     title = "k: {'tag': '$x^$'}, 1.0000 ms"
     assert _image(plot_trials([trial], tmp_path / "t.png", best_index=0, title=title)).size
+
+
+def _drawn_figure(monkeypatch):
+    """The figures plot_trials draws, kept for a test to read their axes."""
+    from tileauto.report import plot
+
+    figure_cls, canvas_cls, ticker = plot._matplotlib()
+    figures = []
+
+    def keep(*args, **kwargs):
+        figures.append(figure_cls(*args, **kwargs))
+        return figures[-1]
+
+    monkeypatch.setattr(plot, "_matplotlib", lambda: (keep, canvas_cls, ticker))
+    return figures
+
+
+def test_a_0_ms_config_keeps_the_log_axis_and_is_drawn_at_its_bottom(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = _drawn_figure(monkeypatch)
+    zero = Trial(0, {"block": 0}, TrialStatus.OK, LatencyStats.from_samples_ns([0.0, 0.0, 0.0]))
+    trials = [zero, _ok(1, 0.001), _ok(2, 10000.0)]
+    plot_trials(trials, tmp_path / "zero.png", best_index=0, default=trials[1])
+    ax = figures[0].axes[0]
+    assert ax.get_yscale() == "log"  # 0 ms is a time: it does not flatten 1e-3..1e4 ms
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "0 ms (1)" in labels and "best [0]: 0 ms" in labels
+    bottom, _ = ax.get_ylim()
+    assert 0 < bottom < 0.001
+
+
+def test_latencies_within_a_factor_of_20_stay_on_a_linear_axis(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = _drawn_figure(monkeypatch)
+    zero = Trial(0, {"block": 0}, TrialStatus.OK, LatencyStats.from_samples_ns([0.0]))
+    plot_trials([zero, _ok(1, 1.0), _ok(2, 5.0)], tmp_path / "lin.png", best_index=0)
+    assert figures[0].axes[0].get_yscale() == "linear"

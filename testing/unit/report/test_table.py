@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from report_fakes import failed_trial, ok_trial
+from report_fakes import failed_trial, ok_trial, summary_of
 
 from tileauto.records import LatencyStats, Trial, TrialStatus
-from tileauto.report.table import failure_summary, format_table
+from tileauto.report.table import failure_summary, format_table, summary_table
 
 
 def test_format_table_and_failure_summary_keep_their_shape():
@@ -71,3 +71,11 @@ def test_a_long_or_multi_line_config_keeps_one_row_of_bounded_width():
     assert max(len(line) for line in lines) < 200
     assert "tag=a\\nb\\tc" in lines[3]
     assert "tag=" + "x" * 63 + "..." in lines[2] and "x" * 64 not in lines[2]
+
+
+def test_a_stopped_search_says_stopped_once_in_the_title():
+    reason = "search stopped: max_trials was reached; 2 measured, 22 never tried"
+    summary = summary_of((ok_trial(0, 1.0), ok_trial(1, 2.0)), stop_reason=reason)
+    title = summary_table("gemm", summary).splitlines()[0]
+    assert title.endswith("(stopped: max_trials was reached; 2 measured, 22 never tried)")
+    assert "search stopped" not in title

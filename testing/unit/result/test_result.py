@@ -69,3 +69,27 @@ def test_the_cutile_view_of_an_unmeasured_lone_config_has_no_latency():
     assert view.best.config == {"block": 8} and view.best.samples == 0
     assert view.best.mean_ms != view.best.mean_ms  # NaN: nothing was measured
     assert view.successes == () and view.failures == ()
+
+
+def test_the_plot_title_names_the_factory_and_a_short_latency(tmp_path, monkeypatch):
+    import tileauto.result.record as record
+
+    titles = []
+    monkeypatch.setattr(record, "plot_trials", lambda *a, title=None, **k: titles.append(title))
+
+    class Kernel:  # a tuned kernel: its PrimFunc is "main", its factory "add_one"
+        class artifact:
+            func_name = "main"
+
+        origin = None
+
+    r = AutotuneResult(
+        config={"block": 16},
+        latency=3.1e-05,
+        ref_latency=None,
+        kernel=Kernel(),
+        trials=(trial(0, 16, 3.1e-05),),
+        extra={"entry": {"kernel": "add_one"}},
+    )
+    r.plot(tmp_path / "p.png")
+    assert titles == ["add_one: {'block': 16}, 3.1e-05 ms"]

@@ -198,3 +198,12 @@ def test_load_from_disk_names_an_unknown_compile_args_field(tmp_path):
     with pytest.raises(TypeError, match=r"compile_args: \['foo'\] is not a field .*'out_idx'"):
         _compile_args({"foo": 1, "out_idx": [-1]})
     assert _compile_args({"out_idx": [-1]}).out_idx == (-1,)
+
+
+@pytest.mark.parametrize("path", [None, 3])
+def test_a_path_that_is_no_path_is_named(tmp_path, path):
+    result = fake_result(tmp_path, TRIALS)
+    with pytest.raises(TypeError, match=r"save_to_disk: path must be a folder's path .*, not "):
+        result.save_to_disk(path)
+    with pytest.raises(TypeError, match=r"load_from_disk: path must be a folder's path .*, not "):
+        AutotuneResult.load_from_disk(path)
