@@ -34,14 +34,14 @@ def huge(*constraints):
     return space
 
 
-def session(tmp_path, space, latency, **profile):
+def session(tmp_path, space, latency, *, store=None, builder=None, **profile):
     problem = TuningProblem(
         factory=factory,
         args=(256,),
         kwargs={},
         configs=space,
         compile_args=CompileArgs(),
-        profile_args=ProfileArgs(search="exhaustive", **profile),
+        profile_args=ProfileArgs(**{"search": "exhaustive", **profile}),
         settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
         verbose=False,
         name="wide",
@@ -49,9 +49,9 @@ def session(tmp_path, space, latency, **profile):
     reporter = RecordingReporter()
     tuner = TuningSession(
         problem,
-        builder=ScriptedBuilder(),
+        builder=builder or ScriptedBuilder(),
         runner=ScriptedRunner(latency),
-        store=MemoryStore("wide"),
+        store=store or MemoryStore("wide"),
         reporter=reporter,
     )
     return tuner, reporter
@@ -104,26 +104,18 @@ def test_a_second_tuning_of_a_large_product_re_times_the_first_ones_best(tmp_pat
     runs = []
     # the same problem tuned again over a widened space, as docs/search.md has it
     for space, seed in ((product(**values, constraints="p6 != 1"), 0), (product(**values), 1)):
-        problem = TuningProblem(
-            factory=factory,
-            args=(256,),
-            kwargs={},
-            configs=space,
-            compile_args=CompileArgs(),
-            profile_args=ProfileArgs(seed=seed, max_trials=6),
-            settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
-            verbose=False,
-            name="wide",
-        )
         builder = ScriptedBuilder()
-        session = TuningSession(
-            problem,
-            builder=builder,
-            runner=ScriptedRunner(latency),
+        tuner, _ = session(
+            tmp_path,
+            space,
+            latency,
             store=store,
-            reporter=RecordingReporter(),
+            builder=builder,
+            search="auto",
+            seed=seed,
+            max_trials=6,
         )
-        runs.append((session.run(), builder))
+        runs.append((tuner.run(), builder))
         store.shelf.results.clear()  # another space: another result's key, the same measurements
     (first, _), (second, builder) = runs
     mine = [t for t in second.trials if t.ok and t.config not in [f.config for f in first.trials]]
@@ -139,24 +131,10 @@ def test_a_tuning_keeps_what_its_prior_matched_and_dropped(tmp_path):
     space = product(**{name: list(range(4)) for name in NAMES[:5]})  # 1,024 configs
     records = [{"config": {"p0": 1, "p1": 2}, "latency_ms": 1.0}]
     elsewhere = [{"config": {"q": 1}, "latency_ms": 1.0}]  # no parameter in common
-    problem = TuningProblem(
-        factory=factory,
-        args=(256,),
-        kwargs={},
-        configs=space,
-        compile_args=CompileArgs(),
-        profile_args=ProfileArgs(search=GuidedSearch(prior=[records, elsewhere]), max_trials=4),
-        settings=Settings.from_env({"TILEAUTO_CACHE_DIR": str(tmp_path / "cache")}),
-        verbose=False,
-        name="wide",
+    search = GuidedSearch(prior=[records, elsewhere])
+    tuner, _ = session(
+        tmp_path, space, lambda c: 1.0 + sum(c.values()), search=search, max_trials=4
     )
-    session = TuningSession(
-        problem,
-        builder=ScriptedBuilder(),
-        runner=ScriptedRunner(lambda c: 1.0 + sum(c.values())),
-        store=MemoryStore("wide"),
-        reporter=RecordingReporter(),
-    )
-    prior = session.run().extra["search"]["prior"]
+    prior = tuner.run().extra["search"]["prior"]
     assert prior["matched"] == ["prior[0]"]
     assert len(prior["dropped"]) == 1 and "prior[1]" in prior["dropped"][0]
