@@ -237,8 +237,8 @@ class JITImpl:
     ) -> list[JITKernel | CompileFailure]:
         """Build ``pending`` with the other processes that build the same kernels.
 
-        Each config's kernel-cache lock is tried without waiting, a chunk of about as many
-        configs as there are workers at a time: the configs this process holds are built in
+        Each config's kernel-cache lock is tried without waiting, a chunk of configs at a
+        time (:func:`locks_at_once`): the configs this process holds are built in
         parallel and stored while it holds them; a config another process holds (it is
         building that kernel) is skipped, and once every chunk is done it is waited for and
         loaded, and built here only if that process stored nothing. Processes that par_compile
@@ -373,13 +373,17 @@ class _Pending:
 
 
 _LOCKS_AT_ONCE = 256  # kernel-cache locks a par_compile holds at a time (one open file each)
+_LOCKS_PER_CHUNK = 32  # the fewest configs a chunk of a par_compile takes (see locks_at_once)
 
 
 def locks_at_once(workers: int) -> int:
     """How many kernel-cache locks (one open file each) a ``par_compile`` takes at a time:
-    about one per compile worker, so that another process compiling the same configs takes
-    the next ones; at most ``_LOCKS_AT_ONCE``, and at most half the files this process may
-    still open (the soft ``RLIMIT_NOFILE``, less those open now); at least 1."""
+    eight per compile worker and at least ``_LOCKS_PER_CHUNK``, so that another process
+    compiling the same configs takes the next ones, while the workers still get whole rounds
+    of configs (a chunk is built to its end before the next: one per worker would leave
+    workers idle at every chunk's slowest compile); at most ``_LOCKS_AT_ONCE``, and at most
+    half the files this process may still open (the soft ``RLIMIT_NOFILE``, less those open
+    now); at least 1."""
     import resource
 
     try:
@@ -389,7 +393,7 @@ def locks_at_once(workers: int) -> int:
     room = _LOCKS_AT_ONCE
     if soft != resource.RLIM_INFINITY:
         room = (soft - _open_files()) // 2
-    return max(1, min(_LOCKS_AT_ONCE, workers, room))
+    return max(1, min(_LOCKS_AT_ONCE, max(8 * workers, _LOCKS_PER_CHUNK), room))
 
 
 def _open_files() -> int:

@@ -1,4 +1,4 @@
-"""``par_compile``'s kernel-cache locks: taken in chunks of about the worker count (another
+"""``par_compile``'s kernel-cache locks: taken in chunks of 8 per worker, at least 32 (another
 process compiling the same configs takes the next ones), never more than the open-file limit
 allows, and a config another process holds is left to the end.
 
@@ -62,12 +62,13 @@ def keys(kernel, blocks):
 def test_locks_are_taken_about_one_per_worker_and_held_configs_are_left_to_the_end(scripted):
     kernel = tileauto.jit(factory, target="llvm")
     scripted["elsewhere"] = keys(kernel, [0])
-    out = kernel.par_compile([{"n": 64, "block": b} for b in range(6)], num_workers=2)
-    assert [type(k).__name__ for k in out] == ["CompileFailure"] * 6
-    # another process compiling the same configs now finds 2 and 3, 4 and 5 free: the work
-    # is shared; block 0, held elsewhere, is waited for last (that process stored nothing)
-    assert scripted["builds"] == [[1], [2, 3], [4, 5], [0]]
-    assert scripted["peak"] == 2
+    out = kernel.par_compile([{"n": 64, "block": b} for b in range(70)], num_workers=2)
+    assert [type(k).__name__ for k in out] == ["CompileFailure"] * 70
+    # chunks of 32 (8 per worker, at least 32): another process compiling the same configs
+    # finds the next chunk free, so the work is shared; block 0, held elsewhere, is waited for
+    # last (that process stored nothing)
+    assert scripted["builds"] == [list(range(1, 32)), list(range(32, 64)), list(range(64, 70)), [0]]
+    assert scripted["peak"] == 32
 
 
 def test_no_more_locks_than_half_the_files_left_under_ulimit_n(scripted, monkeypatch):
@@ -81,8 +82,10 @@ def test_no_more_locks_than_half_the_files_left_under_ulimit_n(scripted, monkeyp
 def test_the_chunk_size_follows_the_workers_and_the_open_file_limit(monkeypatch):
     monkeypatch.setattr(impl, "_open_files", lambda: 100)
     monkeypatch.setattr(resource, "getrlimit", lambda which: (160, 160))
-    assert impl.locks_at_once(8) == 8
-    assert impl.locks_at_once(64) == 30  # (160 - 100) // 2
+    assert impl.locks_at_once(2) == 30  # (160 - 100) // 2, under the 32 of a chunk
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1000, 1000))
+    assert impl.locks_at_once(2) == 32 and impl.locks_at_once(8) == 64  # 8 a worker
+    assert impl.locks_at_once(64) == impl._LOCKS_AT_ONCE
     monkeypatch.setattr(resource, "getrlimit", lambda which: (101, 160))
     assert impl.locks_at_once(8) == 1  # nothing left: one at a time, never none
     monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY,) * 2)
