@@ -19,10 +19,11 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -281,14 +282,21 @@ def _replace(staged: Path, final: Path, parent: Path) -> None:
     if _exchange(staged, final):
         discard(staged)  # it now holds the old entry (or the stray file)
     else:  # no atomic swap here: a crash between these renames leaves no entry (a miss)
-        trash = parent / f".trash-{uuid.uuid4().hex[:12]}"
-        os.rename(final, trash)
+        trash = to_trash(final)
         os.rename(staged, final)
         discard(trash)
 
 
 def discard(path: Path) -> None:
-    """Delete a folder, file or link; gone already is fine."""
+    """Delete a folder, file or link; gone already is fine. A delete under way (a path of
+    :func:`to_trash` or :func:`probe_file`) is over once this returns."""
+    try:
+        _delete(path)
+    finally:
+        _REMOVALS.paths.discard(Path(path))
+
+
+def _delete(path: Path) -> None:
     try:
         if stat.S_ISDIR(os.lstat(path).st_mode):
             shutil.rmtree(path, ignore_errors=True)
@@ -303,13 +311,96 @@ def remove_tree(path: Path) -> None:
 
     A stray file or link at an entry path is removed the same way.
     """
-    path = Path(path)
-    trash = path.parent / f".trash-{uuid.uuid4().hex[:12]}"
     try:
-        os.rename(path, trash)
+        trash = to_trash(Path(path))
     except FileNotFoundError:
         return
     discard(trash)
+
+
+# -- deletes under way --------------------------------------------------------------------------
+class _Removals:
+    """The deletes this process has under way (folders renamed to ``.trash-<hex>``, not yet
+    gone) and the probe files it has open. A SIGTERM ends the process while other threads are
+    in the middle of theirs (a worker's reaper deleting its temp folder): the handler takes
+    ``lock`` for good (:func:`hold_removals`), so that no thread starts another, and finishes
+    every one registered (:func:`finish_removals_now`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # held across a rename (or a create) and its registration
+        self.paths: set[Path] = set()
+
+
+_REMOVALS = _Removals()
+
+
+def _forget_removals_in_child() -> None:
+    global _REMOVALS
+    _REMOVALS = _Removals()  # a forked child's deletes are its parent's; its lock is free
+
+
+os.register_at_fork(after_in_child=_forget_removals_in_child)
+
+
+def to_trash(path: Path) -> Path:
+    """Rename ``path`` to a new ``.trash-<hex>`` beside it (which no reader opens) and register
+    the delete as under way; :func:`discard` the returned path to end it.
+
+    Raises:
+        OSError: the rename failed (``FileNotFoundError``: nothing at ``path``); nothing is
+            registered.
+    """
+    trash = Path(path).parent / f".trash-{uuid.uuid4().hex[:12]}"
+    removals = _REMOVALS
+    with removals.lock:
+        removals.paths.add(trash)
+        try:
+            os.rename(path, trash)
+        except BaseException:
+            removals.paths.discard(trash)
+            raise
+    return trash
+
+
+@contextlib.contextmanager
+def probe_file(directory: Path, prefix: str = ".probe-") -> Iterator[int]:
+    """A new file ``<directory>/<prefix><8 hex>``, open for writing, deleted on the way out (and
+    by a SIGTERM that comes meanwhile: :func:`finish_removals_now`). Yields its descriptor.
+
+    Raises:
+        OSError: the file cannot be created (a read-only or missing ``directory``).
+    """
+    path = Path(directory) / f"{prefix}{uuid.uuid4().hex[:8]}"
+    removals = _REMOVALS
+    with removals.lock:
+        removals.paths.add(path)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except BaseException:
+            removals.paths.discard(path)
+            raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+        discard(path)
+
+
+def hold_removals(timeout_s: float) -> None:
+    """Take the lock of the deletes under way for good (the process is about to die of a
+    SIGTERM): no other thread renames another folder to trash or creates another probe, and
+    this one may go on (the lock is re-entrant). Waits at most ``timeout_s`` for a thread in
+    the middle of a rename; takes no other lock."""
+    _REMOVALS.lock.acquire(timeout=timeout_s)
+
+
+def finish_removals_now() -> None:
+    """Delete every folder and probe file registered as under way: the process is about to die,
+    and the threads deleting them would leave them half deleted (``.trash-*`` are removed by
+    the next run of their kind, probe files after an hour)."""
+    for path in list(_REMOVALS.paths):
+        with contextlib.suppress(OSError):
+            _delete(path)
 
 
 def stage_dir(tmp_root: Path) -> Path:

@@ -144,12 +144,8 @@ def writable_staging(settings: Any) -> Any:
     staging = settings.staging_dir
     try:
         folders.make_private_dir(staging)
-        fd, probe = tempfile.mkstemp(dir=staging, prefix=".probe-")
-        try:
+        with disk.probe_file(staging) as fd:  # removed by a SIGTERM too, once created
             os.write(fd, b"\0" * 4096)  # an empty file fits on a full disk; a kernel does not
-        finally:
-            os.close(fd)
-            os.unlink(probe)
         return settings
     except OSError as exc:
         fallback = fallback_staging_dir()

@@ -81,12 +81,11 @@ class ScratchDir:
     def remove(self) -> None:
         """Delete the folder, then let go of the claim (gone already is fine)."""
         # renamed first: a cleaner never finds it half deleted and unclaimed
-        trash = self.path.parent / f".trash-{uuid.uuid4().hex[:12]}"
         try:
-            os.rename(self.path, trash)
+            trash = disk.to_trash(self.path)
         except OSError:
             trash = self.path
-        shutil.rmtree(trash, ignore_errors=True)
+        disk.discard(trash)
         self.release()
 
     def __enter__(self) -> ScratchDir:
@@ -303,9 +302,8 @@ def _scratch_leftover(path: Path, pid: int, now: float, dry_run: bool) -> Leftov
         size = disk.dir_size(path)
         trash = None
         if not dry_run:
-            trash = path.parent / f".trash-{uuid.uuid4().hex[:12]}"
             try:
-                os.rename(path, trash)  # under the lock: a claimant waiting for it sees it go
+                trash = disk.to_trash(path)  # under the lock: a claimant waiting for it sees it go
             except OSError:
                 return True
     finally:

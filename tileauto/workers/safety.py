@@ -98,10 +98,15 @@ def remove_on_sigterm(folder: Any) -> None:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    # other threads go on while this runs (a worker's reaper deletes its temp folder as soon as
+    # the worker dies): they start no other delete from here on, and those under way are
+    # finished here, before the process dies with them half done
+    disk.hold_removals(_GONE_S)
     shutdown_all()
     NET.remove_scratch()
     with contextlib.suppress(Exception):  # best effort: the process is about to die
         disk.remove_staging_now()  # a kernel being stored when the signal came
+        disk.finish_removals_now()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from tileauto._logging import get_logger
+from tileauto.cache import disk
 from tileauto.cache.scratch import ScratchDir, claim_scratch_dir
 from tileauto.utils.tmp import restore_tempdir, use_own_tempdir
 
@@ -118,12 +117,11 @@ def remove_own_now(wait_s: float = 1.0) -> int:
     try:
         for parent in list(claims.parents):
             for path in parent.glob(f"{KIND}-{os.getpid()}-*"):
-                trash = parent / f".trash-{uuid.uuid4().hex[:12]}"
                 try:
-                    os.rename(path, trash)
+                    trash = disk.to_trash(path)
                 except OSError:
                     continue
-                shutil.rmtree(trash, ignore_errors=True)
+                disk.discard(trash)
                 removed += 1
     finally:
         if held:

@@ -1,5 +1,6 @@
 """A SIGTERM that ends a process leaves nothing in the staging dir: not the temp folder of a
-compile worker another thread was reaping, nor the staging folder of a kernel being stored.
+compile worker another thread was reaping (before or after it was renamed to ``.trash-*``), nor
+the staging folder of a kernel being stored, nor a probe file another thread had open.
 
 Each case runs in a child process that sends the SIGTERM to itself at the point chosen (the
 handler runs right after ``os.kill`` returns, in the main thread), then dies of it.
@@ -45,6 +46,52 @@ with kill_workers_on_sigterm():
 print("not reached")
 """
 
+# another thread renamed a worker's folder to trash and is in the middle of deleting it (it
+# never gets further here) when the signal comes: the handler finishes the delete
+DELETING = """
+import threading
+from tileauto.cache import disk
+
+folder = staging / "work-1-0123456789ab"
+(folder / "sub").mkdir(parents=True)
+(folder / "sub" / "cc.o").write_bytes(b"\\0" * 4096)
+renamed, never = threading.Event(), threading.Event()
+
+def reaper():
+    trash = disk.to_trash(folder)
+    print(trash.name, flush=True)
+    renamed.set()
+    never.wait()  # cut off here, by the process's end
+    disk.discard(trash)
+
+with kill_workers_on_sigterm():
+    threading.Thread(target=reaper, daemon=True).start()
+    renamed.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+print("not reached")
+"""
+
+# the same for a thread with a staging dir's write probe open
+PROBING = """
+import threading
+from tileauto.cache import disk
+
+created, never = threading.Event(), threading.Event()
+
+def prober():
+    with disk.probe_file(staging) as fd:
+        os.write(fd, b"\\0" * 4096)
+        created.set()
+        never.wait()
+
+with kill_workers_on_sigterm():
+    threading.Thread(target=prober, daemon=True).start()
+    created.wait()
+    print(*sorted(p.name for p in staging.iterdir()), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+print("not reached")
+"""
+
 
 def run_child(tmp_path, body):
     staging = tmp_path / "staging"
@@ -71,3 +118,46 @@ def test_a_sigterm_while_a_worker_is_reaped_leaves_no_temp_folder(tmp_path):
     staging, out = run_child(tmp_path, REAPING)
     assert out.startswith("work-")  # the worker had its folder
     assert sorted(p.name for p in staging.iterdir()) == []
+
+
+def test_a_sigterm_finishes_the_delete_another_thread_had_under_way(tmp_path):
+    staging, out = run_child(tmp_path, DELETING)
+    assert out.startswith(".trash-")  # the folder was renamed before the signal
+    assert sorted(p.name for p in staging.iterdir()) == []
+
+
+def test_a_sigterm_removes_the_probe_file_another_thread_had_open(tmp_path):
+    staging, out = run_child(tmp_path, PROBING)
+    assert out.startswith(".probe-")
+    assert sorted(p.name for p in staging.iterdir()) == []
+
+
+def test_once_a_sigterm_holds_the_deletes_no_thread_starts_another(tmp_path):
+    # what the handler does first: a reaper thread that comes to its folder afterwards waits
+    # (for good: the process is dying) instead of leaving it renamed and half deleted
+    code = textwrap.dedent(
+        """
+        import sys, threading
+        from pathlib import Path
+        from tileauto.cache import disk
+
+        folder = Path(sys.argv[1]) / "work-1-0123456789ab"
+        folder.mkdir()
+        disk.hold_removals(1.0)
+        disk.remove_tree(folder)  # this thread may go on (the handler's own clean-up)
+        again = Path(sys.argv[1]) / "work-1-ba9876543210"
+        again.mkdir()
+        other = threading.Thread(target=disk.remove_tree, args=(again,), daemon=True)
+        other.start()
+        other.join(0.2)
+        print(folder.exists(), other.is_alive(), again.exists())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]
