@@ -136,4 +136,13 @@ def kill_workers_on_sigterm() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-atexit.register(shutdown_all)
+def _at_exit() -> None:
+    # as on a SIGTERM: the daemon threads that reap workers are cut off where they are when the
+    # interpreter ends, a delete of theirs under way included (after Ctrl-C, say)
+    disk.hold_removals(_GONE_S)
+    shutdown_all()
+    with contextlib.suppress(Exception):  # best effort at exit
+        disk.finish_removals_now()
+
+
+atexit.register(_at_exit)

@@ -2,7 +2,8 @@
 compile worker another thread was reaping (before or after it was renamed to ``.trash-*``), nor
 the staging folder of a kernel being stored, nor a probe file another thread had open.
 
-Each case runs in a child process that sends the SIGTERM to itself at the point chosen (the
+The same for the exit that follows a Ctrl-C. Each case runs in a child process that sends the
+SIGTERM to itself at the point chosen (the
 handler runs right after ``os.kill`` returns, in the main thread), then dies of it.
 """
 
@@ -161,3 +162,21 @@ def test_once_a_sigterm_holds_the_deletes_no_thread_starts_another(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+def test_an_exit_finishes_the_delete_a_daemon_thread_had_under_way(tmp_path):
+    # after Ctrl-C, say: the interpreter ends while a reaper thread is deleting a folder
+    body = DELETING.replace("os.kill(os.getpid(), signal.SIGTERM)", "sys.exit(0)")
+    body = body.replace('print("not reached")', "")
+    staging = tmp_path / "staging"
+    staging.mkdir(mode=0o700)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PRELUDE + body), str(staging)],
+        env={**os.environ, "TILEAUTO_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(".trash-")
+    assert sorted(p.name for p in staging.iterdir()) == []
