@@ -3,8 +3,8 @@ compile worker another thread was reaping (before or after it was renamed to ``.
 the staging folder of a kernel being stored, nor a probe file another thread had open.
 
 The same for the exit that follows a Ctrl-C. Each case runs in a child process that sends the
-SIGTERM to itself at the point chosen (the
-handler runs right after ``os.kill`` returns, in the main thread), then dies of it.
+SIGTERM to itself at the point chosen (the handler runs right after ``os.kill`` returns, in the
+main thread), then dies of it, or exits.
 """
 
 from __future__ import annotations
