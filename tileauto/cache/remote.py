@@ -424,15 +424,17 @@ class RemoteCache:
         return dict(self.client.hgetall(self.name("entry", key)))
 
     def delete(self, key: str) -> bool:
-        """Remove ``key``'s entry, its lease and its place in its family's set (Redis drops
-        the set with its last key); whether it was there.
+        """Remove ``key``'s entry and its place in its family's set (Redis drops the set with
+        its last key); whether it was there. Its lease, if a process holds one, is left alone:
+        that process is tuning the key again, and its waiters must go on waiting for it (a
+        lease lapses by itself when its holder dies).
 
         Raises:
             redis.RedisError, OSError: the server did not answer.
         """
         family = _family_of_record(self.client.hget(self.name("entry", key), "record"))
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self.name("entry", key), self.name("lease", key))
+        pipe.delete(self.name("entry", key))
         if family is not None:
             pipe.srem(self.name("family", family), key)
         return bool(pipe.execute()[0])

@@ -212,6 +212,24 @@ def test_verify_delete_drops_the_family_of_a_damaged_entry(server, monkeypatch, 
     assert server.client().keys("tileauto:*") == []
 
 
+def test_a_clear_leaves_the_lease_of_a_process_tuning_the_key_again(server, monkeypatch, capsys):
+    # a node tunes a published key again (its entry is of another version, say): a clear
+    # deletes the entry, and the lease stays with its holder (its waiters go on waiting)
+    from tileauto.cli import main
+
+    monkeypatch.delenv("TILEAUTO_REMOTE_CACHE_KEY", raising=False)
+    cache = RemoteCache(server.url)
+    _put(cache, KEY, time.time(), "fam")
+    lease = cache.lease(KEY)
+    assert lease.acquire()
+    held = server.client().get(lease.name)
+    assert main(["cache", "clear", "--remote", server.url]) == 0
+    assert "deleted 1 remote entries" in capsys.readouterr().out
+    assert cache.entry_keys() == []
+    assert server.client().get(lease.name) == held
+    assert not cache.lease(KEY).acquire()  # a second process still waits for the holder
+
+
 # -- 7: a wrong signing key -----------------------------------------------------------------------
 def test_pull_and_verify_fail_under_a_key_that_verifies_no_signature(
     server, monkeypatch, capsys, tmp_path
