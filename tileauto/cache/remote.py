@@ -331,16 +331,20 @@ class RemoteCache:
             return None, "its record is missing or damaged (sha256 mismatch)"
         try:
             record = json.loads(raw)
+            if not isinstance(record, dict):
+                raise TypeError(f"a JSON {type(record).__name__}, not an object")
+            # another version first: what its record holds is that version's to judge (a
+            # newer tileauto's trials, say), and never a reason to delete it here
+            other = another_version(record)
+            if other is not None:
+                log.info("remote entry %s: %s; ignored", key, other)
+                return None, None
             files = record["files"]
             files["best_config.json"]["config"].items()
             float(files["latency.json"]["latency_ms"])
             [Trial.from_json(t) for t in files["trials.json"]["trials"]]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return None, f"its record is malformed ({type(exc).__name__}: {exc})"
-        other = another_version(record)
-        if other is not None:
-            log.info("remote entry %s: %s; ignored", key, other)
-            return None, None
         if record.get("key") != key:
             return None, f"it names another key ({record.get('key')!r})"
         signed, kernel, note = False, None, None

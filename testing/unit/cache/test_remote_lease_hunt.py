@@ -230,6 +230,28 @@ def test_a_clear_leaves_the_lease_of_a_process_tuning_the_key_again(server, monk
     assert not cache.lease(KEY).acquire()  # a second process still waits for the holder
 
 
+def test_an_entry_of_a_newer_version_that_this_one_cannot_read_is_left_alone(
+    server, monkeypatch, capsys
+):
+    # a newer tileauto writes trials this one does not know: its entry is that version's,
+    # listed as such, never "malformed" (verify --delete would remove it from its nodes)
+    from tileauto.cli import main
+
+    monkeypatch.delenv("TILEAUTO_REMOTE_CACHE_KEY", raising=False)
+    cache = RemoteCache(server.url)
+    _put(cache, KEY, time.time(), "fam", tileauto="99.0.0")
+    client, name = cache.client, cache.name("entry", KEY)
+    body = json.loads(client.hget(name, "record"))
+    body["files"]["trials.json"]["trials"] = [{"a field of the future": True}]
+    raw = json.dumps(body, sort_keys=True).encode()
+    client.hset(name, mapping={"record": raw, "sha256": _signing.sha256_hex(raw)})
+    assert cache.get(KEY) is None  # not for this version
+    assert main(["cache", "verify", "--remote", server.url, "--delete"]) == 0
+    out = capsys.readouterr().out
+    assert "0 unusable" in out and "1 of another version (left alone)" in out, out
+    assert cache.entry_keys() == [KEY]
+
+
 # -- 7: a wrong signing key -----------------------------------------------------------------------
 def test_pull_and_verify_fail_under_a_key_that_verifies_no_signature(
     server, monkeypatch, capsys, tmp_path
