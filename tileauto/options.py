@@ -147,8 +147,13 @@ def _iterations(low: int) -> Check:
 
 
 def _seconds(name: str, value: Any) -> Any:
-    if not _is_real(value) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    from tileauto.settings import MAX_SECONDS
+
+    # inf is no limit, and a hang would hold the run for good; past MAX_SECONDS a timer overflows
+    if not _is_real(value) or not 0 < value <= MAX_SECONDS:
+        raise ValueError(
+            f"{name} must be a positive number of seconds, at most {MAX_SECONDS:.0f}, got {value!r}"
+        )
     return value
 
 
@@ -248,12 +253,10 @@ def check_workers(name: str, value: Any) -> int | None:
 
 
 def check_seconds(name: str, value: Any) -> float | None:
-    """``value`` as a time limit: None (the settings' limit) or a positive finite number of
-    seconds; else a ValueError naming ``name``."""
+    """``value`` as a time limit: None (the settings' limit) or a positive number of seconds, at
+    most ``MAX_SECONDS``; else a ValueError naming ``name``."""
     if value is None:
         return None
-    if not _is_real(value) or not math.isfinite(value):
-        raise ValueError(f"{name} must be None or a positive number of seconds, got {value!r}")
     return float(_seconds(name, value))
 
 

@@ -123,7 +123,7 @@ def test_decorator_options_name_the_argument(kwargs, match):
         tileauto.autotune(configs=[{}], **kwargs)
 
 
-@pytest.mark.parametrize("timeout", [True, float("nan"), 0, -1, "60"])
+@pytest.mark.parametrize("timeout", [True, float("nan"), 0, -1, "60", float("inf"), 1e7])
 def test_timeout_must_be_a_positive_number_of_seconds(timeout):
     with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
         ProfileArgs(timeout=timeout)

@@ -1338,8 +1338,9 @@ def test_par_compile_rejects_bad_config_entries():
         ("num_workers", 2.5, "num_workers must be None .* or an int >= 1, got 2.5"),
         ("num_workers", True, "num_workers must be None .* or an int >= 1, got True"),
         ("num_workers", 10**6, "num_workers=1000000: .* more than the .* CPUs"),
-        ("timeout_s", -5, "timeout_s must be a positive number of seconds, got -5"),
-        ("timeout_s", float("nan"), "timeout_s must be None or a positive number"),
+        ("timeout_s", -5, "timeout_s must be a positive number of seconds, .*got -5"),
+        ("timeout_s", float("nan"), "timeout_s must be a positive number .* got nan"),
+        ("timeout_s", float("inf"), "timeout_s must be a positive number .* at most 1000000"),
     ],
 )
 def test_par_compile_checks_its_options_before_compiling(option, value, said):
