@@ -12,45 +12,31 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import itertools
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from tileauto.api.decorator import AutoTuneImpl
-from tileauto.api.tune import default_of_space
-from tileauto.cache.args import bind_arguments, describe_value, freeze
+from tileauto.cache.args import describe_value, freeze
 from tileauto.errors import InputSupplyError, KernelArgumentError, TorchOpError
 from tileauto.jit.impl import JITImpl
 from tileauto.ops._fake import (
     Signature,
-    SignatureMemo,
     check_same_dtypes,
-    check_same_outputs,
-    doubled_problem,
-    elaborated_signature,
     hint,
-    is_symbolic,
     output_dtypes,
     output_shapes,
     problem_values,
-    scalar_symbols,
     shapes_of,
-    specialized,
 )
+from tileauto.ops._problem import NotElaborated, OpProblem
 from tileauto.ops._schema import checked_mutates, op_params, registered, schema_text
 from tileauto.run.inputs import captured_inputs, inputs_of_this_thread
-from tileauto.space import ProductSpace, resolve_configs, split_pass_configs
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
-_FALLBACK_CONFIGS = 16  # configs of the space the fake tries where the default does not build
-
-
-class _NotElaborated(TorchOpError):
-    """No config of the factory elaborates for a problem: the fake cannot tell its outputs."""
 
 
 class TorchOp:
@@ -127,8 +113,15 @@ class TorchOp:
         # description, the key of _frozen, costs tens of microseconds a call
         self._by_items: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
         self._lock = threading.RLock()
-        self._signatures = SignatureMemo(self._elaborate)  # the default config's, elaborated
-        self._kernel_signatures: dict[Any, Signature] = {}  # of the kernels in memory
+        self._problem = OpProblem(
+            name,
+            factory,
+            self._jit,
+            problem,
+            self._params,
+            self._tensor_pos,
+            out_shapes is not None,
+        )
         self._traced = False  # a fake ran: real outputs are checked against it from now on
         self._checked_writes: set[Any] = set()
         try:
@@ -190,7 +183,7 @@ class TorchOp:
         try:
             value = self.problem(*args)
         except Exception:
-            self._problem_value(args)  # raises it as a TorchOpError naming the op
+            self._problem.value(args)  # raises it as a TorchOpError naming the op
             raise
         try:
             kernel, positions = self._memo[(value, args[self._tensor_pos[0]].device)]
@@ -232,7 +225,7 @@ class TorchOp:
 
     def _first_call(self, args: tuple) -> Any:
         """A problem this op has not called yet (or an unhashable one): find its kernel."""
-        value = self._problem_value(args)
+        value = self._problem.value(args)
         device = args[self._tensor_pos[0]].device
         key: Any = (value, device)
         memo = self._memo
@@ -248,7 +241,7 @@ class TorchOp:
                         "tuning cannot run in a capture; call the op once with these shapes "
                         "before capturing (torch.compile(mode='reduce-overhead') warms up first)"
                     )
-                pargs, pkwargs = self._factory_call(value)
+                pargs, pkwargs = self._problem.factory_call(value)
                 try:
                     with self._tuning_inputs(args, pargs, pkwargs):
                         kernel = self.factory(*pargs, **pkwargs)
@@ -266,7 +259,7 @@ class TorchOp:
             if new:
                 if self._traced:
                     self._check_against_fake(args, out)
-                self._remember_signature(value, kernel)
+                self._problem.remember(value, kernel)
                 memo[key] = entry
                 if type(value) is dict and not _inexact(value):
                     try:
@@ -285,7 +278,7 @@ class TorchOp:
             return contextlib.nullcontext()
         hargs, hkwargs = hint(pargs), hint(pkwargs)
         try:
-            sig = self._signatures.get(freeze(describe_value((hargs, hkwargs))), hargs, hkwargs)
+            sig = self._problem.of(hargs, hkwargs)
         except TorchOpError:  # no config elaborates: the factory's own error follows
             return contextlib.nullcontext()
         specs = [sig.params[p] for p in sig.in_pos]
@@ -327,7 +320,7 @@ class TorchOp:
         fake to compare with (it raises at a trace)."""
         try:
             sig, shapes = self._fake_shapes(args, elaborated=True)
-        except _NotElaborated:
+        except NotElaborated:
             return
         expected = [
             (tuple(shape), str(dtype).removeprefix("torch."))
@@ -342,176 +335,7 @@ class TorchOp:
                 "dtype), or out_shapes is wrong"
             )
 
-    # -- problems, signatures and the fake ----------------------------------------------------
-    def _problem_value(self, args: tuple) -> Any:
-        try:
-            return self.problem(*args)
-        except Exception as exc:
-            raise TorchOpError(
-                f"{self.name}: problem{inspect.signature(self.problem)} raised "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-
-    def _factory_call(self, value: Any) -> tuple[tuple, dict[str, Any]]:
-        """The factory's problem arguments from what ``problem`` returned, checked."""
-        pargs: tuple
-        pkwargs: dict[str, Any]
-        if isinstance(value, dict):
-            pargs, pkwargs = (), dict(value)
-        elif isinstance(value, (tuple, list)):
-            pargs, pkwargs = tuple(value), {}
-        else:
-            pargs, pkwargs = (value,), {}
-        fn = self._jit.factory
-        where = f"{getattr(fn, '__name__', 'factory')}{inspect.signature(fn)}"
-        try:
-            bind_arguments(fn, pargs, pkwargs, partial=True)
-        except TypeError as exc:
-            raise TorchOpError(
-                f"{self.name}: problem returned {value!r}, which does not fit {where} ({exc}): "
-                "problem must map the op's arguments to the factory's problem arguments, "
-                "e.g. problem=lambda gate, up: gate.shape"
-            ) from None
-        signature = inspect.signature(fn)
-        given = set(signature.bind_partial(*pargs, **pkwargs).arguments)
-        names = self._tunable_names()
-        tunables = given & (names or set())
-        if tunables:
-            raise TorchOpError(
-                f"{self.name}: problem returned {value!r}, which sets the tunable(s) "
-                f"{sorted(tunables)} of {where}: tunables are tuned, not given; problem "
-                "returns the problem arguments only"
-            )
-        if names is not None:  # the space is known: what it does not set, problem must
-            missing = [
-                n
-                for n, p in signature.parameters.items()
-                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                and n not in given and n not in names
-            ]  # fmt: skip
-            if missing:
-                raise TorchOpError(
-                    f"{self.name}: problem returned {value!r}, which leaves {missing} of {where} "
-                    "unset: problem must return every problem argument of the factory"
-                )
-        return pargs, pkwargs
-
-    def _tunable_names(self) -> set[str] | None:
-        """The names the space sets (none for ``@jit``); None where a callable space hides them."""
-        if not isinstance(self.factory, AutoTuneImpl):
-            return set()
-        configs = self.factory.configs
-        if isinstance(configs, ProductSpace):
-            return set(configs.names)
-        if isinstance(configs, list):
-            return {k for cfg in configs for k in split_pass_configs(cfg)[0]}
-        return None  # a callable space: its names are known once it is called
-
-    def _elaborate(self, args: tuple, kwargs: dict[str, Any]) -> Signature:
-        """The signature of the default config, or where it does not build for this problem
-        (``assert n % block == 0``), of the first config of the space that does: every
-        config returns the same outputs, and the tuning picks among those that build."""
-        fn = self._jit.factory
-        first: tuple[dict[str, Any], Exception] | None = None
-        for config in self._configs_to_elaborate(args, kwargs):
-            try:
-                return elaborated_signature(
-                    fn, self._jit.compile_args.out_idx, args, {**kwargs, **config}
-                )
-            except Exception as exc:
-                first = first or (config, exc)
-        assert first is not None
-        config, error = first
-        tuned = self._tunable_names() != set()
-        others = f" (nor does the space: its first {_FALLBACK_CONFIGS} configs)" if tuned else ""
-        raise _NotElaborated(
-            f"{self.name}: the fake cannot infer the outputs: elaborating "
-            f"{getattr(fn, '__name__', 'factory')}(*{args!r}, **{ {**kwargs, **config}!r}) "
-            f"raised {type(error).__name__}: {error}{others}; give torch_op(..., "
-            "out_shapes=...) or fake=..."
-        ) from error
-
-    def _configs_to_elaborate(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[dict]:
-        """The default config, then the space's first configs in order (``{}`` for ``@jit``):
-        a few, as a problem no config builds (a doubled size the factory refuses) would
-        elaborate a large space whole at each trace."""
-        if not isinstance(self.factory, AutoTuneImpl):
-            yield {}
-            return
-        fn = self._jit.factory
-        space = resolve_configs(self.factory.configs, fn, args, kwargs)
-        default = split_pass_configs(default_of_space(fn, space))[0]
-        yield default
-        for config in itertools.islice(space, _FALLBACK_CONFIGS):
-            config = split_pass_configs(config)[0]
-            if config != default:
-                yield config
-
-    def _signature(
-        self, args: tuple, *, elaborated: bool = False
-    ) -> tuple[Signature, tuple, dict[str, Any]]:
-        """The signature of the problem of ``args``: a kernel's in memory where that is
-        enough, else the default config's, elaborated once.
-
-        With symbolic sizes (or ``elaborated``) the default config's is used, as the fake's
-        extents are checked against the factory elaborated at other sizes; a kernel in memory
-        whose outputs differ from it (a config that pads its output) is an error here, at
-        the trace, not a wrong graph later.
-        """
-        pargs, pkwargs = self._specialized(*self._factory_call(self._problem_value(args)), args)
-        try:
-            hargs, hkwargs = hint(pargs), hint(pkwargs)
-        except TypeError as exc:  # an unbacked (data-dependent) size
-            if self.out_shapes is None:
-                raise TorchOpError(
-                    f"{self.name}: {exc}; the fake cannot infer the output shapes: give "
-                    "torch_op(..., out_shapes=lambda *args: [shape, ...]) (the dtypes still "
-                    "come from the kernel's signature) or fake=..."
-                ) from None
-            # out_shapes tells the shapes: the signature is needed for its dtypes alone,
-            # from the factory elaborated at a stand-in size
-            hargs, hkwargs = hint(pargs, stand_in=True), hint(pkwargs, stand_in=True)
-            key = freeze(describe_value((hargs, hkwargs)))
-            return self._signatures.get(key, hargs, hkwargs), pargs, pkwargs
-        key = freeze(describe_value((hargs, hkwargs)))
-        known = None if elaborated else self._kernel_signatures.get(key)
-        if known is not None and not is_symbolic((pargs, pkwargs)):
-            return known, pargs, pkwargs
-        sig = self._signatures.get(key, hargs, hkwargs)
-        if known is not None:
-            check_same_outputs(self.name, known, sig)
-        return sig, pargs, pkwargs
-
-    def _specialized(
-        self, pargs: tuple, pkwargs: dict[str, Any], args: tuple
-    ) -> tuple[tuple, dict[str, Any]]:
-        """The problem with the symbolic values of the op's scalar arguments guarded to their
-        example values (see :func:`tileauto.ops._fake.specialized`): torch traces again for
-        another value, as the factory may return another kernel for it."""
-        scalars = [i for i in range(len(args)) if i not in self._tensor_pos]
-        symbols = scalar_symbols([args[i] for i in scalars])
-        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-        try:
-            return specialized(pargs, symbols), specialized(pkwargs, symbols)
-        except GuardOnDataDependentSymNode:
-            names = [self._params[i][0] for i in scalars]
-            raise TorchOpError(
-                f"{self.name}: the problem holds a data-dependent value (from .item()) of the "
-                f"op's scalar argument(s) {names}, which chooses the kernel: pass a Python "
-                "number, or call the op outside the traced region"
-            ) from None
-
-    def _remember_signature(self, value: Any, kernel: Any) -> None:
-        """A kernel in memory gives its problem's signature: a later fake elaborates nothing.
-
-        After the check against the elaborated one where the op was traced: with configs
-        whose outputs differ (a padded output), a kernel's signature is its own config's."""
-        pargs, pkwargs = self._factory_call(value)
-        key = freeze(describe_value((hint(pargs), hint(pkwargs))))
-        sig = Signature(tuple(kernel.params), tuple(kernel.artifact.out_idx))
-        self._kernel_signatures.setdefault(key, sig)
-
+    # -- the fake ---------------------------------------------------------------------------
     def _fake(self, *args: Any) -> Any:
         if len(args) < self._num_params:
             args = self._with_defaults(args)
@@ -546,7 +370,7 @@ class TorchOp:
         self, args: tuple, *, elaborated: bool = False
     ) -> tuple[Signature, list[tuple[Any, ...]]]:
         """The fake's signature and output shapes for ``args``."""
-        sig, pargs, pkwargs = self._signature(args, elaborated=elaborated)
+        sig, pargs, pkwargs = self._problem.signature(args, elaborated=elaborated)
         positions = self._kernel_positions(len(sig.in_pos), args)
         kargs = args if positions is None else tuple(args[i] for i in positions)
         names = [
@@ -556,7 +380,7 @@ class TorchOp:
         if self.out_shapes is not None:
             shapes = shapes_of(self.name, self.out_shapes(*args), self.num_outputs)
         else:
-            doubled = self._doubled(pargs, pkwargs)
+            doubled = self._problem.doubled(pargs, pkwargs)
             check_same_dtypes(self.name, sig, doubled)
             try:
                 shapes = output_shapes(
@@ -564,7 +388,7 @@ class TorchOp:
                     kargs,
                     problem_values(pargs, pkwargs),
                     doubled,
-                    lambda symbol: self._doubled(pargs, pkwargs, only=symbol),
+                    lambda symbol: self._problem.doubled(pargs, pkwargs, only=symbol),
                 )
             except (KeyError, ValueError) as exc:
                 raise TorchOpError(
@@ -573,20 +397,6 @@ class TorchOp:
                     "out_shapes=lambda *args: [shape, ...]) or fake=..."
                 ) from None
         return sig, shapes
-
-    def _doubled(
-        self, pargs: tuple, pkwargs: dict[str, Any], only: str | None = None
-    ) -> Signature | None:
-        """The signature at twice the symbolic sizes (``only``: the one of that name; None: no
-        symbolic size, or a factory that refuses them; then a static extent equal to an
-        input's size is taken as it)."""
-        if not is_symbolic((pargs, pkwargs)):
-            return None
-        dargs, dkwargs = doubled_problem(pargs, only), doubled_problem(pkwargs, only)
-        try:
-            return self._signatures.get(freeze(describe_value((dargs, dkwargs))), dargs, dkwargs)
-        except TorchOpError:
-            return None
 
     def _kernel_positions(self, num_in: int, args: tuple) -> tuple[int, ...] | None:
         """Which op arguments the kernel takes: all of them (None), or the tensors alone."""
