@@ -343,5 +343,11 @@ def test_an_interrupt_removes_the_runs_scratch_folders(tmp_path, scenario, sig):
     _assert_clean_exit(run, sig)
     staging = tmp_path / "cache" / "tmp"
     left = [p.name for p in staging.iterdir()] if staging.is_dir() else []
-    # tune-*: the run's builds; proc-*: the process's kernels (the winner, at cache-write)
-    assert not [n for n in left if n.startswith(("tune-", "proc-", ".trash-"))], left
+    # tune-*: the run's builds; proc-*: the process's kernels (the winner, at cache-write);
+    # work-*: the workers' temp folders; stage-*: kernels being stored; .trash-*: deletes
+    # under way; .probe-*: a write probe (whatever threads had in hand at the signal)
+    prefixes = ("tune-", "proc-", "work-", "stage-", ".trash-", ".probe-")
+    assert not [n for n in left if n.startswith(prefixes)], left
+    kernels = tmp_path / "cache" / "kernels"
+    staged = [p.name for p in kernels.iterdir()] if kernels.is_dir() else []
+    assert not [n for n in staged if n.startswith(".stage-")], staged  # a publish cut short

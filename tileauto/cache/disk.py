@@ -254,20 +254,25 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     try:
         if staged.parent != parent:
             moved = parent / f".stage-{uuid.uuid4().hex[:12]}"
-            try:
-                os.rename(staged, moved)
-            except OSError as exc:
-                if exc.errno != errno.EXDEV:
-                    raise
-                shutil.copytree(staged, moved)
-                fsync_tree(moved)
-                shutil.rmtree(staged, ignore_errors=True)
+            removals = _REMOVALS
+            with removals.lock:  # under way until published: a SIGTERM removes it
+                removals.paths.add(moved)
+                try:
+                    os.rename(staged, moved)
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    shutil.copytree(staged, moved)
+                    fsync_tree(moved)
+                    shutil.rmtree(staged, ignore_errors=True)
             staged = moved
         _replace(staged, final, parent)
     except BaseException:
         if moved is not None:
             discard(moved)  # a partial or unpublished copy must not stay in the cache
         raise
+    if moved is not None:
+        _REMOVALS.paths.discard(moved)  # it is the entry now
     _fsync_dir(parent)
 
 
@@ -320,11 +325,14 @@ def remove_tree(path: Path) -> None:
 
 # -- deletes under way --------------------------------------------------------------------------
 class _Removals:
-    """The deletes this process has under way (folders renamed to ``.trash-<hex>``, not yet
-    gone) and the probe files it has open. A SIGTERM ends the process while other threads are
-    in the middle of theirs (a worker's reaper deleting its temp folder): the handler takes
-    ``lock`` for good (:func:`hold_removals`), so that no thread starts another, and finishes
-    every one registered (:func:`finish_removals_now`)."""
+    """The scratch this process has under way, which would be left behind if it died now:
+    folders renamed to ``.trash-<hex>`` and not yet gone, probe files, and the staging folders
+    of the entries being written (``stage-<hex>``, and ``.stage-<hex>`` beside the entry while
+    it is published). A SIGTERM, or the exit after a Ctrl-C, ends the process while other
+    threads are in the middle of theirs (a worker's reaper deleting its temp folder, a build
+    slot storing a kernel): the handler takes ``lock`` for good (:func:`hold_removals`), so
+    that no thread starts another, and deletes every one registered
+    (:func:`finish_removals_now`)."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()  # held across a rename (or a create) and its registration
@@ -395,11 +403,14 @@ def hold_removals(timeout_s: float) -> None:
 
 
 def finish_removals_now() -> None:
-    """Delete every folder and probe file registered as under way: the process is about to die,
-    and the threads deleting them would leave them half deleted (``.trash-*`` are removed by
-    the next run of their kind, probe files after an hour)."""
+    """Delete every folder and file registered as under way: the process is about to die, and
+    the threads at work on them would leave them behind (``.trash-*`` are removed by the next
+    run of their kind, probe files and staging folders after an hour). A staging folder is
+    renamed away first: a thread still filling it then fails, rather than refill it."""
     for path in list(_REMOVALS.paths):
         with contextlib.suppress(OSError):
+            if path.name.startswith(("stage-", ".stage-", "tileauto-stage-")):
+                path = to_trash(path)
             _delete(path)
 
 
@@ -443,8 +454,7 @@ def write_entry(
     try:
         publish(staged, Path(final), private=not shared)
     finally:
-        shutil.rmtree(staged, ignore_errors=True)
-        _STAGING.discard(staged)
+        discard(staged)  # gone already once published
     return manifest
 
 
@@ -454,28 +464,21 @@ def _stage(
     shared: bool,
     make: Callable[[], Path],
 ) -> tuple[Path, dict[str, Any]]:
-    """A new staging folder from ``make``, filled and sealed (removed again on failure)."""
-    staged = make()
-    _STAGING.add(staged)
+    """A new staging folder from ``make``, filled and sealed (removed again on failure).
+
+    Registered as under way from its creation (:func:`finish_removals_now`: a SIGTERM, or the
+    exit after a Ctrl-C, while a thread fills it removes it, rather than leave it for an
+    hour); none is made once the process holds the removals for good."""
+    removals = _REMOVALS
+    with removals.lock:
+        staged = make()
+        removals.paths.add(staged)
     try:
         fill(staged)
         return staged, seal(staged, meta, shared=shared)
     except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        _STAGING.discard(staged)
+        discard(staged)
         raise
-
-
-# staging folders this process is filling or publishing now: a SIGTERM removes them
-_STAGING: set[Path] = set()
-os.register_at_fork(after_in_child=_STAGING.clear)  # a forked child's are its parent's
-
-
-def remove_staging_now() -> None:
-    """Remove the staging folders of the writes in progress in this process: the process is
-    about to die (a SIGTERM), and a write cut there would leave its folder for an hour."""
-    for staged in list(_STAGING):
-        shutil.rmtree(staged, ignore_errors=True)
 
 
 def sweep(directory: Path, max_age_s: float = STALE_S) -> int:

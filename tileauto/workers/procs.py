@@ -42,7 +42,7 @@ from tileauto.workers._process_tree import (
 )
 from tileauto.workers.entry import CPUS_KEY, TMP_KEY, RemoteError, child_main, run_child
 from tileauto.workers.forkserver import ForkServer
-from tileauto.workers.safety import NET, shutdown_all
+from tileauto.workers.safety import NET, clean_up_at_exit
 from tileauto.workers.tempdirs import worker_temp_dir
 
 log = get_logger("procs")
@@ -146,7 +146,7 @@ def _forked_child(conn: Connection, caller_end: Connection, env: dict[str, str],
         caller_end.close()
     except OSError:
         pass
-    atexit.unregister(shutdown_all)
+    atexit.unregister(clean_up_at_exit)  # the parent's: its workers, its scratch
     child_main(conn, env, out, own_thread=True)
 
 

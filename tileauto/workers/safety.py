@@ -22,7 +22,13 @@ from tileauto.workers import tempdirs
 from tileauto.workers._process_tree import kill_tree, wait_gone
 from tileauto.workers.forkserver import ForkServer
 
-__all__ = ["NET", "kill_workers_on_sigterm", "remove_on_sigterm", "shutdown_all"]
+__all__ = [
+    "NET",
+    "clean_up_at_exit",
+    "kill_workers_on_sigterm",
+    "remove_on_sigterm",
+    "shutdown_all",
+]
 
 _GONE_S = 0.5  # how long a SIGTERM or the exit waits for the killed workers to be gone
 
@@ -105,8 +111,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     shutdown_all()
     NET.remove_scratch()
     with contextlib.suppress(Exception):  # best effort: the process is about to die
-        disk.remove_staging_now()  # a kernel being stored when the signal came
-        disk.finish_removals_now()
+        disk.finish_removals_now()  # a kernel being stored when the signal came, say
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)  # and die of it, as without this handler
 
@@ -136,13 +141,15 @@ def kill_workers_on_sigterm() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _at_exit() -> None:
-    # as on a SIGTERM: the daemon threads that reap workers are cut off where they are when the
-    # interpreter ends, a delete of theirs under way included (after Ctrl-C, say)
+def clean_up_at_exit() -> None:
+    """At exit (registered with :mod:`atexit`), as on a SIGTERM: kill the workers, and finish
+    the scratch other threads had under way. The daemon threads that reap workers and store
+    kernels are cut off where they are when the interpreter ends (after a Ctrl-C, say): a
+    folder half deleted, a kernel half staged (``cache/disk.py``'s removals)."""
     disk.hold_removals(_GONE_S)
     shutdown_all()
     with contextlib.suppress(Exception):  # best effort at exit
         disk.finish_removals_now()
 
 
-atexit.register(_at_exit)
+atexit.register(clean_up_at_exit)

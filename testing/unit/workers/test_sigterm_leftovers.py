@@ -180,3 +180,38 @@ def test_an_exit_finishes_the_delete_a_daemon_thread_had_under_way(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(".trash-")
     assert sorted(p.name for p in staging.iterdir()) == []
+
+
+def test_an_exit_removes_the_staging_folder_of_a_kernel_a_daemon_thread_was_storing(tmp_path):
+    # a build slot's thread stores a kernel when the interpreter ends (after Ctrl-C, say)
+    body = """
+import threading
+from tileauto.cache import disk
+
+filling, never = threading.Event(), threading.Event()
+
+def fill(out):
+    (out / "kernel.so").write_bytes(b"\\\\0" * 4096)
+    filling.set()
+    never.wait()  # cut off here, by the process's end
+
+def store():
+    disk.write_entry(staging.parent / "cache" / "kernels" / "k", fill, {"format": "3"}, staging)
+
+threading.Thread(target=store, daemon=True).start()
+filling.wait()
+print(*sorted(p.name for p in staging.iterdir()), flush=True)
+sys.exit(0)
+"""
+    staging = tmp_path / "staging"
+    staging.mkdir(mode=0o700)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PRELUDE + body), str(staging)],
+        env={**os.environ, "TILEAUTO_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("stage-")
+    assert sorted(p.name for p in staging.iterdir()) == []
