@@ -274,11 +274,21 @@ def test_a_compile_killed_on_its_node_leaves_no_temp_files(cluster, tmp_path):
     assert result.status is BuildStatus.TIMEOUT, result
     made = Path(record.read_text())
     assert made.parent.name.startswith("work-"), made  # not the system's temp folder
+    # the cancel kills the task's worker process asynchronously: the next claims remove its
+    # folder once it has ended (its pid is in the folder's name, work-<pid>-<hex>)
+    assert h.eventually(lambda: _ended(int(made.parent.name.split("-")[1])))
     quick = [BuildRequest(index=i, config={"vec": 4 * (i + 1)}, args=(1024,)) for i in range(2)]
     assert all(r.ok for r in build_all(builder, quick, None))
     assert not made.parent.exists()
     staging = made.parent.parent
     assert h.eventually(lambda: not list(staging.glob("work-*")))  # each task's own, removed
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 @pytest.mark.timeout(300)

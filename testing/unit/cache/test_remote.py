@@ -235,18 +235,20 @@ def test_a_server_that_is_down_is_one_warning_naming_its_address():
 
 
 def test_a_paused_server_times_out(server):
+    # stored at the default limit: a slow first connect on a loaded machine must not spend
+    # the 0.2 s client's one warning before the pause
+    assert RemoteCache(server.url).put(KEY, record())
     cache = RemoteCache(server.url, timeout_s=0.2)
-    cache.put(KEY, record())
     pauser = server.client()
-    pauser.execute_command("CLIENT", "PAUSE", "3000", "ALL")  # a server that stops answering
+    pauser.execute_command("CLIENT", "PAUSE", "60000", "ALL")  # a server that stops answering
     try:
         start = time.monotonic()
         got, messages = caught(lambda: cache.get(KEY))
         waited = time.monotonic() - start
     finally:
         pauser.execute_command("CLIENT", "UNPAUSE")
-    assert got is None and "Timeout" in messages[0]
-    assert waited < 2.5  # the operation's limit, not the pause, ended it
+    assert got is None and "Timeout" in messages[0], messages
+    assert waited < 30  # the operation's limit, not the pause, ended it
 
 
 def test_a_full_server_refuses_the_publish(tmp_path):

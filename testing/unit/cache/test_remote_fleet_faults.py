@@ -123,11 +123,11 @@ def test_a_waiter_gives_up_when_redis_stays_away_past_a_lease(tmp_path, monkeypa
 
     monkeypatch.setattr(remote, "RECONNECT_MAX_S", 0.1)
     with redis_server(tmp_path / "r") as srv:
-        holder = RemoteCache(srv.url, lease_s=3, timeout_s=1).lease(KEY)
+        holder = RemoteCache(srv.url, lease_s=6, timeout_s=1).lease(KEY)
         assert holder.acquire()
         holder.keep_renewed(RemoteCache(srv.url).connection())
         try:
-            waiter = Waiter(RemoteCache(srv.url, lease_s=3, timeout_s=0.5))
+            waiter = Waiter(RemoteCache(srv.url, lease_s=6, timeout_s=0.5))
             waiter.start()
             waiting(srv, waiter)
             srv.kill()  # gone for good

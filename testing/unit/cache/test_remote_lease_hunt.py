@@ -51,7 +51,7 @@ def renewed(client, lease) -> None:
 
 # -- 1: Ctrl-C and the renewing helper ------------------------------------------------------------
 def test_a_ctrl_c_the_holder_survives_leaves_its_helper_renewing(server):
-    cache = RemoteCache(server.url, lease_s=3, timeout_s=1)
+    cache = RemoteCache(server.url, lease_s=6, timeout_s=1)
     lease = cache.lease(KEY)
     assert lease.acquire()
     lease.keep_renewed(cache.connection())
