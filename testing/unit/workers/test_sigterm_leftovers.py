@@ -94,7 +94,7 @@ print("not reached")
 """
 
 
-def run_child(tmp_path, body):
+def run_child(tmp_path, body, returncode=-signal.SIGTERM):
     staging = tmp_path / "staging"
     staging.mkdir(mode=0o700)
     env = {**os.environ, "TILEAUTO_TMP_DIR": str(staging), "TILEAUTO_CACHE_DIR": str(tmp_path)}
@@ -105,7 +105,7 @@ def run_child(tmp_path, body):
         text=True,
         timeout=GUARD_S,
     )
-    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.returncode == returncode, done.stderr
     assert "not reached" not in done.stdout
     return staging, done.stdout
 
@@ -168,17 +168,8 @@ def test_an_exit_finishes_the_delete_a_daemon_thread_had_under_way(tmp_path):
     # after Ctrl-C, say: the interpreter ends while a reaper thread is deleting a folder
     body = DELETING.replace("os.kill(os.getpid(), signal.SIGTERM)", "sys.exit(0)")
     body = body.replace('print("not reached")', "")
-    staging = tmp_path / "staging"
-    staging.mkdir(mode=0o700)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PRELUDE + body), str(staging)],
-        env={**os.environ, "TILEAUTO_CACHE_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(".trash-")
+    staging, out = run_child(tmp_path, body, returncode=0)
+    assert out.startswith(".trash-")
     assert sorted(p.name for p in staging.iterdir()) == []
 
 
@@ -203,15 +194,6 @@ filling.wait()
 print(*sorted(p.name for p in staging.iterdir()), flush=True)
 sys.exit(0)
 """
-    staging = tmp_path / "staging"
-    staging.mkdir(mode=0o700)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PRELUDE + body), str(staging)],
-        env={**os.environ, "TILEAUTO_CACHE_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("stage-")
+    staging, out = run_child(tmp_path, body, returncode=0)
+    assert out.startswith("stage-")
     assert sorted(p.name for p in staging.iterdir()) == []
