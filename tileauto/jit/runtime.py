@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -80,6 +81,11 @@ def ensure_cuda_runtime() -> bool:
 def load_module(path: str | Path, device_type: str = "cpu") -> Any:
     """Load a kernel library (a ``.so`` written by ``export_library``) without the compiler.
 
+    A file this process loaded before and that was replaced since (an export or a save to the
+    same path), or a library whose name does not end in ``.so`` (TVM picks its loader by the
+    suffix), is loaded through a fresh name (:func:`_load_name`): ``dlopen`` would give back
+    the library it has for that path, the old code, or TVM would refuse the file.
+
     Raises:
         ValueError: ``path`` is not a file.
         CacheError: the file is shorter than its ELF headers declare (see :mod:`.elf`).
@@ -89,6 +95,47 @@ def load_module(path: str | Path, device_type: str = "cpu") -> Any:
     if not os.path.isfile(path):
         raise ValueError(f"cannot find file {path}")
     check_library(path)  # a truncated library would SIGBUS this process once mapped
+    name = _load_name(path)
+    if name == path:
+        return _load(path, device_type)
+    try:
+        return _load(name, device_type)
+    finally:  # mapped once loaded: the name is not needed any more
+        shutil.rmtree(os.path.dirname(name), ignore_errors=True)
+
+
+# the files of the paths loaded, as they were at their first load: what dlopen holds for them
+_FIRST_LOADED: dict[str, tuple[int, int, int, int]] = {}
+
+
+def _load_name(path: str) -> str:
+    """The name to load ``path`` under: itself, or a new ``.so`` name for the same file (a
+    hard link, else a copy, in a private temp folder) where ``path`` is not named ``.so`` or
+    another file was loaded from it before."""
+    st = os.stat(path)
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _LOCK:
+        first = _FIRST_LOADED.setdefault(path, identity)
+    if first == identity and path.endswith(".so"):
+        return path
+    import tempfile
+
+    from tileauto.utils.tmp import shared_tempdir
+
+    folder = tempfile.mkdtemp(prefix="tileauto-load-", dir=shared_tempdir())
+    name = os.path.join(folder, "kernel.so")
+    try:
+        try:
+            os.link(path, name)
+        except OSError:  # another file system, or no hard links there
+            shutil.copyfile(path, name)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return name
+
+
+def _load(path: str, device_type: str) -> Any:
     if not compiler_loaded():
         try:
             ensure_runtime()
