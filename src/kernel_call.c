@@ -266,13 +266,18 @@ static int direct_call(KernelCall *kc, PyObject *args, Py_ssize_t n, int alloc,
 
 /* Whether a torch.Tensor (or subclass) among args has data that is not kc->align-byte aligned
  * (a plain tensor torch cannot view is left to the path that takes it; a subclass torch cannot
- * view counts as misaligned: the Python method checks it with isinstance). */
+ * view counts as misaligned: the Python method checks it with isinstance). Any other argument
+ * but a Python int or float (a numpy array, say) counts as misaligned too: the Python method
+ * checks it through DLPack. */
 static int misaligned(const KernelCall *kc, PyObject *args, Py_ssize_t n) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject *arg = PyTuple_GET_ITEM(args, i);
     /* a subclass too (nn.Parameter, as_subclass): the direct call takes exact tensors only,
      * so a misaligned subclass would reach the fast caller unchecked and crash the process */
-    if (!PyObject_TypeCheck(arg, kc->align_type)) continue;
+    if (!PyObject_TypeCheck(arg, kc->align_type)) {
+      if (PyLong_Check(arg) || PyFloat_Check(arg)) continue; /* a scalar */
+      return 1; /* another array (numpy aligns to 16 bytes): the Python method checks it */
+    }
     DLTensor view;
     if (kc->align_api->dltensor_from_py_object_no_sync(arg, &view) != 0) {
       PyErr_Clear();

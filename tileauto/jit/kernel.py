@@ -440,8 +440,24 @@ def _compact_empty(args: tuple) -> tuple | None:
 
 
 def _misaligned(args: tuple, align: int) -> bool:
-    """Whether a tensor among ``args`` has data that is not ``align``-byte aligned."""
-    return any(isinstance(a, torch.Tensor) and a.data_ptr() % align for a in args)
+    """Whether a tensor among ``args`` (or another array: a numpy one, through DLPack) has data
+    that is not ``align``-byte aligned."""
+    for a in args:
+        view = a if isinstance(a, torch.Tensor) else _array_view(a)
+        if view is not None and view.data_ptr() % align:
+            return True
+    return False
+
+
+def _array_view(value: Any) -> torch.Tensor | None:
+    """A torch view of an array that is not a torch tensor (numpy's, any DLPack exporter), for
+    its checks; None for a scalar, or what torch cannot view."""
+    if isinstance(value, (numbers.Number, str, bytes)) or not hasattr(value, "__dlpack__"):
+        return None
+    try:
+        return torch.from_dlpack(value)
+    except Exception:  # noqa: BLE001 - not an array torch takes: TVM's own check follows
+        return None
 
 
 def _check_scalar(spec: ParamSpec, value: Any) -> str | None:
@@ -551,8 +567,11 @@ def _check_tensor(
         return message
     name = spec.name
     expected = f"expected a {list(spec.display_shape)} {spec.dtype} tensor on {device.type}"
+    given = value
     if not isinstance(value, torch.Tensor):
-        return f"parameter {name!r}: {expected}, got {type(value).__name__}"
+        value = _array_view(value)  # a numpy array is taken as torch would view it
+        if value is None:
+            return f"parameter {name!r}: {expected}, got {type(given).__name__}"
     got = f"got {list(value.shape)} {str(value.dtype).replace('torch.', '')} on {value.device.type}"
     if value.dtype != torch_dtype(spec.dtype):
         return f"parameter {name!r}: wrong dtype: {expected}, {got}"
@@ -585,6 +604,13 @@ def _check_tensor(
     if not value.is_contiguous():
         return f"parameter {name!r}: the tensor is not contiguous (strides {list(value.stride())}); pass .contiguous()"
     if spec.align > 1 and value.numel() and value.data_ptr() % spec.align:
+        if given is not value:
+            return (
+                f"parameter {name!r}: the {type(given).__name__}'s data is not {spec.align}-byte "
+                "aligned (numpy aligns its arrays to 16 bytes), which the compiled kernel "
+                "assumes (a misaligned call would crash the process); pass a torch tensor, "
+                "such as torch.from_numpy(a).clone()"
+            )
         return (
             f"parameter {name!r}: its data is not {spec.align}-byte aligned (a view starting "
             f"{value.storage_offset()} elements into its storage, such as x[1:]), which the "

@@ -465,6 +465,21 @@ def test_a_misaligned_view_is_refused_on_every_call_path(dyn_add, n):
     assert dyn_add(empty, empty).numel() == 0
 
 
+@pytest.mark.parametrize("n", [16, 200_000])
+def test_a_misaligned_numpy_array_is_refused_and_an_aligned_one_runs(dyn_add, n):
+    # numpy aligns its arrays to 16 bytes: one at 4 bytes past 64 crashed the process
+    buf = np.zeros(n + 32, dtype=np.float32)
+    start = (-buf.ctypes.data % 64) // 4  # the first element 64-byte aligned
+    aligned, misaligned = buf[start : start + n], buf[start + 1 : start + 1 + n]
+    a = torch.randn(n)
+    with pytest.raises(KernelArgumentError, match="'B': the ndarray's data is not 64-byte"):
+        dyn_add(a, misaligned)
+    with pytest.raises(KernelArgumentError, match="'B': the ndarray's data is not 64-byte"):
+        dyn_add(a, misaligned, torch.empty(n))
+    aligned[:] = np.arange(n, dtype=np.float32)
+    torch.testing.assert_close(dyn_add(a, aligned), a + torch.from_numpy(aligned))
+
+
 def test_inconsistent_symbolic_dims_between_inputs(dyn_add):
     with pytest.raises(KernelArgumentError) as info:
         dyn_add(torch.randn(7), torch.randn(8))
