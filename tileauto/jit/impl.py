@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tileauto._logging import get_logger
-from tileauto.cache.args import CallCache, bind_arguments, call_key
+from tileauto.cache.args import CallCache, bind_arguments, call_key, plain_arguments
 from tileauto.cache.folders import make_private_dir
 from tileauto.errors import CompileError
 from tileauto.options import CompileArgs, check_seconds, check_workers
@@ -99,6 +99,9 @@ class JITImpl:
         self._kernels = CallCache(factory)
         self.compile_count = 0
         functools.update_wrapper(self, factory)
+        if not isinstance(getattr(self, "__name__", None), str):  # a functools.partial has none
+            inner = getattr(factory, "func", None)
+            self.__name__ = getattr(inner, "__name__", None) or type(factory).__name__
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
         return self._kernels.get(args, kwargs, self._compile)
@@ -299,42 +302,58 @@ class JITImpl:
             return self._build_locked(elsewhere, out, builds, True)
         return elsewhere
 
-    def _build(self, pending: list[_Pending], builds: _Builds) -> dict[int, BuildResult]:
-        """Compile each of ``pending`` in the tuner's worker processes: results by position.
+    def _build(
+        self, pending: list[_Pending], builds: _Builds
+    ) -> dict[int, BuildResult | JITKernel]:
+        """Compile each of ``pending`` in the tuner's worker processes: by position, the kernel,
+        or the result of a build that gave none.
 
         Each kernel is stored in the disk cache as it arrives, so an interrupt (Ctrl-C, a
-        SIGTERM) costs none of the compiles finished before it."""
-        from tileauto.records import BuildRequest
+        SIGTERM) costs none of the compiles finished before it; one that cannot be made a
+        kernel (an output whose extent no input gives) is a failure of its config, and is not
+        stored."""
+        from tileauto.jit.kernel import JITKernel
+        from tileauto.records import BuildRequest, BuildStatus
 
         requests = [
             BuildRequest(index=n, config={}, args=p.args, kwargs=p.kwargs)
             for n, p in enumerate(pending)
         ]
-        results: dict[int, BuildResult] = {}
+        results: dict[int, BuildResult | JITKernel] = {}
 
         def collect(result: BuildResult) -> None:  # called from the build's driver threads
             p = pending[result.index]
-            if result.ok and result.artifact is not None and p.bound is not None:
-                config = _tunables(self.factory, p.bound)
-                artifact = dataclasses.replace(result.artifact, config=config)
-                result = dataclasses.replace(result, artifact=artifact)
-                if p.store is not None:
-                    p.store.save(artifact)
-            results[result.index] = result
+            if not (result.ok and result.artifact is not None and p.bound is not None):
+                results[result.index] = result
+                return
+            config = _tunables(self.factory, p.bound)
+            artifact = dataclasses.replace(result.artifact, config=config)
+            try:
+                kernel = JITKernel(artifact)
+            except Exception as exc:  # noqa: BLE001 - this config's failure, not the call's
+                results[result.index] = dataclasses.replace(
+                    result,
+                    status=BuildStatus.ERROR,
+                    artifact=None,
+                    error=f"the compiled kernel cannot be called: {type(exc).__name__}: {exc}",
+                )
+                return
+            if p.store is not None:
+                p.store.save(artifact)
+            results[result.index] = kernel
 
         builds.builder().build(requests, collect)
         self.compile_count += len(requests)
         return results
 
-    def _keep(self, p: _Pending, result: BuildResult) -> JITKernel | CompileFailure:
+    def _keep(self, p: _Pending, result: BuildResult | JITKernel) -> JITKernel | CompileFailure:
         """The kernel of one ``par_compile`` build (stored by :meth:`_build`); or its failure."""
-        from tileauto.jit.kernel import JITKernel
+        from tileauto.records import BuildResult
 
-        if not (result.ok and result.artifact is not None) or p.bound is None:
+        if isinstance(result, BuildResult):
             return CompileFailure(0, None, result.status, result.error or "")
-        kernel = JITKernel(result.artifact)
-        kernel.origin = (self, p.args, dict(p.kwargs))
-        return self._kernels.get(p.args, p.kwargs, lambda *_: kernel)
+        result.origin = (self, p.args, dict(p.kwargs))
+        return self._kernels.get(p.args, p.kwargs, lambda *_: result)
 
     def with_compile_args(self, **changes: Any) -> JITImpl:
         """A copy of this JITImpl with some compile arguments replaced."""
@@ -461,11 +480,12 @@ def _warn_thread_timeout() -> None:
 
 
 def _as_call(i: int, cfg: Any) -> tuple[tuple, dict[str, Any]]:
-    """``configs[i]`` of ``par_compile`` as a call: keyword arguments, or positional ones."""
+    """``configs[i]`` of ``par_compile`` as a call: keyword arguments, or positional ones,
+    with numpy scalars as Python numbers (as a call takes them: ``np.int64(4096)`` is 4096)."""
     if isinstance(cfg, dict):
-        return (), dict(cfg)
+        return plain_arguments((), dict(cfg))
     if isinstance(cfg, (tuple, list)):
-        return tuple(cfg), {}
+        return plain_arguments(tuple(cfg), {})
     raise TypeError(
         f"configs[{i}] must be a dict of keyword arguments or a tuple, got {type(cfg).__name__}"
     )

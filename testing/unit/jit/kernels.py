@@ -205,3 +205,12 @@ def _double_no_threads(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float3
 def unbound_double() -> tvm.tirx.PrimFunc:
     """No thread bindings: for CUDA, TVM would silently build a host function."""
     return _double_no_threads
+
+
+def unbound_output(n: int, unbound: bool = False) -> tvm.tirx.PrimFunc:
+    """``B = A * 2``; ``unbound``: B's extent is a variable no input binds (it compiles, but no
+    call can allocate B)."""
+    a = te.placeholder((n,), "float32", name="A")
+    m = te.var("m") if unbound else n
+    b = te.compute((m,), lambda i: a[i] * tvm.tirx.const(2.0, "float32"), name="B")
+    return te.create_prim_func([a, b])

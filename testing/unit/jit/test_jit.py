@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import kernels
@@ -1213,6 +1214,42 @@ def test_par_compile_fills_and_reads_the_disk_cache():
     a, b = torch.randn(64), torch.randn(64)
     for k in kernels_:
         torch.testing.assert_close(k(a, b), a + b)
+
+
+def test_par_compile_takes_numpy_scalars_as_a_call_does():
+    """``np.int64(4096)`` is 4096 in a config too: it compiles, under the call's key (a later
+    call with Python ints, here or in another process, finds it)."""
+    configs = [{"n": np.int64(64), "block": np.int64(16)}, (np.int32(64), np.int32(32))]
+    first = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    k16, k32 = first.par_compile(configs, num_workers=2)
+    assert isinstance(k16, JITKernel) and isinstance(k32, JITKernel), (k16, k32)
+    assert first(64, 16) is k16 and first(64, block=32) is k32 and first.compile_count == 2
+    second = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)
+    assert second(64, 16).config["block"] == 16 and second.compile_count == 0
+
+
+def test_par_compile_reports_a_kernel_that_cannot_be_called_as_its_configs_failure():
+    """A compile whose kernel no call can use (an output extent no input binds) fails its own
+    config, is not stored, and the other configs' kernels come back."""
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.unbound_output)
+    good, bad = impl.par_compile([{"n": 8}, {"n": 8, "unbound": True}], num_workers=2)
+    assert isinstance(good, JITKernel)
+    assert isinstance(bad, CompileFailure) and bad.config == {"n": 8, "unbound": True}
+    assert "cannot be called" in bad.error and "'m'" in bad.error
+    torch.testing.assert_close(good(torch.ones(8)), torch.full((8,), 2.0))
+    again = tileauto.jit(out_idx=[-1], target="llvm")(kernels.unbound_output)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no stored entry that "does not load"
+        (failed,) = again.par_compile([{"n": 8, "unbound": True}], num_workers=1)
+    assert isinstance(failed, CompileFailure) and again.compile_count == 1
+
+
+def test_a_factory_given_as_a_partial_is_named_by_its_function():
+    import functools
+
+    impl = tileauto.jit(functools.partial(kernels.vector_add, 64), out_idx=[-1], target="llvm")
+    assert impl.__name__ == "vector_add"
+    assert impl.with_compile_args(verbose=True)(block=8).config["block"] == 8
 
 
 _BUILDS_ELSEWHERE = textwrap.dedent(
