@@ -324,6 +324,24 @@ class JITKernel(_KernelCallBase):
         sig = ", ".join(f"{p.name}: {list(p.shape)} {p.dtype}" for p in self.params)
         return f"JITKernel({self.func_name}({sig}), out_idx={list(self._out_pos)}, config={self.config})"
 
+    # A kernel never changes once loaded: a copy is the kernel itself (``copy.deepcopy`` of a
+    # model that holds one, say); pickling it would need its library, which a pickle does not
+    # carry.
+    def __copy__(self) -> JITKernel:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> JITKernel:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a JITKernel ({self.func_name}, config {self.config}) cannot be pickled: it holds a "
+            "loaded shared library. Ship it with kernel.export_library(path) and "
+            "JITKernel.load_library(path), or a tuning's result with save_to_disk and "
+            "load_from_disk; or pickle the factory and its arguments, and call it again there "
+            "(the disk cache then loads the kernel)"
+        )
+
     # -- internals -------------------------------------------------------------------------
     def _call_compacted(self, args: tuple, fixed: tuple) -> Any:
         """The call again with ``fixed``: ``args`` with each empty tensor given the compact

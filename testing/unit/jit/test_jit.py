@@ -1459,3 +1459,16 @@ def test_cuda_kernel_runs_on_the_gpu():
     torch.testing.assert_close(k(a), 2 * a)
     with pytest.raises(KernelArgumentError, match="wrong device"):
         k(a.cpu())
+
+
+def test_a_kernel_copies_as_itself_and_says_how_to_ship_it_when_pickled():
+    import copy
+    import pickle
+
+    kernel = tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)(64, 8)
+    assert copy.copy(kernel) is kernel and copy.deepcopy(kernel) is kernel
+    model = torch.nn.Module()
+    model.kernel = kernel  # a module holding a kernel (an attribute, not a submodule)
+    assert copy.deepcopy(model).kernel is kernel
+    with pytest.raises(TypeError, match="cannot be pickled.*export_library"):
+        pickle.dumps(kernel)
