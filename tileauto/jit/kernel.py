@@ -311,6 +311,7 @@ class JITKernel(_KernelCallBase):
             raise KernelArgumentError(self._count_message(len(args)))
         func = self._func
         result = outs[0] if len(outs) == 1 else (tuple(outs) if outs else None)
+        full = _compact_empty(full) or full  # as a call does: TVM checks an empty one's strides
         if self.artifact.device_type == "cpu":
             full = ffi_views(full)
 
@@ -413,6 +414,27 @@ class JITKernel(_KernelCallBase):
                     message[len(prefix) :] if message.startswith(prefix) else message
                 )
                 raise error from cause
+        if len(args) == self._num_in:
+            self._check_output_extents(args, bindings, cause)
+
+    def _check_output_extents(
+        self, args: tuple, bindings: dict[str, int], cause: BaseException | None
+    ) -> None:
+        """Raise a KernelArgumentError naming an output whose extent, an expression of the
+        inputs' sizes (``n - 4``, ``2 * n`` of a scalar ``n``), comes out negative."""
+        try:
+            shapes = self._plan.resolve_out_shapes(args)
+        except Exception:  # noqa: BLE001 - an extent not evaluated here: the call's own error
+            return
+        for pos, shape in zip(self._out_pos, shapes):
+            if any(int(d) < 0 for d in shape):
+                spec = self.params[pos]
+                given = ", ".join(f"{k}={v}" for k, v in sorted(bindings.items()))
+                raise KernelArgumentError(
+                    f"{self.func_name}: output {spec.name!r} of shape "
+                    f"{list(spec.display_shape)} would be {list(shape)} for these inputs "
+                    f"({given}): an extent cannot be negative"
+                ) from cause
 
 
 def _replace_with(path: Path, write: Callable[[str], Any]) -> None:

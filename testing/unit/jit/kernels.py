@@ -214,3 +214,17 @@ def unbound_output(n: int, unbound: bool = False) -> tvm.tirx.PrimFunc:
     m = te.var("m") if unbound else n
     b = te.compute((m,), lambda i: a[i] * tvm.tirx.const(2.0, "float32"), name="B")
     return te.create_prim_func([a, b])
+
+
+@T.prim_func
+def _drop_four(a: T.handle, b: T.handle):
+    n = T.int32()
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (n - 4,), "float32")
+    for i in range(n - 4):
+        B[i] = A[i + 4]
+
+
+def script_drop_four() -> tvm.tirx.PrimFunc:
+    """TVMScript, an output extent that is an expression: ``B = A[4:]``."""
+    return _drop_four

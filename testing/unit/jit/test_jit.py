@@ -369,6 +369,19 @@ def test_a_one_dimensional_empty_view_with_a_stride_runs():
     assert col.stride() == (3,)
     assert k(col).shape == (0,)
     assert k(torch.empty(0)[::2], torch.empty(0)).shape == (0,)
+    assert k.prepare(col)().shape == (0,)  # prepare as the call: TVM's check refused it
+    assert k.prepare(torch.empty(0)[::2], torch.empty(0))().shape == (0,)
+
+
+def test_an_output_extent_that_comes_out_negative_is_named():
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.script_drop_four)()
+    torch.testing.assert_close(k(torch.arange(6.0)), torch.tensor([4.0, 5.0]))
+    short = torch.arange(3.0)
+    said = r"output 'B' of shape \['n - 4'\] would be \[-1\] for these inputs \(n=3\)"
+    for call in (lambda: k(short), lambda: k.prepare(short)):
+        with pytest.raises(KernelArgumentError, match=said):
+            call()
+    assert k(torch.arange(4.0)).shape == (0,)
 
 
 def test_tvmscript_kernel_with_symbolic_shape():
