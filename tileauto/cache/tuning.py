@@ -59,12 +59,16 @@ from tileauto.cache.key import (
 )
 from tileauto.cache.locks import best_effort_lock
 from tileauto.options import CompileArgs, ProfileArgs
-from tileauto.records import TRANSIENT, Trial
+from tileauto.records import TRANSIENT, Trial, TrialStatus
 from tileauto.settings import Settings
 from tileauto.space import ProductSpace, config_id, tunable_parameters
 from tileauto.space.view import SpaceView
 
 log = get_logger("cache")
+
+# the transient failures of a config that ran: a pass stored for it is forgotten (see
+# TuningStore._forget_trial); a config not run or cancelled says nothing of its kernel
+_REMEASURED = frozenset({TrialStatus.TIMEOUT, TrialStatus.OUT_OF_MEMORY})
 
 MEASUREMENTS = "measurements"
 
@@ -430,9 +434,11 @@ class TuningStore:
         Raises:
             OSError: the folder is unsafe or the file cannot be written.
         """
-        if trial.status in TRANSIENT:
-            return False
         identity = self.measurement_id(trial.config)
+        if trial.status in TRANSIENT:
+            if trial.status in _REMEASURED and identity in self._stored:
+                self._forget_trial(identity)  # it hung or ran out of memory when re-timed
+            return False
         measured = _measured_part(trial)
         if self._stored.get(identity) == measured:
             return False
@@ -460,6 +466,14 @@ class TuningStore:
             folders.check_private(folder)
         _write_whole(self.measure_dir.with_suffix(".json"), self.checks)
         self._writable = True
+
+    def _forget_trial(self, identity: str) -> None:
+        """Delete the stored measurement of ``identity``: this tuning measured it again and it
+        timed out or ran out of memory, which is not written (it is measured again anyway),
+        so the next tuning must not find the pass it replaced."""
+        self._stored.pop(identity, None)
+        with contextlib.suppress(FileNotFoundError):
+            (self.measure_dir / f"{digest(identity)}.json").unlink()
 
     def _write_trial(self, trial: Trial) -> None:
         identity = self.measurement_id(trial.config)

@@ -56,6 +56,7 @@ class Rounds:
         reporter: Reporter,
         known: dict[str, Trial],
         keep: Callable[[Trial], None],
+        store_again: Callable[[Trial], None] | None = None,
     ) -> None:
         self.problem = problem
         self.view = view
@@ -65,6 +66,9 @@ class Rounds:
         self.reporter = reporter
         self.known = known
         self.keep = keep
+        # a trial recorded before whose measurement changed (it failed when re-timed): stored
+        # again, not reported again
+        self.store_again = store_again
         self.measured: dict[str, Trial] = {}
         self.artifacts: dict[str, KernelArtifact] = {}
         self.prepared = False  # the runner has its inputs (from the first library built)
@@ -219,7 +223,13 @@ class Rounds:
                 self.measured[cid] = trial.at_index(self.view.position(cid))
         if top_k >= 2:
             self._load_contenders(contenders(self.measured, self.default_id, top_k))
+        before = {cid: t.status for cid, t in self.measured.items()}
         retime_contenders(self.runner, self.measured, self.artifacts, self.default_id, top_k)
+        for cid, trial in self.measured.items():
+            # failed when re-timed: stored at once, as a later run must not serve its first
+            # timing as a pass (the winner is picked from the others, or none passed)
+            if trial.status is not before.get(cid) and self.store_again is not None:
+                self.store_again(trial)
 
     def _load_contenders(self, chosen: list[str]) -> None:
         """Build (or load from the kernel cache) the libraries of contenders measured by an

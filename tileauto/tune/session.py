@@ -234,7 +234,9 @@ class TuningSession:
             scratch.remove()
             raise
         self.reporter.started(p.name, self.view.size_bound)
-        rounds = Rounds(p, self.view, builder, runner, self.reporter, self.known, self._keep)
+        rounds = Rounds(
+            p, self.view, builder, runner, self.reporter, self.known, self._keep, self._store
+        )
         self._measured, self._artifacts = rounds.measured, rounds.artifacts
         self._unranked = rounds.unranked
         ref_latency = None
@@ -326,10 +328,13 @@ class TuningSession:
     def _keep(self, trial: Trial) -> None:
         """A trial the rounds recorded: stored at once (an interrupted or killed run keeps it),
         reported, and handed to the user's ``on_trial``."""
-        if isinstance(self.store, TrialStore):
-            self.store.save_trial(trial)
+        self._store(trial)
         self.reporter.trial(trial)
         self.observer.trial(trial)  # a detached copy; a failing callback is switched off
+
+    def _store(self, trial: Trial) -> None:
+        if isinstance(self.store, TrialStore):
+            self.store.save_trial(trial)
 
     # -- the end --------------------------------------------------------------------------------
     def _finish(self, ref_latency: float | None, stop_reason: str | None) -> AutotuneResult:

@@ -208,3 +208,21 @@ def test_save_writes_measured_trials_only_and_never_a_transient_over_a_measureme
     alone.save(fake_result(tmp_path, [never, trial(1, {"block": 16}, 0.5), timeout], best=1))
     (only,) = alone.measure_dir.glob("*.json")  # no file for a config that was not measured
     assert json.loads(only.read_text())["trial"]["config"] == {"block": 16}
+
+
+def test_a_pass_this_tuning_holds_is_forgotten_when_it_times_out_again(tmp_path):
+    # re-timed, a config that had passed hung: the timeout is not written (measured again
+    # anyway), so the pass it replaced must not be served to the next tuning either
+    space = [{"block": 8}, {"block": 16}]
+    store = open_store(space=space)
+    assert store.known_trials() == {}
+    assert store.save_trial(trial(0, {"block": 8}, 1.0)) and store.save_trial(
+        trial(1, {"block": 16})
+    )
+    assert len(open_store(space=space).known_trials()) == 2
+    assert not store.save_trial(trial(0, {"block": 8}, status=TrialStatus.TIMEOUT))
+    known = open_store(space=space).known_trials()
+    assert [json.loads(cid)["block"] for cid in known] == [16]
+    # not run or cancelled says nothing of the kernel: a pass stays
+    assert not store.save_trial(trial(1, {"block": 16}, status=TrialStatus.CANCELLED))
+    assert len(open_store(space=space).known_trials()) == 1

@@ -181,3 +181,32 @@ def test_a_re_timed_trial_keeps_one_re_timing_note(problem):
         store.shelf.results.clear()  # another space: another result's key, the same trials
     notes = [n for n in result.best_trial.notes if n.startswith("re-timed")]
     assert notes == ["re-timed interleaved with the best 3 and the default config"]
+
+
+# -- a failure at re-timing is what the next tuning finds -----------------------------------------
+class EveryRetimeFails(ScriptedRunner):
+    """Every config measures, then crashes whenever it is re-timed (a kernel that dies on a
+    later call)."""
+
+    def retime(self, items, rounds):
+        return RunOutcome(TrialStatus.CRASH, error="scripted crash")
+
+
+def _disk_store(p):
+    from tileauto.jit.target_memo import resolve as resolve_target
+    from tileauto.tune import defaults
+
+    return defaults.store_of(p, resolve_target("llvm"))
+
+
+def test_configs_that_crash_when_retimed_are_stored_so_even_when_none_wins(problem):
+    # none passes: the run ends without a result to store, and its crashes were lost with it;
+    # the next tuning served a crashing config's first timing as the winner
+    from tileauto.errors import NoValidConfigError
+
+    p = problem()
+    with pytest.raises(NoValidConfigError):
+        run_session(p, EveryRetimeFails(lambda c: LATENCY[c["block"]]), store=_disk_store(p))
+    known = _disk_store(p).known_trials()
+    retimed = [t for t in known.values() if t.config["block"] != 32]  # the default: not re-timed
+    assert retimed and all(t.status is TrialStatus.CRASH for t in retimed), known
