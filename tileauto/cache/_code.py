@@ -7,6 +7,7 @@ Dumps are remembered per source file's exact contents (:mod:`tileauto.cache._mem
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import functools
@@ -14,6 +15,7 @@ import hashlib
 import inspect
 import textwrap
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -122,15 +124,51 @@ def code_names(code: types.CodeType) -> frozenset[str]:
     """Every name the code reads, its nested functions, lambdas, comprehensions and classes too.
 
     ``co_names`` holds globals and attribute names alike, and identifier-like string constants
-    may be names too (``getattr(cfg, "OFFSET")``); the walk keeps those that resolve.
+    may be names too (``getattr(cfg, "OFFSET")``); the walk keeps those that resolve. Under
+    ``from __future__ import annotations`` an annotation is a string constant (in a tuple of
+    them, for a nested function's), which TVMScript evaluates (``"T.Buffer((N,), DT)"``): the
+    names of every constant that parses as an expression count too.
     """
     names = set(code.co_names)
+    stringly = bool(code.co_flags & _FUTURE_ANNOTATIONS)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= code_names(const)
         elif isinstance(const, str) and const.isidentifier():
             names.add(const)
+        elif stringly and isinstance(const, (str, tuple)):
+            names |= _annotation_names(const)
     return frozenset(names)
+
+
+_FUTURE_ANNOTATIONS = __future__.annotations.compiler_flag
+_MAX_ANNOTATION = 1000  # longer strings are text, not annotations: not parsed
+
+
+def _annotation_names(const: str | tuple[Any, ...]) -> frozenset[str]:
+    """The names a string constant (or the strings of a tuple constant) reads as an expression."""
+    if isinstance(const, tuple):
+        names: set[str] = set()
+        for item in const:
+            if isinstance(item, str) and item.isidentifier():
+                names.add(item)
+            elif isinstance(item, (str, tuple)):
+                names |= _annotation_names(item)
+        return frozenset(names)
+    if len(const) > _MAX_ANNOTATION:
+        return frozenset()
+    return _expression_names(const)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression_names(text: str) -> frozenset[str]:
+    try:
+        with warnings.catch_warnings():  # an invalid escape in a string that is no annotation
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset()
+    return frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
 
 
 def defaults(fn: types.FunctionType) -> list[tuple[str, Any]]:

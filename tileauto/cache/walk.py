@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import inspect
 import io
 import json
 import opcode
@@ -257,7 +258,40 @@ class Walker:
         wrapped = getattr(fn, "__wrapped__", None)  # a library decorator around user code
         if wrapped is not None:
             out["wrapped"] = self.describe(wrapped, where, names)
+        elif isinstance(fn, types.FunctionType) and fn.__closure__:
+            held = self._held_user_code(fn, where, names)
+            if held:  # only then: the keys of library functions without user code stay
+                out["holds"] = held
         return out
+
+    def _held_user_code(self, fn: types.FunctionType, where: Where, names: frozenset[str]) -> Any:
+        """The user code in a library function's closure cells, by cell name: a decorator that
+        keeps no ``__wrapped__`` (TVM's ``T.macro`` and ``T.inline`` return a closure over a
+        ``TIRMacro`` / ``TIRInline`` whose ``func`` is the user's function, and ``hygienic``
+        how its names resolve)."""
+        held: dict[str, Any] = {}
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # not assigned yet
+                continue
+            at = _at(where, "closure cell", name)
+            if _is_user_function(contents) or (
+                isinstance(contents, functools.partial) and _is_user_function(contents.func)
+            ):
+                held[name] = self.describe(contents, at, names)
+                continue
+            if isinstance(contents, (types.ModuleType, type)):
+                continue
+            func = _stored_attribute(contents, "func")
+            if not _is_user_function(func):
+                continue
+            described: dict[str, Any] = {"func": self.describe(func, _at(at, "", "func"), names)}
+            hygienic = _stored_attribute(contents, "hygienic")
+            if isinstance(hygienic, bool):
+                described["hygienic"] = hygienic
+            held[name] = described
+        return held
 
     def _module(self, module: types.ModuleType, where: Where, names: frozenset[str]) -> Any:
         library = library_of(module.__name__, module)
@@ -374,6 +408,28 @@ class Walker:
         raise UnkeyableError(
             _render(where), f"object of type {qualname(kind)} without a stable description"
         )
+
+
+def _is_user_function(value: Any) -> bool:
+    """A function whose code is the user's: it runs in a module of no installed library."""
+    return isinstance(value, types.FunctionType) and (
+        library_of(value.__globals__.get("__name__")) is None
+    )
+
+
+def _stored_attribute(value: Any, name: str) -> Any:
+    """An attribute an object holds itself (in its ``__dict__`` or a slot), None where it holds
+    none; read without running its code (no ``__getattr__``, no property: a proxy must not
+    compute, import or fail while a key is made), and not its class's (a method)."""
+    try:
+        found = inspect.getattr_static(value, name, None)
+        if isinstance(found, types.MemberDescriptorType):  # a slot: its value, if set
+            return found.__get__(value, type(value))
+        if found is inspect.getattr_static(type(value), name, None):  # the class's, or none
+            return None
+    except Exception:  # noqa: BLE001 - an unset slot, an object that hides its attributes
+        return None
+    return found
 
 
 def _attributes(value: Any) -> dict[str, Any]:
