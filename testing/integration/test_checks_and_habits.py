@@ -197,7 +197,7 @@ def big_blocks_win(func, args, *, warmup, rep, config, device):
     return [(1.0 if config["block"] == 128 else 2.0) * 1e6] * rep
 
 
-def _bucketed(check_new_shapes):
+def _bucketed(check_new_shapes, **options):
     return tileauto.autotune(
         configs=[{"block": 8}, {"block": 128}],
         key=lambda n: "one bucket",
@@ -206,6 +206,7 @@ def _bucketed(check_new_shapes):
         warmup=0,
         rep=2,
         verbose=False,
+        **options,
     )(tileauto.jit(out_idx=[-1], target="llvm")(blocked_double))
 
 
@@ -224,6 +225,53 @@ def test_check_new_shapes_validates_the_bucket_winner_and_tunes_on_failure():
     a = torch.randn(1000)
     torch.testing.assert_close(kernel(a), a * 2)
     assert tuned(2048).config == {"block": 128}  # the check passes at 2048: the winner stays
+
+
+def test_the_memory_hit_marker_names_the_config_that_serves_the_call():
+    # with check_new_shapes a call whose check failed is served by its own tuning's config:
+    # its marker named the bucket's winner (block 128) where block 8 served it
+    seen = []
+    tuned = _bucketed(True, on_trial=seen.append)
+    tuned(1024)
+    assert tuned(1000).config == {"block": 8}
+    seen.clear()
+    assert tuned(1000).config == {"block": 8}  # from memory: one marker
+    (marker,) = seen
+    assert marker.cache_hit and marker.config == {"block": 8}
+
+
+def parallel_double(n, block=8):
+    """B = 2 * A in a parallel loop (the kernel runs on a thread pool)."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        for i in T.parallel(n):
+            B[i] = A[i] * T.float32(2)
+
+    return main
+
+
+@pytest.mark.parametrize("how", ["bucket", "disk hit", "one config left"])
+def test_every_kernel_of_a_tuned_factory_runs_with_its_num_threads(how):
+    # num_threads=1 held for the tuned call only: the bucket's other calls, a disk hit in a new
+    # decorator and a space pruned to one config ran with every core
+    def make():
+        options = {"key": lambda n: n // 1000} if how != "one config left" else {}
+        if how == "one config left":
+            options["prune_configs_by"] = {"perf_model": lambda **kw: 1.0, "top_k": 1}
+        return tileauto.autotune(
+            configs=[{"block": 8}, {"block": 16}], num_threads=1, warmup=0, rep=2,
+            verbose=False, **options,
+        )(tileauto.jit(out_idx=[-1], target="llvm")(parallel_double))  # fmt: skip
+
+    tuned = make()
+    first = tuned(1024)
+    assert first.num_threads == 1
+    if how == "bucket":
+        assert tuned(1536).num_threads == 1  # the bucket's config, compiled for this call
+    elif how == "disk hit":
+        assert make()(1024).num_threads == 1
 
 
 def test_generator_configs_serve_every_call():

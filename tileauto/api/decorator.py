@@ -199,7 +199,7 @@ class AutoTuneImpl:
 
         kernel = self._kernels.get(args, kwargs, make)
         if not made:  # this call's kernel was in memory: the observer gets its marker trial
-            result = self.results.get(self._tuning_key(args, kwargs))
+            result = self.get_tuner_result(*args, **kwargs)  # what serves it (check_new_shapes)
             if result is not None:
                 self._observer.cache_hit(result)
         return kernel
@@ -275,7 +275,12 @@ class AutoTuneImpl:
                 impl = self._with_passes[key] = JITImpl(self.jit_impl.factory, compile_args)
         # the call's own arguments win: a tunable it passes is fixed (docs/tuning.md)
         passed = passed_arguments(self.jit_impl.factory, args, kwargs)
-        return impl(*args, **kwargs, **{k: v for k, v in arguments.items() if k not in passed})
+        kernel = impl(*args, **kwargs, **{k: v for k, v in arguments.items() if k not in passed})
+        if isinstance(kernel, JITKernel) and kernel.num_threads is not None:
+            # run with the count a tuning of this call runs with (tune() does the same)
+            settings = Settings.from_env().with_num_threads(self.profile_args.num_threads)
+            kernel.use_threads(settings.run_threads())
+        return kernel
 
     def _checked_reuse(
         self, args: tuple, kwargs: dict[str, Any], bucket_result: AutotuneResult
