@@ -35,6 +35,13 @@ def no_winner_message(
         head += f"never tried ({stopped})" if stopped else "never tried"
         return f"autotune {name}: {head}:\n{failure_summary(trials)}"
     size = len(trials) + never
+    if measured == 0 and stopped:  # a budget spent before the search's first batch
+        default = "passed" if default_trial.ok else f"failed: {default_trial.reason}"
+        return (
+            f"autotune {name}: no config of the {size} was measured ({stopped} before its "
+            f"first batch: the tuning's setup and the default config, which {default}, took "
+            "the budget); give a larger budget"
+        )
     head = f"none of the {f'{measured} measured' if measured < size else size} configs passed"
     if not default_trial.ok and view.default_index < 0:
         head += f" (the default config: {default_trial.reason})"

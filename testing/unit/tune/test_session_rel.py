@@ -210,3 +210,16 @@ def test_configs_that_crash_when_retimed_are_stored_so_even_when_none_wins(probl
     known = _disk_store(p).known_trials()
     retimed = [t for t in known.values() if t.config["block"] != 32]  # the default: not re-timed
     assert retimed and all(t.status is TrialStatus.CRASH for t in retimed), known
+
+
+def test_a_budget_spent_before_the_first_batch_says_so(problem):
+    # the default config (block 32, not in this list) passed; the setup took the 1 ns budget
+    from tileauto.errors import NoValidConfigError
+
+    p = problem([{"block": 16}, {"block": 64}, {"block": 128}], max_seconds=1e-9)
+    with pytest.raises(NoValidConfigError) as info:
+        run_session(p, ScriptedRunner(lambda c: LATENCY[c["block"]]))
+    message = str(info.value)
+    assert "no config of the 3 was measured" in message
+    assert "max_seconds ran out before its first batch" in message
+    assert "default config, which passed" in message and "give a larger budget" in message
