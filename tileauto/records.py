@@ -251,7 +251,13 @@ class RunOutcome:
 
     ``reference`` (the default config's outputs, kept by the parent so that a replacement
     worker gets them without running the default again) is the worker's business; records
-    read by the session are the status, the samples and the messages.
+    read by the session are the status, the samples, the messages and ``reference_kept``.
+
+    ``reference_kept``: whether the run worker held the default config's outputs as this
+    run's reference when it checked it (no ``ref_prog``): for the default config's own run,
+    that they were kept (False when they were incomplete, so none is); for another config,
+    that it was compared with them (False: only checked for unwritten outputs). None when
+    the runner did not say (a run that never reached the check, a scripted runner).
     """
 
     status: TrialStatus
@@ -261,6 +267,7 @@ class RunOutcome:
     reference: Any = None
     reference_inplace: tuple[int, ...] | None = None
     run_s: float = 0.0
+    reference_kept: bool | None = None
 
 
 # -- builds ------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from tileauto.run.buffers import canaries_intact, interleave, padded_clones, pad
 from tileauto.run.check import as_tensor, check_outputs, clones, first_unwritten, own_work
 from tileauto.run.inputs import make_inputs
 from tileauto.run.session import RunRequest, RunSession, SessionSpec
-from tileauto.run.timing import default_timer, iterations
+from tileauto.run.timing import Flush, default_flush, default_timer, iterations
 from tileauto.run.validate import Verdict, as_list
 
 
@@ -209,7 +209,7 @@ class RunWorker:
                 len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
             )
             counts = session.iters.get(_config_key(request.config)) or iterations(
-                spec.profile, func, full, spec.device
+                spec.profile, func, full, spec.device, _flush_of(spec)
             )
             timer = session.timer
             assert timer is not None, "set up before any run"
@@ -268,10 +268,15 @@ class RunWorker:
             mutated = tuple(
                 k for k, (a, b) in enumerate(zip(ins, session.inputs)) if not _same(a, b)
             )
+        # the default config's outputs are this config's reference (for the default itself:
+        # once they are kept, below); the trial's validation says so
+        kept = spec.profile.ref_prog is None and session.reference is not None
         if spilled:
             spilled_names = ", ".join(spec.params[p].name for p in spilled)
             return RunOutcome(
-                TrialStatus.OUT_OF_BOUNDS, error=f"wrote outside the bounds of {spilled_names}"
+                TrialStatus.OUT_OF_BOUNDS,
+                error=f"wrote outside the bounds of {spilled_names}",
+                reference_kept=kept,
             )
         notes = tuple(f"writes into input {spec.params[session.in_pos[k]].name!r}" for k in mutated)
         inplace = session.inplace if session.inplace is not None else mutated
@@ -292,12 +297,14 @@ class RunWorker:
                     TrialStatus.MISMATCH,
                     error=f"{missing.message}; {DEFAULT_NOT_REFERENCE}",
                     notes=notes,
+                    reference_kept=False,
                 )
         if request.is_reference and spec.profile.ref_prog is None:
             session.reference = [r.detach().clone() for r in results]
             self.reference_key = spec_signature(spec)
             session.inplace = inplace
             reference, reference_inplace = [r.cpu() for r in results], inplace
+            kept = True
             # the default config is its own reference; a manual check still sees its results
             verdict = (
                 check_outputs(session, ins, results, names, mutated)
@@ -307,7 +314,16 @@ class RunWorker:
         else:
             verdict = check_outputs(session, ins, results, names, mutated)
         if not verdict.ok:
-            return RunOutcome(TrialStatus.MISMATCH, error=verdict.message, notes=notes)
+            # a default config that fails its manual check was kept as the reference all the
+            # same: the parent keeps it too, for a replacement worker and other slots
+            return RunOutcome(
+                TrialStatus.MISMATCH,
+                error=verdict.message,
+                notes=notes,
+                reference=reference,
+                reference_inplace=reference_inplace,
+                reference_kept=kept,
+            )
         if verdict.note:  # a check that passed with something to say (a check skipped)
             notes += (verdict.note,)
         samples: tuple[float, ...] = ()
@@ -320,6 +336,7 @@ class RunWorker:
             notes=notes,
             reference=reference,
             reference_inplace=reference_inplace,
+            reference_kept=kept,
         )
 
     def _reference_signature_differs(
@@ -416,7 +433,7 @@ def _time(
     """Time one checked config: its samples (ns) and a busy-machine note, if it earned one."""
     spec, timer = session.spec, session.timer
     assert timer is not None, "set up before any run"
-    n_warmup, n_rep = iterations(spec.profile, func, full, spec.device)
+    n_warmup, n_rep = iterations(spec.profile, func, full, spec.device, _flush_of(spec))
     session.iters[_config_key(config)] = (n_warmup, n_rep)
     waited, start = runqueue_wait_s(), time.perf_counter()
     samples = tuple(
@@ -424,6 +441,13 @@ def _time(
     )
     note = busy_note(waited, time.perf_counter() - start)
     return samples, (() if note is None else (note,))
+
+
+def _flush_of(spec: SessionSpec) -> Flush | None:
+    """The cache flush the session's timer does before each timed run, which the iteration
+    counts include: the default timer's (``flush_cache``); None for a ``timer=`` of the
+    user's, whose runs are what it makes them."""
+    return default_flush(spec.device, spec.flush) if spec.timer is None else None
 
 
 def _with_hooks(func: Any, spec: SessionSpec, artifact: KernelArtifact) -> Any:

@@ -35,14 +35,22 @@ _BUILD_STATUS = {
 }
 
 # the default config's run statuses after which the run worker holds its outputs (a mismatch
-# of a manual check on the default is found after they are kept)
+# of a manual check on the default is found after they are kept; one of unwritten outputs,
+# before: the run says which in ``RunOutcome.reference_kept``, this is for a runner that does
+# not say, a scripted one)
 REFERENCE_KEPT = frozenset({TrialStatus.OK, TrialStatus.MISMATCH})
+
+# the run statuses only a run that reached the check ends with (the guard elements, then the
+# comparison); a run that ended otherwise (a run error, a crash, a timeout, an out-of-memory
+# kill, an interrupt) was checked against nothing, and its trial's validation is None
+CHECKED = frozenset({TrialStatus.OK, TrialStatus.MISMATCH, TrialStatus.OUT_OF_BOUNDS})
 
 
 def trial_of(
     index: int, build: BuildResult, run: RunOutcome | None, validation: Validation
 ) -> Trial:
-    """The trial of one config at ``index``: its build's failure, or its run's outcome."""
+    """The trial of one config at ``index``: its build's failure, or its run's outcome
+    (``validation`` only when the run reached the check, see :data:`CHECKED`)."""
     if not build.ok:
         return Trial(
             index,
@@ -74,7 +82,7 @@ def trial_of(
         run.run_s,
         error,
         run.notes,
-        validation=validation,
+        validation=validation if run.status in CHECKED else None,
     )
 
 
@@ -82,15 +90,19 @@ def validation_of(
     profile: ProfileArgs, run: RunOutcome, *, is_default: bool, default: Trial | None
 ) -> Validation:
     """What the run worker checked a config's outputs against (its rules, restated);
-    ``default``: the default config's trial, when it was measured."""
+    ``default``: the default config's trial, when it was measured. (A run that never reached
+    the check gets None in :func:`trial_of`.)"""
     if profile.skip_check:
         return Validation.SKIPPED
     if profile.ref_prog is not None:
         return Validation.REFERENCE
-    # the default config is the reference; when its run failed there is nothing to compare
-    if is_default or default is None or default.status not in REFERENCE_KEPT:
+    # the default config is the reference, not checked against itself
+    if is_default or any(n.startswith(NOT_COMPARED_NOTE) for n in run.notes):
         return Validation.SKIPPED
-    if any(n.startswith(NOT_COMPARED_NOTE) for n in run.notes):
+    if run.reference_kept is not None:  # the run worker says whether it held its outputs
+        return Validation.DEFAULT if run.reference_kept else Validation.SKIPPED
+    # a runner that does not say: when the default's run failed there is nothing to compare
+    if default is None or default.status not in REFERENCE_KEPT:
         return Validation.SKIPPED
     return Validation.DEFAULT
 
