@@ -228,3 +228,16 @@ def _drop_four(a: T.handle, b: T.handle):
 def script_drop_four() -> tvm.tirx.PrimFunc:
     """TVMScript, an output extent that is an expression: ``B = A[4:]``."""
     return _drop_four
+
+
+def cuda_add_k(n: int, threads: int = 128) -> tvm.tirx.PrimFunc:
+    """``B = A + k`` on a CUDA device, ``k`` an int32 scalar passed by value."""
+    a = te.placeholder((n,), "float32", name="A")
+    k = te.var("k", "int32")
+    b = te.compute((n,), lambda i: a[i] + k.astype("float32"), name="B")
+    sch = s_tir.Schedule(te.create_prim_func([a, k, b]))
+    (i,) = sch.get_loops(sch.get_sblock("B"))
+    bx, tx = sch.split(i, [None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    return sch.mod["main"]

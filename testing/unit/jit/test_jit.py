@@ -1474,6 +1474,25 @@ def test_cuda_kernel_runs_on_the_gpu():
         k(a.cpu())
 
 
+def test_a_cuda_kernel_with_an_int_scalar_compiles_without_a_gpu():
+    k = tileauto.jit(out_idx=[-1], target="cuda")(kernels.cuda_add_k)(4096)
+    assert [p.name for p in k.params] == ["A", "k", "B"] and k.params[1].scalar
+
+
+@pytest.mark.gpu
+def test_a_cuda_kernel_takes_an_int_scalar_in_range_and_names_one_outside():
+    # the C call slot checks an integer scalar's range on every call (TVM would wrap it)
+    k = tileauto.jit(out_idx=[-1], target="cuda")(kernels.cuda_add_k)(1 << 20)
+    a = torch.randn(1 << 20, device="cuda")
+    for value in (0, 7, -3, 2**31 - 1):
+        torch.testing.assert_close(k(a, value), a + float(value))
+    for value in (2**31, -(2**31) - 1):
+        with pytest.raises(KernelArgumentError, match="'k': a scalar int32 holds"):
+            k(a, value)
+    with pytest.raises(KernelArgumentError, match="'k': expected a scalar int32"):
+        k(a, 1.5)
+
+
 def test_a_kernel_copies_as_itself_and_says_how_to_ship_it_when_pickled():
     import copy
     import pickle
