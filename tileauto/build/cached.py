@@ -10,12 +10,17 @@ compile that succeeds is stored there as it arrives.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import threading
+import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tileauto._logging import get_logger
 from tileauto.cache.kernels import ConfigKernels, KernelStore
+from tileauto.artifact import KernelArtifact
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
 
 log = get_logger("builder")
@@ -32,9 +37,15 @@ class CachedBuilder:
     the compiles stored in it, over every build of this stage.
     """
 
-    def __init__(self, inner: Any, kernels: ConfigKernels) -> None:
+    def __init__(
+        self, inner: Any, kernels: ConfigKernels, private_dir: Path | None = None
+    ) -> None:
         self.inner = inner
         self.kernels = kernels
+        # where a hit's kernel folder is linked before the run loads it (the tuning's scratch
+        # folder): a cache clear, verify --delete or another process's pruning may remove the
+        # entry meanwhile; None: the entry's own folder is used
+        self.private_dir = private_dir
         self.reused = 0
         self.compiled = 0
         self._lock = threading.Lock()
@@ -75,6 +86,8 @@ class CachedBuilder:
         for request in requests:
             store = self.kernels.store(request.config)
             artifact = store.load() if store is not None else None
+            if artifact is not None:
+                artifact = self._private(artifact)
             if artifact is None:
                 misses.append((request, store))
                 continue
@@ -100,3 +113,24 @@ class CachedBuilder:
 
         renumbered = [dataclasses.replace(r, index=k) for k, (r, _) in enumerate(misses)]
         self.inner.build(renumbered, arrived)
+
+    def _private(self, artifact: KernelArtifact) -> KernelArtifact | None:
+        """``artifact`` with its folder linked (hard links, else copies) into the private
+        folder; None, a miss, when the entry went before it was linked whole."""
+        if self.private_dir is None or artifact.directory is None:
+            return artifact
+        own = Path(self.private_dir) / f"hit-{uuid.uuid4().hex[:12]}"
+        try:
+            shutil.copytree(artifact.directory, own, copy_function=_link_or_copy)
+        except (OSError, shutil.Error) as exc:
+            shutil.rmtree(own, ignore_errors=True)
+            log.info("kernel cache: %s went while it was read (%s); compiling", own, exc)
+            return None
+        return dataclasses.replace(artifact, directory=own)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # the same file: a delete of the entry leaves it to this tuning
+    except OSError:  # another file system, or no hard links there
+        shutil.copy2(src, dst)

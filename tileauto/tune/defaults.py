@@ -133,6 +133,7 @@ def default_builder(
 
             return with_kernel_cache(
                 p,
+                staging_dir,
                 RayBuilder(
                     p.factory,
                     p.compile_args,
@@ -154,15 +155,18 @@ def default_builder(
             timeout_s=p.settings.compile_timeout_s,
             staging_dir=staging_dir,
         )
-        return with_kernel_cache(p, builder)
+        return with_kernel_cache(p, staging_dir, builder)
 
     return make
 
 
-def with_kernel_cache(problem: TuningProblem, builder: BuildStage) -> BuildStage:
+def with_kernel_cache(
+    problem: TuningProblem, staging_dir: Path | None, builder: BuildStage
+) -> BuildStage:
     """``builder`` behind the kernel cache (:class:`tileauto.build.cached.CachedBuilder`): a
     config compiled by any tuning of this factory, call and target is loaded, not compiled
-    again, whatever the checks or the timing. ``builder`` itself when either cache is off.
+    again, whatever the checks or the timing; a hit's kernel is linked into ``staging_dir``
+    (the tuning's scratch folder) first. ``builder`` itself when either cache is off.
     """
     from tileauto.build.cached import CachedBuilder
     from tileauto.cache.kernels import ConfigKernels
@@ -178,7 +182,7 @@ def with_kernel_cache(problem: TuningProblem, builder: BuildStage) -> BuildStage
     kernels = ConfigKernels.open(
         p.settings, p.factory, p.args, p.kwargs, ca, target=target.json, device=target.device
     )
-    return builder if kernels is None else CachedBuilder(builder, kernels)
+    return builder if kernels is None else CachedBuilder(builder, kernels, staging_dir)
 
 
 def _check_gpu(name: str) -> None:
