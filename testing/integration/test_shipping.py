@@ -198,6 +198,41 @@ def test_load_from_disk_compiles_with_the_factory_under_an_autotune_function(tmp
     _check(loaded)
 
 
+class _Size:
+    """A problem argument that is no JSON value: the tuning's call is not recorded."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __repr__(self):
+        return f"_Size({self.n})"
+
+
+def scale_of(size, vec=8):
+    from tune_kernels import scale
+
+    return scale(size.n, vec=vec)
+
+
+def test_load_from_disk_with_a_factory_whose_call_was_not_recorded_uses_the_script(
+    tmp_path, monkeypatch
+):
+    jitted = tileauto.jit(out_idx=[-1], target="llvm")(scale_of)
+    tuned = tileauto.autotune(configs=[{"vec": 4}, {"vec": 8}], warmup=0, rep=2, verbose=False)(
+        jitted
+    )
+    tuned(_Size(256))
+    saved = tuned.get_tuner_result(_Size(256)).save_to_disk(tmp_path / "saved")
+    monkeypatch.setattr(
+        "tileauto.result.shipping.cannot_run_here", lambda artifact, args: "another CPU"
+    )
+    with pytest.warns(RuntimeWarning, match="does not record the arguments") as caught:
+        loaded = tileauto.AutotuneResult.load_from_disk(saved, factory=jitted)
+    assert any("recompiled from its TVMScript" in str(w.message) for w in caught)
+    a = torch.randn(256)
+    torch.testing.assert_close(loaded.kernel(a), a * 2)
+
+
 def test_a_loaded_results_trials_get_the_winners_tuples_back(tmp_path):
     configs = [{"tile": (16, False)}, {"tile": (32, True)}]
     tuner = tileauto.AutoTuner.from_kernel(tuple_scale_add, configs)

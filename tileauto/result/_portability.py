@@ -8,6 +8,7 @@ the kernel (torch) and the space are imported only to compile again.
 from __future__ import annotations
 
 import uuid
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -102,6 +103,18 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
         target=target,
     )
     plain = recompile_factory(factory)
+    script = artifact.directory / artifact.SCRIPT
+    if plain is not None and stored.problem is None:
+        # the tuning's call was not recorded (an argument that is no JSON value): the factory
+        # cannot be called as the tuning called it
+        why = (
+            f"{stored.path} does not record the arguments the factory was tuned with (one is "
+            "not a JSON value), so factory= cannot be called with them"
+        )
+        if not script.is_file():
+            raise CacheError(f"{why}, and the entry holds no TVMScript to recompile")
+        warnings.warn(f"{why}; recompiled from its TVMScript instead", RuntimeWarning, stacklevel=4)
+        plain = None
     if plain is not None:
         fn = plain
         problem = stored.problem or {}
@@ -109,7 +122,6 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
         arguments, own = split_pass_configs(stored.config)
         call_kwargs.update(arguments)
     else:
-        script = artifact.directory / artifact.SCRIPT
         if not script.is_file():
             raise CacheError(
                 f"{stored.path} cannot run here and holds no TVMScript to recompile; pass "
