@@ -17,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tileauto.artifact import KernelArtifact
-from tileauto.records import BuildRequest, BuildResult, RunOutcome, Trial, Validation
+from tileauto.records import (
+    NOT_COMPARED_NOTE,
+    BuildRequest,
+    BuildResult,
+    RunOutcome,
+    Trial,
+    Validation,
+)
 from tileauto.space import config_id
 from tileauto.space.view import SpaceView
 from tileauto.tune._retime import contenders, retime_contenders
@@ -80,7 +87,7 @@ class Rounds:
         """Build one round in parallel and run each config (CPU: after all its compiles)."""
         start = time.perf_counter()
         for cid in round_ids:
-            if cid in self.known and cid != self.default_id:
+            if cid in self.known and cid != self.default_id and self._stands(self.known[cid]):
                 self.record(cid, self.known[cid])  # measured by an earlier run
         to_build = [cid for cid in round_ids if cid not in self.measured]
         requests = [self._request(k, cid) for k, cid in enumerate(to_build)]
@@ -139,6 +146,10 @@ class Rounds:
             self._run_pending(pending, round_ids)
         for cid, result in pending.items():
             self.record(cid, self.trial(result, None))
+        if self.default_id in self.measured:  # the known passes that do not stand are gone:
+            for cid in [c for c, t in self.known.items() if not self._stands(t)]:
+                if cid not in self.measured:  # not re-timed, not ranked, never the winner
+                    del self.known[cid]
 
     def _request(self, index: int, cid: str) -> BuildRequest:
         p = self.problem
@@ -192,8 +203,9 @@ class Rounds:
         """The default config: it makes the reference outputs the others are checked against."""
         reuse = self.known.get(cid)
         artifact = self.artifacts[cid]
-        if reuse is not None:
-            # measured before (cache): run once only to produce the reference outputs
+        if reuse is not None and reuse.ok:
+            # passed before (cache): run once only to produce the reference outputs (a
+            # failure stored before is measured again: it runs to make the reference anyway)
             run = self.runner.run(artifact, result.config, is_reference=True, time_it=False)
             self.record(cid, reuse if run.status.ok else self.trial(result, run))
         else:
@@ -277,6 +289,27 @@ class Rounds:
         self.builder.build([self._request(0, cid)], built.append)
         if built and built[0].ok and built[0].artifact is not None:
             self.artifacts[cid] = built[0].artifact
+
+    def unchecked(self, trial: Trial) -> bool:
+        """Whether an earlier run's trial is a pass that was checked against nothing because
+        that run had no reference (its default config failed before its outputs were kept):
+        the search measures it again (see :meth:`_stands`)."""
+        pa = self.problem.profile_args
+        if pa.skip_check or not trial.ok or trial.validation is not Validation.SKIPPED:
+            return False
+        # one compared with nothing for a reason of its own (its buffers differ) is as it was
+        return not any(n.startswith(NOT_COMPARED_NOTE) for n in trial.notes)
+
+    def _stands(self, trial: Trial) -> bool:
+        """Whether an earlier run's trial is this run's too: every one but an unchecked pass
+        where this run has or may have a reference (a ``ref_prog``, or a default config that
+        passed or is not measured yet): that config is measured again, and checked."""
+        if not self.unchecked(trial):
+            return True
+        if self.problem.profile_args.ref_prog is not None:
+            return False
+        default = self.measured.get(self.default_id)
+        return default is not None and not default.ok
 
     def record(self, cid: str, trial: Trial) -> None:
         """Keep a config's trial, complete (its index in the space), and report it."""

@@ -281,7 +281,8 @@ class TuningSession:
         known = {}
         for cid, trial in self.known.items():
             index = view.search_index(cid)
-            if index >= 0 and cid != self.default_id:
+            # a pass an earlier run could not check is asked for again (rounds.unchecked)
+            if index >= 0 and cid != self.default_id and not rounds.unchecked(trial):
                 known[index] = trial
         pending_default = [self.default_id]
 

@@ -223,3 +223,49 @@ def test_a_budget_spent_before_the_first_batch_says_so(problem):
     assert "no config of the 3 was measured" in message
     assert "max_seconds ran out before its first batch" in message
     assert "default config, which passed" in message and "give a larger budget" in message
+
+
+def test_passes_an_earlier_run_could_not_check_are_measured_again_once_there_is_a_reference(
+    problem,
+):
+    # the first run's default config timed out: its passes were checked against nothing; the
+    # second run's default passes, and the config that gives wrong results must not win on
+    # its borrowed pass
+    from tileauto.records import Validation
+    from tileauto.tune.stores import MemoryStore
+
+    store = MemoryStore()
+    first = {16: 3.0, 32: "timeout", 64: 1.0, 128: 4.0}  # a slow default, past its timeout
+    _, r1 = run_session(problem(), ScriptedRunner(lambda c: first[c["block"]]), store=store)
+    assert r1.config == {"block": 64}
+    assert {t.config["block"]: t.validation for t in r1.trials}[64] is Validation.SKIPPED
+    second = {16: 3.0, 32: 2.0, 64: "mismatch", 128: 4.0}
+    runner = ScriptedRunner(lambda c: second[c["block"]])
+    store.shelf.results.clear()  # the entry goes (a widened space, say): measurements stay
+    _, r2 = run_session(problem(), runner, store=store)
+    assert r2.config == {"block": 32}
+    assert sorted(c["block"] for c, _ in runner.runs) == [16, 32, 64, 128]  # all checked now
+    assert {t.config["block"]: t.status for t in r2.trials}[64] is TrialStatus.MISMATCH
+    # a third run with a reference borrows what the second checked: nothing is run again
+    third = ScriptedRunner(lambda c: second[c["block"]])
+    store.shelf.results.clear()
+    _, r3 = run_session(problem(), third, store=store)
+    assert r3.config == {"block": 32} and [c["block"] for c, _ in third.runs] == [32]
+
+
+def test_unchecked_passes_are_measured_again_when_there_is_still_no_reference(problem):
+    from tileauto.tune.stores import MemoryStore
+
+    store = MemoryStore()
+    script = {16: 3.0, 32: "crash", 64: 1.0, 128: 4.0}
+    run_session(problem(), ScriptedRunner(lambda c: script[c["block"]]), store=store)
+    again = ScriptedRunner(lambda c: script[c["block"]])
+    store.shelf.results.clear()
+    _, result = run_session(problem(), again, store=store)
+    # asked for again with the default config, before its run says there is no reference
+    # now either: measured again, unchecked again, and the same winner
+    assert result.config == {"block": 64}
+    assert sorted(c["block"] for c, _ in again.runs) == [16, 32, 64, 128]
+    assert {t.config["block"]: t.validation.value for t in result.trials if t.ok} == dict.fromkeys(
+        [16, 64, 128], "skipped"
+    )
