@@ -33,6 +33,13 @@ TRIALS_FORMAT = "tileauto-trials/1"
 _YEAR_3000 = 32503680000.0  # a manifest's "created" past it (or NaN) is not a time
 
 
+def is_entry_key(name: str) -> bool:
+    """Whether ``name`` is an entry folder's name: a key, 32 lowercase hex digits. Only such
+    folders of ``autotuner/`` and ``kernels/`` are tileauto's to list, verify, prune or
+    delete; anything else there (``my-notes/``, a ``.stage-*`` write) is left alone."""
+    return _KEY.fullmatch(name) is not None  # fullmatch: `$` lets a final newline through
+
+
 @dataclass(frozen=True)
 class EntryInfo:
     """One entry folder, as far as its manifest tells (None fields: unreadable manifest)."""
@@ -126,7 +133,7 @@ def list_entries(root: Path, kinds: tuple[str, ...] = KINDS) -> list[EntryInfo]:
         if not base.is_dir():
             continue
         for path in base.iterdir():
-            if _KEY.match(path.name):
+            if is_entry_key(path.name):
                 out.append(_info(kind, path))
     return sorted(out, key=lambda e: (e.created, e.kind, e.key))
 
@@ -300,7 +307,7 @@ def _children(path: Path, keyed: bool = False) -> list[Path]:
         return [
             p
             for p in path.iterdir()
-            if p.is_dir() and (_KEY.match(p.name) if keyed else not p.name.startswith("."))
+            if p.is_dir() and (is_entry_key(p.name) if keyed else not p.name.startswith("."))
         ]
     except OSError:
         return []
@@ -475,13 +482,18 @@ def import_entries(
 ) -> list[tuple[str, str, str | None]]:
     """Copy the entry at ``src`` (or every entry folder inside ``src``) into the cache.
 
+    ``src`` may also be another cache's root: its entries (the folders of ``autotuner/`` and
+    ``kernels/`` named by a key) are imported, and nothing else of it (measurements, memos,
+    logs, staging, folders of the user's).
+
     Hashes are checked first; the files become this user's. Returns (kind, key, note) per
     entry imported, where note says why it will not be used (other versions), if so.
     ``on_refused(path, why)``: an entry of a folder that cannot be imported is reported
     there and the others are imported still (without it, the first one raises).
 
     Raises:
-        CacheError: ``src`` holds no entry, or an entry is corrupt or has no key.
+        CacheError: ``src`` holds no entry, is this cache's own root, or an entry is
+            corrupt or has no key.
     """
     src = Path(src).expanduser().absolute()
     if not src.exists():
@@ -489,11 +501,16 @@ def import_entries(
     if (src / disk.MANIFEST).is_file():
         sources = [src]
     else:
-        sources = sorted(p for p in _children(src) if (p / disk.MANIFEST).is_file())
+        found = {p for p in _children(src) if (p / disk.MANIFEST).is_file()}
+        found.update(_root_entries(src))  # a cache root: its autotuner/ and kernels/
+        sources = sorted(found)
     if not sources:
         raise CacheError(
-            f"{src} holds no tileauto entry (no manifest.json in it or in its sub-folders)"
+            f"{src} holds no tileauto entry (no manifest.json in it or in its sub-folders, "
+            f"and no entry in an {KIND_TUNED}/ or {KIND_KERNEL}/ folder of a cache root)"
         )
+    if any(p.parent.parent == src for p in sources) and _same_folder(src, Path(root)):
+        raise CacheError(f"{src} is the cache itself: its entries are in it already")
     out = []
     for path in sources:
         try:
@@ -505,6 +522,24 @@ def import_entries(
     return out
 
 
+def _root_entries(src: Path) -> list[Path]:
+    """The entries of a cache root ``src``: its ``autotuner/`` and ``kernels/`` folders named
+    by a key and holding a manifest (none where ``src`` is no cache root)."""
+    out = []
+    for kind in KINDS:
+        for path in _children(src / kind, keyed=True):
+            if not path.is_symlink() and (path / disk.MANIFEST).is_file():
+                out.append(path)
+    return out
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (a cache not made yet): not the same
+        return False
+
+
 def _import_one(path: Path, root: Path, staging_root: Path) -> tuple[str, str, str | None]:
     try:
         manifest = disk.read_manifest(path)
@@ -514,7 +549,7 @@ def _import_one(path: Path, root: Path, staging_root: Path) -> tuple[str, str, s
     key = manifest.get("key")
     if kind not in KINDS:
         raise CacheError(f"{path}: unknown entry kind {kind!r}")
-    if not isinstance(key, str) or not _KEY.match(key):
+    if not isinstance(key, str) or not is_entry_key(key):
         raise CacheError(
             f"{path} has no cache key (it was saved with the tuning cache off); load it with "
             "AutotuneResult.load_from_disk instead"
@@ -586,6 +621,7 @@ __all__ = [
     "find_entry",
     "folder_problems",
     "import_entries",
+    "is_entry_key",
     "list_entries",
     "read_record",
     "read_trials",

@@ -20,6 +20,7 @@ from typing import Any
 from tileauto._logging import get_logger
 from tileauto.cache import disk
 from tileauto.cache.scratch import process_start
+from tileauto.errors import CacheError
 
 log = get_logger("cache")
 
@@ -28,6 +29,7 @@ __all__ = [
     "PRUNE_MAX",
     "LogFile",
     "clear_logs",
+    "failed_logs_message",
     "list_logs",
     "log_in_use",
     "prune_kernels",
@@ -160,32 +162,33 @@ def prune_kernels(settings: Any) -> int:
     ``settings.kernels_max_mb``; never one used in the last :data:`IN_USE_S` seconds (a load
     touches its folder). They are only compiles: a later tuning compiles them again.
 
-    Called when a tuning starts: a directory scan and a few ``stat`` calls per entry, and at
-    most :data:`PRUNE_MAX` deletions. Nothing raises. Returns how many entries were deleted.
+    An entry is a folder named by its key (32 hex digits, as ``tileauto cache`` takes them),
+    and its size is that of every file under it (the library is in ``kernel/``, below the
+    manifest). Anything else in ``kernels/`` (a folder of the user's, a write in progress) is
+    neither counted nor deleted.
+
+    Called when a tuning starts: a directory scan and one ``stat`` per file of each entry, and
+    at most :data:`PRUNE_MAX` deletions. Nothing raises. Returns how many entries were deleted.
     """
+    from tileauto.cache.catalog import is_entry_key  # loaded by a tuning anyway
+
     max_bytes = settings.kernels_max_mb * 2**20
     if max_bytes <= 0 or not settings.kernel_cache_enabled:
         return 0
+    kernels = settings.cache_dir / "kernels"
     entries = []
     try:
-        with os.scandir(settings.cache_dir / "kernels") as it:
-            folders = [e for e in it if not e.name.startswith(".")]
+        with os.scandir(kernels) as it:
+            folders = [e for e in it if is_entry_key(e.name)]
     except OSError:
         return 0
     for folder in folders:
         try:
             st = folder.stat(follow_symlinks=False)
-            if not stat.S_ISDIR(st.st_mode):
-                continue
-            with os.scandir(folder.path) as files:
-                size = sum(
-                    f.stat(follow_symlinks=False).st_size
-                    for f in files
-                    if f.is_file(follow_symlinks=False)
-                )
         except OSError:
             continue
-        entries.append((st.st_mtime, folder.path, size))
+        if stat.S_ISDIR(st.st_mode):
+            entries.append((st.st_mtime, folder.path, disk.dir_size(Path(folder.path))))
     total = sum(size for _, _, size in entries)
     if total <= max_bytes:
         return 0
@@ -203,7 +206,7 @@ def prune_kernels(settings: Any) -> int:
         total -= size
         removed += 1
     if removed:
-        log.debug("pruned %d kernel cache entries (%s over its limit)", removed, path)
+        log.debug("pruned %d kernel cache entries in %s (over its limit)", removed, kernels)
     return removed
 
 
@@ -213,25 +216,60 @@ def clear_logs(
     *,
     dry_run: bool = False,
     now: float | None = None,
+    failed: list[tuple[LogFile, OSError]] | None = None,
 ) -> tuple[list[LogFile], list[LogFile]]:
     """Delete every log not in use (or only those last written more than ``older_than_s``
-    ago). Returns (deleted, kept in use); ``dry_run`` deletes nothing."""
+    ago). Returns (deleted, kept in use); ``dry_run`` deletes nothing.
+
+    A log gone already (deleted meanwhile by another process's prune) counts as deleted. A log
+    that cannot be deleted (a read-only folder) does not stop the others: each is appended to
+    ``failed`` with its error, where given.
+
+    Raises:
+        CacheError: some log could not be deleted and no ``failed`` list was given; the
+            message names the first with its reason, and says how many were deleted.
+    """
     now = time.time() if now is None else now
     deleted, kept = [], []
+    errors: list[tuple[LogFile, OSError]] = [] if failed is None else failed
     started: dict[int, float | None] = {}
     for item in list_logs(logs_dir):
         if older_than_s is not None and now - item.mtime < older_than_s:
             continue
         if log_in_use(item, now, started):
             kept.append(item)
-        elif dry_run or _unlink(item.path):
-            deleted.append(item)
+            continue
+        if not dry_run:
+            try:
+                _unlink_or_raise(item.path)
+            except OSError as exc:
+                errors.append((item, exc))
+                continue
+        deleted.append(item)
+    if failed is None and errors:
+        raise CacheError(f"{failed_logs_message(errors)}; {len(deleted)} deleted")
     return deleted, kept
 
 
-def _unlink(path: Path | str) -> bool:
+def failed_logs_message(failed: list[tuple[LogFile, OSError]]) -> str:
+    """``could not delete N logs: <the first one>: <why>``, for logs :func:`clear_logs` could
+    not delete."""
+    item, exc = failed[0]
+    return f"could not delete {len(failed)} logs: {item.path}: {exc.strerror or exc}"
+
+
+def _unlink_or_raise(path: Path | str) -> None:
+    """Delete a file; one gone already is no error (it is gone, as asked)."""
     try:
         os.unlink(path)
-        return True
+    except FileNotFoundError:
+        pass
+
+
+def _unlink(path: Path | str) -> bool:
+    """Delete a file, never raising: whether it is gone now."""
+    try:
+        _unlink_or_raise(path)
     except OSError:
         return False
+    return True

@@ -20,8 +20,10 @@ into ``DIR``: copy it to another machine and pass it as ``prior="DIR"`` (or give
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -103,9 +105,12 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
     ``kernel`` is the factory's name, or ``MODULE:NAME`` for that module's alone. A name that
     entries of several modules share exports them all, and says so on stderr.
 
+    An entry that cannot be written (one that does not verify) is skipped and named on
+    stderr; the others are written.
+
     Raises:
         CacheError: no tuned entry of ``kernel`` is in the cache (the message lists the
-            kernels that are).
+            kernels that are), or none of them could be written (each was skipped).
     """
     module, _, name = kernel.rpartition(":")  # MODULE:NAME, or NAME for every module's
     entries = kernel_entries(root, name, module or None)
@@ -124,19 +129,31 @@ def export_prior(root: Path, kernel: str, out: Path) -> list[Path]:
         )
     if out.exists() and not out.is_dir():
         raise CacheError(f"{out} is a file: expected a folder to write the prior into")
+    made = not os.path.lexists(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CacheError(f"cannot make the folder {out}: {exc.strerror or exc}") from None
     written = []
+    skipped: list[tuple[EntryInfo, CacheError]] = []
     for info in entries:
         try:
             document = trials_document(info)
         except CacheError as exc:
             print(f"skipped {info.key}: {exc}", file=sys.stderr)
+            skipped.append((info, exc))
             continue
         path = out / f"{name}-{info.key[:12]}.json.gz"
         with gzip.open(path, "wt", encoding="utf-8") as file:
             json.dump(document, file)
         written.append(path)
+    if not written:  # every entry skipped: no prior at all, not "0 entries written"
+        if made:  # the folder made for it, empty: not left behind
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        first = skipped[0][1] if skipped else "none was read"
+        raise CacheError(
+            f"none of the {len(entries)} tuned entries of {kernel!r} could be written to "
+            f"{out}: each was skipped, as named above (the first: {first})"
+        )
     return written

@@ -334,7 +334,10 @@ def _clear_logs(settings: Any, args: argparse.Namespace) -> int:
     from tileauto.cache import hygiene
 
     logs_dir = settings.logs_dir
-    deleted, kept = hygiene.clear_logs(logs_dir, args.older_than, dry_run=args.dry_run)
+    failed: list[tuple[hygiene.LogFile, OSError]] = []
+    deleted, kept = hygiene.clear_logs(
+        logs_dir, args.older_than, dry_run=args.dry_run, failed=failed
+    )
     verb = "would delete" if args.dry_run else "deleted"
     if args.dry_run:
         for item in deleted:
@@ -345,6 +348,11 @@ def _clear_logs(settings: Any, args: argparse.Namespace) -> int:
     if kept:
         line += f"; kept {len(kept)} in use"
     print(line)
+    if failed:  # as `clear` does for entries: what it did, then why it failed
+        raise CommandError(
+            f"{hygiene.failed_logs_message(failed)} (check that you may write {logs_dir} "
+            "and its workers/ folder)"
+        )
     return EXIT_OK
 
 

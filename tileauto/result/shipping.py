@@ -79,11 +79,18 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
 
 
 def _folder_path(method: str, path: Any) -> Path:
-    """``path``, a folder's path as text or a path object, made absolute (``~`` expanded)."""
+    """``path``, a folder's path as text or a path object, made absolute (``~`` expanded).
+
+    An empty path is refused: ``Path("")`` is the working directory, which a result was saved
+    into (or loaded from) when a variable holding the folder was empty by mistake."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(
             f"{method}: path must be a folder's path (a str or a pathlib.Path), "
             f"not {type(path).__name__} ({path!r})"
+        )
+    if os.fspath(path) == "":
+        raise ValueError(
+            f'{method}: path is empty; give a folder\'s path ("." for the working directory)'
         )
     return Path(path).expanduser().absolute()
 
