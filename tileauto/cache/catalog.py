@@ -20,24 +20,17 @@ from typing import Any
 from tileauto.cache import disk, folders
 from tileauto.cache._code import SOURCES_DIR as SOURCES_MEMO
 from tileauto.cache._installed import MEMO_DIR as INSTALLED_MEMO
+from tileauto.cache.disk import is_entry_key
 from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, KINDS, required_files
 from tileauto.cache.key import versions
 from tileauto.cache.tuning import MEASUREMENTS
 from tileauto.errors import CacheError
 from tileauto.records import Trial
 
-_KEY = re.compile(r"^[0-9a-f]{32}$")
 # the key's memos: installed/<32 hex>.json, sources/<sha256>.json
 _MEMO = re.compile(r"^(?:[0-9a-f]{32}|[0-9a-f]{64})\.json$")
 TRIALS_FORMAT = "tileauto-trials/1"
 _YEAR_3000 = 32503680000.0  # a manifest's "created" past it (or NaN) is not a time
-
-
-def is_entry_key(name: str) -> bool:
-    """Whether ``name`` is an entry folder's name: a key, 32 lowercase hex digits. Only such
-    folders of ``autotuner/`` and ``kernels/`` are tileauto's to list, verify, prune or
-    delete; anything else there (``my-notes/``, a ``.stage-*`` write) is left alone."""
-    return _KEY.fullmatch(name) is not None  # fullmatch: `$` lets a final newline through
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -36,6 +37,16 @@ MANIFEST = "manifest.json"
 KNOWN_FORMATS = ("1", "2", "3")  # formats this code can read: an older one is stale, not unknown
 STALE_S = 3600.0  # staging leftovers older than this belong to dead writers
 _STAGE_PREFIXES = (".stage-", ".trash-", "stage-")
+
+
+_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def is_entry_key(name: str) -> bool:
+    """Whether ``name`` is an entry folder's name: a key, 32 lowercase hex digits. Only such
+    folders of ``autotuner/`` and ``kernels/`` are tileauto's to list, verify, prune or
+    delete; anything else there (``my-notes/``, a ``.stage-*`` write) is left alone."""
+    return _KEY.fullmatch(name) is not None  # fullmatch: `$` lets a final newline through
 
 
 def sha256_file(path: Path) -> str:

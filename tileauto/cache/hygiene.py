@@ -170,8 +170,6 @@ def prune_kernels(settings: Any) -> int:
     Called when a tuning starts: a directory scan and one ``stat`` per file of each entry, and
     at most :data:`PRUNE_MAX` deletions. Nothing raises. Returns how many entries were deleted.
     """
-    from tileauto.cache.catalog import is_entry_key  # loaded by a tuning anyway
-
     max_bytes = settings.kernels_max_mb * 2**20
     if max_bytes <= 0 or not settings.kernel_cache_enabled:
         return 0
@@ -179,7 +177,7 @@ def prune_kernels(settings: Any) -> int:
     entries = []
     try:
         with os.scandir(kernels) as it:
-            folders = [e for e in it if is_entry_key(e.name)]
+            folders = [e for e in it if disk.is_entry_key(e.name)]
     except OSError:
         return 0
     for folder in folders:
