@@ -221,9 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
         "DIR is exported first (FILE may be inside it)",
     )
     p = add(
-        "import", "copy an exported entry, or every entry in a folder, into the cache", cmd_import
+        "import",
+        "copy an exported entry, every entry in a folder, or another cache's entries, into the "
+        "cache",
+        cmd_import,
     )
-    p.add_argument("dir", metavar="DIR", help="an exported entry, or a folder of them")
+    p.add_argument(
+        "dir", metavar="DIR", help="an exported entry, a folder of them, or another cache's root"
+    )
     p = add(
         "prior",
         "write every tuned entry of KERNEL as a trial file (tileauto-trials/1, gzipped) into "

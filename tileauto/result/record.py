@@ -123,6 +123,7 @@ class AutotuneResult:
                 is at ``path``; or a file of the kernel is gone and this result cannot compile
                 it again.
             OSError: the folder could not be written (the message names ``path``).
+            ValueError: ``path`` is empty (give ``"."`` for the working directory).
         """
         return save_result(self, path, verbose=verbose)
 
