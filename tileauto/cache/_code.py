@@ -171,6 +171,53 @@ def _expression_names(text: str) -> frozenset[str]:
     return frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
 
 
+def source_imports(source: bytes, digest: str, package: str) -> dict[str, tuple[str, ...]]:
+    """The modules a module's source imports, by absolute name, each with the names its
+    ``from ... import`` statements read from it (each may be a submodule): every import
+    statement of the file, those inside its functions too (they run when the function does);
+    relative ones resolved against ``package`` (dropped where they cannot be). Source that does
+    not parse imports nothing. Remembered per ``digest`` (the source's sha256) and ``package``.
+    """
+    known = _SOURCE_IMPORTS.get((digest, package))
+    if known is not None:
+        return known
+    try:
+        with warnings.catch_warnings():  # an invalid escape sequence in a string
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = ast.Module(body=[], type_ignores=[])
+    out: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out.setdefault(alias.name, ())
+        elif isinstance(node, ast.ImportFrom):
+            name = node.module or ""
+            if node.level:
+                name = _resolved("." * node.level + name, package)
+            if name:
+                names = tuple(a.name for a in node.names if a.name != "*")
+                out[name] = tuple(dict.fromkeys(out.get(name, ()) + names))
+    if len(_SOURCE_IMPORTS) >= _MAX_SOURCE_IMPORTS:
+        _SOURCE_IMPORTS.clear()
+    _SOURCE_IMPORTS[(digest, package)] = out
+    return out
+
+
+_SOURCE_IMPORTS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+_MAX_SOURCE_IMPORTS = 4096
+
+
+def _resolved(relative: str, package: str) -> str:
+    import importlib.util
+
+    try:
+        return importlib.util.resolve_name(relative, package)
+    except (ImportError, ValueError, TypeError):
+        return ""
+
+
 def defaults(fn: types.FunctionType) -> list[tuple[str, Any]]:
     """Default arguments by parameter name: positional ones, then keyword-only ones."""
     code = fn.__code__
