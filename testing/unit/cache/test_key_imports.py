@@ -13,9 +13,6 @@ with a cache folder shared by the runs, and read back what it compiled and compu
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import subprocess
 import sys
 import textwrap
 import types
@@ -23,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from key_children import child_result
 
 from tileauto.cache import key as K
 from tileauto.cache import walk
@@ -102,18 +100,7 @@ def run_project(tmp_path: Path, folder: str, files: dict[str, str], name: str) -
     every run of the test shares; what it compiled and returned (its first four values)."""
     root = tmp_path / folder
     write_project(root, files)
-    env = {k: v for k, v in os.environ.items() if k != "TILEAUTO_DISABLE_CACHE"}
-    env["TILEAUTO_CACHE_DIR"] = str(tmp_path / "cache")
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, str(root), name],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
-    return json.loads(child.stdout.strip().splitlines()[-1])
+    return child_result(CHILD, tmp_path / "cache", str(root), name)
 
 
 @pytest.mark.parametrize("name", list(FORMS))

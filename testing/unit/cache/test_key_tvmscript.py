@@ -12,15 +12,12 @@ folder shared by the runs, and read back what it compiled and computed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 import types
 
 import pytest
 import torch
+from key_children import child_result
 from tvm.script import tirx as T
 from tvm.tirx.script.parser import entry
 
@@ -158,18 +155,7 @@ def run_project(tmp_path, name: str, source: str) -> dict:
     root = tmp_path / name
     root.mkdir()
     (root / "kmod.py").write_text(textwrap.dedent(source))
-    env = {k: v for k, v in os.environ.items() if k != "TILEAUTO_DISABLE_CACHE"}
-    env["TILEAUTO_CACHE_DIR"] = str(tmp_path / "cache")
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, str(root)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
-    return json.loads(child.stdout.strip().splitlines()[-1])
+    return child_result(CHILD, tmp_path / "cache", str(root))
 
 
 def check_edits(tmp_path, base: str, *edits: tuple[str, str, object]) -> None:
