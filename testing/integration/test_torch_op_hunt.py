@@ -590,3 +590,101 @@ def test_a_negative_zero_and_a_nan_problem_find_their_own_kernels(problem):
         assert op(x, float("nan")).isnan().all()
     assert op(x, 2.0).tolist() == [2.0] * 4
     assert len(op.kernels()) == 4  # 0.0, -0.0, nan (once), 2.0
+
+
+# -- the second hunt (after the op's problem side moved to ops/_problem.py) ----------------------
+def _vec_double(M, N, vec=4):
+    """B = A * 2 (``vec``: a tunable the result does not depend on)."""
+    A = te.placeholder((M, N), "float32", name="A")
+    return te.create_prim_func([A, te.compute((M, N), lambda i, j: A[i, j] * 2, name="B")])
+
+
+_vec_jit = tileauto.jit(out_idx=[-1], target="llvm")(_vec_double)
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [lambda M, N: [{"vec": 2}, {"vec": 4}], ({"vec": 2}, {"vec": 4})],
+    ids=["callable", "tuple"],
+)
+def test_a_problem_setting_a_tunable_of_a_callable_or_tuple_space_is_refused(configs):
+    tuned = tileauto.autotune(configs=configs, warmup=0, rep=2, verbose=False)(_vec_jit)
+    op = tileauto.torch_op(
+        _name("settunable"),
+        tuned,
+        problem=lambda a: {"M": a.shape[0], "N": a.shape[1], "vec": 2},
+    )
+    with pytest.raises(TorchOpError, match=r"sets the tunable\(s\) \['vec'\]"):
+        op(torch.randn(4, 8))
+
+
+def test_a_problem_leaving_out_an_argument_a_callable_space_needs_names_the_op():
+    tuned = tileauto.autotune(configs=lambda M, N: [{"vec": 2}], warmup=0, rep=2, verbose=False)(
+        _vec_jit
+    )
+    name = _name("leavesout")
+    op = tileauto.torch_op(name, tuned, problem=lambda a: {"M": a.shape[0]})
+    with pytest.raises(TorchOpError, match=f"{name}: problem returned"):
+        op(torch.randn(4, 8))
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _torch_constants(n):
+    """B = A * c, c computed with torch in the factory's body (a constant baked in)."""
+    c = float(torch.arange(1, 3).float().sum())  # 3.0
+    A = te.placeholder((n,), "float32", name="A")
+    return te.create_prim_func([A, te.compute((n,), lambda i: A[i] * c, name="B")])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_factory_that_computes_with_torch_traces(dynamic):
+    # the fake elaborated the factory under FakeTensorMode: torch.arange gave a fake tensor
+    op = tileauto.torch_op(_name("torchbody"), _torch_constants, problem=lambda a: a.shape[0])
+    f = torch.compile(lambda a: op(a) + 1, fullgraph=True, dynamic=dynamic, backend="eager")
+    a = torch.randn(8)
+    torch.testing.assert_close(f(a), a * 3 + 1)
+
+
+def test_a_model_holding_an_op_deep_copies_and_says_how_to_pickle():
+    import copy
+    import pickle
+
+    op = tileauto.torch_op(_name("copied"), _double, problem=lambda a: a.shape)
+    model = torch.nn.Module()
+    model.op = op
+    assert copy.deepcopy(model).op is op and copy.copy(op) is op
+    with pytest.raises(TypeError, match="cannot be pickled.*state_dict"):
+        pickle.dumps(op)
+
+
+def test_a_tensor_parameter_with_a_default_is_refused_by_name():
+    def problem(a, bias: torch.Tensor = None):
+        return a.shape
+
+    with pytest.raises(TorchOpError, match="'bias' is a tensor with a default"):
+        tileauto.torch_op(_name("optbias"), _add, problem=problem)
+
+
+@pytest.mark.parametrize("given", ["none", "int", "float dim"])
+def test_out_shapes_of_the_wrong_form_are_named(given):
+    shapes = {
+        "none": lambda a: None,
+        "int": lambda a: 8,
+        "float dim": lambda a: [(a.shape[0], 2.5)],
+    }[given]
+    op = tileauto.torch_op(
+        _name("outshapes"), _double, problem=lambda a: a.shape, out_shapes=shapes
+    )
+    f = torch.compile(lambda a: op(a), fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="out_shapes returned") as info:
+        f(torch.randn(4, 2))
+    assert "TorchOpError" in repr(info.value) or isinstance(info.value, TorchOpError)
+
+
+def test_an_op_argument_named_self_is_passed_by_keyword():
+    def problem(self, other):
+        return self.shape
+
+    op = tileauto.torch_op(_name("selfarg"), _add, problem=problem)
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    torch.testing.assert_close(op(self=a, other=b), a + b)

@@ -337,12 +337,20 @@ def problem_values(problem: tuple, problem_kwargs: dict[str, Any]) -> list[Any]:
 
 def shapes_of(name: str, shapes: Any, count: int) -> list[tuple[Any, ...]]:
     """``out_shapes``' answer as one shape per output."""
-    if (
-        count == 1
-        and isinstance(shapes, (tuple, list))
-        and all(isinstance(d, (int, torch.SymInt)) for d in shapes)
-    ):
+
+    def dims(shape: Any) -> bool:
+        return isinstance(shape, (tuple, list)) and all(
+            isinstance(d, (int, torch.SymInt)) and not isinstance(d, bool) for d in shape
+        )
+
+    if count == 1 and dims(shapes):
         shapes = [shapes]
+    if not isinstance(shapes, (tuple, list)) or not all(dims(s) for s in shapes):
+        raise TorchOpError(
+            f"{name}: out_shapes returned {shapes!r}: expected a list of {count} shape(s), "
+            "each a tuple of ints (a torch.Size, or sizes of the op's tensors), e.g. "
+            "out_shapes=lambda a, b: [a.shape]"
+        )
     shapes = [tuple(s) for s in shapes]
     if len(shapes) != count:
         raise TorchOpError(

@@ -101,6 +101,8 @@ class OpProblem:
         signature = inspect.signature(fn)
         given = set(signature.bind_partial(*pargs, **pkwargs).arguments)
         names = self.tunable_names()
+        if names is None:  # a callable space: its configs for this problem say them
+            names = self._names_for(pargs, pkwargs, value, where)
         tunables = given & (names or set())
         if tunables:
             raise TorchOpError(
@@ -129,9 +131,30 @@ class OpProblem:
         configs = self.factory.configs
         if isinstance(configs, ProductSpace):
             return set(configs.names)
-        if isinstance(configs, list):
+        if isinstance(configs, (list, tuple)):
             return {k for cfg in configs for k in split_pass_configs(cfg)[0]}
         return None  # a callable space: its names are known once it is called
+
+    def _names_for(self, pargs: tuple, pkwargs: dict[str, Any], value: Any, where: str) -> set[str]:
+        """The names a callable space sets for this problem (its first configs')."""
+        from tileauto.space.resolve import call_configs
+
+        assert isinstance(self.factory, AutoTuneImpl)
+        try:
+            space = call_configs(self.factory.configs, pargs, pkwargs)  # as given, unfixed
+            if isinstance(space, ProductSpace):
+                return set(space.names)
+            return {
+                k
+                for cfg in itertools.islice(space, FALLBACK_CONFIGS)
+                for k in split_pass_configs(cfg)[0]
+            }
+        except Exception as exc:
+            raise TorchOpError(
+                f"{self.name}: problem returned {value!r}, for which the space of {where} "
+                f"raised {type(exc).__name__}: {exc}; problem must return every problem "
+                "argument of the factory, and no tunable"
+            ) from exc
 
     def signature(
         self, args: tuple, *, elaborated: bool = False
@@ -200,13 +223,19 @@ class OpProblem:
         config returns the same outputs, and the tuning picks among those that build."""
         fn = self.jit.factory
         first: tuple[dict[str, Any], Exception] | None = None
-        for config in self._configs_to_elaborate(args, kwargs):
+        # outside torch's modes: a fake is traced under FakeTensorMode, in which a factory's
+        # own torch calls (constants it computes with torch.arange) would make fake tensors
+        with _no_torch_modes():
             try:
-                return elaborated_signature(
-                    fn, self.jit.compile_args.out_idx, args, {**kwargs, **config}
-                )
-            except Exception as exc:
-                first = first or (config, exc)
+                for config in self._configs_to_elaborate(args, kwargs):
+                    try:
+                        return elaborated_signature(
+                            fn, self.jit.compile_args.out_idx, args, {**kwargs, **config}
+                        )
+                    except Exception as exc:
+                        first = first or (config, exc)
+            except Exception as exc:  # the space refuses this problem (a doubled size, say)
+                first = first or ({}, exc)
         assert first is not None
         config, error = first
         tuned = self.tunable_names() != set()
@@ -253,3 +282,10 @@ class OpProblem:
                 f"op's scalar argument(s) {names}, which chooses the kernel: pass a Python "
                 "number, or call the op outside the traced region"
             ) from None
+
+
+def _no_torch_modes() -> Any:
+    """A context without torch's dispatch modes (the fake tensor mode, a tracer's proxy mode)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()

@@ -53,6 +53,12 @@ def op_params(problem: Callable[..., Any]) -> list[tuple[str, str, Any]]:
                     f"problem's parameter {p.name!r} defaults to {p.default!r}: an op argument "
                     "with a default is an int, float or bool"
                 )
+        if p.default is not p.empty and kind == "Tensor":
+            raise TorchOpError(
+                f"problem's parameter {p.name!r} is a tensor with a default "
+                f"({p.default!r}): an op's tensors are always given (an optional tensor, such "
+                "as a bias, is not supported: make two ops, or pass a tensor of zeros)"
+            )
         if p.default is not p.empty and kind is not None:
             _check_default(p.name, kind, p.default)
         out.append((p.name, kind or "Tensor", p.default))

@@ -80,7 +80,7 @@ class TorchOp:
                 raise TypeError(f"{what} must be None or a callable, got {type(value).__name__}")
         self.name = name
         self.factory = factory
-        self.problem = problem
+        self._problem_fn = problem  # read-only: the ``problem`` property, OpProblem's
         self._params = op_params(problem)
         self._num_params = len(self._params)
         self._tensor_pos = tuple(
@@ -144,8 +144,28 @@ class TorchOp:
     def arg_names(self) -> list[str]:
         return [n for n, _, _ in self._params]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # an op argument may be "self"
         return self.default(*args, **kwargs)
+
+    @property
+    def problem(self) -> Callable[..., Any]:
+        """The function that maps the op's arguments to the factory's problem."""
+        return self._problem.problem
+
+    # An op is a registration of the process (torch.ops.<namespace>.<name>): a copy of a model
+    # that holds one (copy.deepcopy, an EMA's AveragedModel) holds the same op.
+    def __copy__(self) -> TorchOp:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TorchOp:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"the op {self.name} cannot be pickled: it is a registration of this process; "
+            "pickle the model's state_dict, and make the op again with tileauto.torch_op(...) "
+            "where it is loaded (torch.export's programs refer to it by name)"
+        )
 
     def register_autograd(
         self, backward: Callable[..., Any], *, setup_context: Callable[..., Any] | None = None
@@ -181,7 +201,7 @@ class TorchOp:
         if len(args) < self._num_params:  # torch drops trailing arguments equal to defaults
             args = self._with_defaults(args)
         try:
-            value = self.problem(*args)
+            value = self._problem_fn(*args)  # the hot path: no property
         except Exception:
             self._problem.value(args)  # raises it as a TorchOpError naming the op
             raise
