@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from key_children import child_result
 
+from tileauto.cache import _imports, walk
 from tileauto.cache import key as K
-from tileauto.cache import walk
 
 HELPER = """
 FACTOR = 2.0
@@ -180,8 +180,8 @@ def test_imports_of_installed_code_keep_their_description():
     exec(compile(source, "<probe>", "exec"), space)
     plain = space["plain"]
     assert isinstance(plain, types.FunctionType)
-    described = walk.imports_described(plain.__code__, "")
-    assert described == {name: walk.imported_module(name) for name in ("os", "json", "tvm")}
+    described = _imports.imports_described(plain.__code__, "")
+    assert described == {name: _imports.imported_module(name) for name in ("os", "json", "tvm")}
     assert described["tvm"] == {"import": "tvm", "installed": True}
     assert described["os"] == {"import": "os"}  # frozen (3.11+)
 
@@ -196,7 +196,7 @@ def test_a_name_that_is_no_submodule_adds_nothing(project):
 
 
 def test_a_long_chain_of_imports_is_followed_to_a_bound(project):
-    depth = walk._MAX_IMPORT_DEPTH
+    depth = _imports._MAX_IMPORT_DEPTH
     files = {"kmod.py": "def factory(n):\n    import m0\n"}
     files |= {f"m{i}.py": f"import m{i + 1}\n" for i in range(depth + 5)}
     module = project(files)
@@ -214,8 +214,8 @@ def test_a_module_of_an_installed_namespace_keeps_its_description(tmp_path, monk
     monkeypatch.syspath_prepend(str(installed))
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
     importlib.invalidate_caches()
-    assert walk.imported_module("nsI.mod") == {"import": "nsI.mod"}
-    assert walk.imported_module("nsI") == {"import": "nsI"}
-    assert walk.imported_module("nsU") == {"import": "nsU"}
-    assert set(walk.imported_module("nsU.mod")) == {"import", "file"}
-    assert walk.imported_module("nsU.missing") == {"import": "nsU.missing"}
+    assert _imports.imported_module("nsI.mod") == {"import": "nsI.mod"}
+    assert _imports.imported_module("nsI") == {"import": "nsI"}
+    assert _imports.imported_module("nsU") == {"import": "nsU"}
+    assert set(_imports.imported_module("nsU.mod")) == {"import", "file"}
+    assert _imports.imported_module("nsU.missing") == {"import": "nsU.missing"}
