@@ -194,6 +194,27 @@ def _stale(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+def written_by_newer(info: EntryInfo) -> str | None:
+    """Why an entry is of a newer install than this one (a later tileauto, TVM or cache format
+    wrote it, and nothing of it is older), or None: such an entry is stale here, but a newer
+    install sharing the cache folder uses it, so ``cache verify --delete`` leaves it alone.
+    An entry whose versions cannot be compared is not called newer."""
+    from packaging.version import InvalidVersion, Version
+
+    stale = _stale(info.manifest or {})
+    if not stale:
+        return None
+    mine = versions()
+    for name, value in stale:
+        try:
+            if value is None or Version(str(value)) <= Version(str(mine[name])):
+                return None
+        except InvalidVersion:
+            return None
+    what = ", ".join(f"{_VERSION_NAMES[k]} {v} (this install: {mine[k]})" for k, v in stale)
+    return f"written by a newer install: {what}"
+
+
 def folder_problems(root: Path, kinds: tuple[str, ...] = KINDS) -> list[tuple[Path, str]]:
     """The cache's own folders (the root and each kind's) that are not safe, with why.
 
@@ -620,4 +641,5 @@ __all__ = [
     "read_trials",
     "trials_document",
     "verify_entry",
+    "written_by_newer",
 ]

@@ -245,12 +245,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for folder, reason in unsafe:
         print(f"UNSAFE   {reason}: {_folder_fix(folder, reason)}")
     entries = catalog.list_entries(root, _kinds(args))
-    bad = 0
+    bad = newer = 0
     for e in entries:
         problem = catalog.verify_entry(e, check_folders=False)
         if problem is None:
             if args.verbose:
                 print(f"ok       {e.kind}/{e.key}")
+            continue
+        newer_one = problem.startswith(("stale:", "unknown format"))
+        why = catalog.written_by_newer(e) if newer_one else None
+        if why is not None:  # intact, and a newer install sharing this folder uses it
+            newer += 1
+            print(f"newer    {e.kind}/{e.key}: {why}; not used here, left alone")
             continue
         bad += 1
         action = ""
@@ -260,6 +266,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"BAD      {e.kind}/{e.key}: {problem}{action}")
     print(
         f"{len(entries)} entries checked, {bad} bad"
+        + (f", {newer} of a newer install (left alone)" if newer else "")
         + (f" in {root}" if entries else f"; {root} is empty")
     )
     if unsafe:

@@ -123,6 +123,33 @@ def test_an_entry_of_an_older_format_is_stale_in_verify_and_on_import(stored, tm
     assert code == 1 and "1 bad" in out and "cache format 2" in out
 
 
+def test_verify_delete_leaves_a_newer_installs_entries_alone(stored, tmp_path, capsys):
+    # a cache folder shared by two installs: the older one's verify --delete deleted every
+    # entry of the newer one (stale here, used there), a newer cache format's too
+    root, store = stored
+    other = tmp_path / "other"
+    catalog.import_entries(exported(root, tmp_path), other, other / "tmp")
+    (info,) = catalog.list_entries(other)
+    manifest = disk.read_manifest(info.path)
+
+    def rewrite(**changes):  # the manifest is not hashed: the entry's files still verify
+        (info.path / disk.MANIFEST).write_text(json.dumps({**manifest, **changes}))
+        (entry,) = catalog.list_entries(other)
+        return entry
+
+    for changes in ({"tileauto": "99.0"}, {"format": 99}, {"tvm": "1.0", "tileauto": "9.9"}):
+        assert catalog.written_by_newer(rewrite(**changes)) is not None
+        code, out, _ = run(capsys, "cache", "verify", "--delete", "--cache-dir", str(other))
+        assert code == 0 and "0 bad, 1 of a newer install (left alone)" in out, out
+        assert f"newer    autotuner/{store.key}: written by a newer install" in out
+        assert info.path.is_dir()
+    # older in one version and newer in another, or a version that does not parse: not newer
+    for changes in ({"tileauto": "99.0", "tvm": "0.1.0"}, {"tileauto": "not a version"}):
+        assert catalog.written_by_newer(rewrite(**changes)) is None
+    code, out, _ = run(capsys, "cache", "verify", "--delete", "--cache-dir", str(other))
+    assert code == 1 and "(deleted)" in out and not info.path.exists(), out
+
+
 # -- (15) import and export copy the manifest's files only ------------------------------------
 def test_import_and_export_copy_only_the_files_the_manifest_lists(stored, tmp_path):
     root, store = stored
