@@ -183,6 +183,34 @@ def parse_redis_url(name: str, raw: str) -> str | None:
     return value
 
 
+MIN_LEASE_S = 3.0  # the shortest lease of a key in the fleet's Redis
+MIN_LEASE_TIMEOUTS = 3  # a lease outlasts this many remote operations' timeouts
+
+
+def check_lease(lease_s: float, timeout_s: float, lease: str, timeout: str) -> None:
+    """Refuse a lease too short to be renewed: it would lapse while its holder tunes, and
+    every waiting process would tune the key too. ``lease`` and ``timeout`` name the two
+    values as the caller gave them.
+
+    Raises:
+        SettingsError: ``lease_s`` is under :data:`MIN_LEASE_S` or 3 x ``timeout_s``.
+    """
+    least = max(MIN_LEASE_S, MIN_LEASE_TIMEOUTS * timeout_s)
+    if lease_s < least:
+        raise SettingsError(
+            f"{lease}: {lease_s:g} s is too short a lease to be renewed: expected at least "
+            f"{least:g} s ({MIN_LEASE_S:g} s, and {MIN_LEASE_TIMEOUTS} x {timeout}, "
+            f"{timeout_s:g} s). A helper process renews it every third of it (it takes a "
+            "fraction of a second to start) and each renewal may take the timeout; a lease "
+            "that lapses while its holder tunes lets every waiting process tune the key too"
+        )
+
+
+def _default(cls: type, name: str) -> Any:
+    """A settings field's default value."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
 def _check_redis_db(name: str, raw: str, path: str, query: str) -> None:
     """The URL's database: a path that is not a number (redis-py reads it as db 0) and a
     ``db=`` argument that disagrees with the path (it wins, while messages show the path)
@@ -471,6 +499,15 @@ class Settings:
         if values.get("num_threads", -1) <= 0 and "TVM_NUM_THREADS" in environ:
             # the caller's own setting for TVM's pool: kernels are tuned with what they run with
             values["num_threads"] = _parse_tvm_threads(environ["TVM_NUM_THREADS"])
+        if values.get("remote_cache"):  # a lease too short is refused here, not at first use
+            lease = values.get("remote_cache_lease_s", _default(cls, "remote_cache_lease_s"))
+            timeout = values.get("remote_cache_timeout_s", _default(cls, "remote_cache_timeout_s"))
+            check_lease(
+                lease,
+                timeout,
+                f"TILEAUTO_REMOTE_CACHE_LEASE={lease:g}",
+                "TILEAUTO_REMOTE_CACHE_TIMEOUT",
+            )
         for name, hint in unknown_variables(environ).items():
             # a typo would otherwise change nothing, silently (Python shows each text once)
             warnings.warn(f"{name} is set but is not a tileauto setting{hint}", stacklevel=2)

@@ -37,7 +37,11 @@ from tileauto.cache.entry import KERNEL_DIR, config_of
 from tileauto.cache.key import versions
 from tileauto.errors import SettingsError
 from tileauto.records import Trial
-from tileauto.settings import MAX_SECONDS, parse_redis_url
+from tileauto.settings import (
+    MAX_SECONDS,
+    check_lease,
+    parse_redis_url,
+)
 from tileauto.space import config_id
 
 log = get_logger("cache")
@@ -55,8 +59,6 @@ RECONNECT_FIRST_S = 0.05  # a waiter's first pause after a dropped connection (t
 RECONNECT_MAX_S = 1.0
 # the shortest lease: renewed every third of it by a helper process that takes a fraction of
 # a second to start (seconds on a loaded machine), each renewal taking up to the timeout
-MIN_LEASE_S = 3.0
-MIN_LEASE_TIMEOUTS = 3
 
 
 def check_url(url: Any, source: str) -> str:
@@ -86,25 +88,6 @@ def check_seconds(value: Any, source: str) -> float:
     if not (0 < seconds <= MAX_SECONDS and math.isfinite(seconds)):
         raise SettingsError(f"{source}: {expected}, got {value!r}")
     return seconds
-
-
-def check_lease(lease_s: float, timeout_s: float, lease: str, timeout: str) -> None:
-    """Refuse a lease too short to be renewed: it would lapse while its holder tunes, and
-    every waiting process would tune the key too. ``lease`` and ``timeout`` name the two
-    values as the caller gave them.
-
-    Raises:
-        SettingsError: ``lease_s`` is under :data:`MIN_LEASE_S` or 3 x ``timeout_s``.
-    """
-    least = max(MIN_LEASE_S, MIN_LEASE_TIMEOUTS * timeout_s)
-    if lease_s < least:
-        raise SettingsError(
-            f"{lease}: {lease_s:g} s is too short a lease to be renewed: expected at least "
-            f"{least:g} s ({MIN_LEASE_S:g} s, and {MIN_LEASE_TIMEOUTS} x {timeout}, "
-            f"{timeout_s:g} s). A helper process renews it every third of it (it takes a "
-            "fraction of a second to start) and each renewal may take the timeout; a lease "
-            "that lapses while its holder tunes lets every waiting process tune the key too"
-        )
 
 
 def shown_address(url: str) -> str:

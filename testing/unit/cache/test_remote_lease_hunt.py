@@ -118,8 +118,12 @@ def test_a_lease_too_short_to_be_renewed_is_refused():
         message = str(exc.value)
         assert message.startswith(f"TILEAUTO_REMOTE_CACHE_LEASE={lease}: "), message
         assert f"at least {least} s" in message and "TILEAUTO_REMOTE_CACHE_TIMEOUT" in message
+        with pytest.raises(SettingsError, match="too short a lease"):
+            Settings.from_env(env)  # the settings refuse it (was: only the first remote use)
     env = {"TILEAUTO_REMOTE_CACHE": NOWHERE, "TILEAUTO_REMOTE_CACHE_LEASE": "6"}
     assert RemoteCache.from_settings(Settings.from_env(env)) is not None
+    # without a remote cache the lease is not used, and not refused
+    assert Settings.from_env({"TILEAUTO_REMOTE_CACHE_LEASE": "1"}).remote_cache_lease_s == 1
 
 
 @pytest.mark.parametrize("name", ["lease_s", "timeout_s"])
