@@ -539,4 +539,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _find(args: argparse.Namespace) -> Any:
     from tileauto.cache import catalog
 
+    if not str(args.key).strip():  # an unset shell variable: a usage error, as a missing KEY
+        raise CommandError(
+            f"{args.verb}: expected KEY (the key, or a unique prefix of it), got an empty "
+            "one; `tileauto cache list` shows the keys",
+            EXIT_USAGE,
+        )
     return catalog.find_entry(settings_of(args, reading=True).cache_dir, args.key)

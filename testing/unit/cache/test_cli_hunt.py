@@ -323,3 +323,12 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(
     for argv in (["--debug", "env"], ["env", "--debug"]):
         with pytest.raises(ZeroDivisionError):
             cli.main(argv)
+
+
+@pytest.mark.parametrize("verb", ["show", "export"])
+def test_an_empty_key_is_a_usage_error(stored, capsys, tmp_path, verb):
+    # `tileauto cache show "$KEY"` with KEY unset: exit 2 as a missing KEY, not 1 (not found)
+    argv = ["cache", verb, " "] + ([str(tmp_path / "out")] if verb == "export" else [])
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and f"{verb}: expected KEY" in err and "got an empty one" in err
+    assert not (tmp_path / "out").exists()
