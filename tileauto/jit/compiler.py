@@ -7,8 +7,10 @@ kernel built anywhere ends up as the same :class:`~tileauto.artifact.KernelArtif
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +87,42 @@ def elaborate(
         return produced
     raise CompileError(
         f"{_name(factory)} must return a tvm PrimFunc or IRModule, got {type(produced).__name__}"
+    )
+
+
+def failure_text(exc: BaseException) -> str:
+    """A factory's or TVM's exception as a failed compile's text: its type and message and,
+    where the user's own code raised it, the file and line that did, with the source line for
+    an ``assert`` or an empty message: a bare ``assert`` in a factory says nothing else, and
+    two of them read alike."""
+    message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not _users_file(frames[-1].filename):
+        return text
+    last = frames[-1]
+    where = f"{os.path.basename(last.filename)}:{last.lineno}"
+    if last.line and (not message or isinstance(exc, AssertionError)):  # the line says it
+        where += f": {last.line.strip()[:200]}"
+    head, newline, rest = text.partition("\n")  # TVM's messages run to many lines
+    return f"{head} (raised at {where}){newline}{rest}"
+
+
+def _users_file(filename: str) -> bool:
+    """Whether a traceback's file is the user's: not tileauto's, the standard library's or an
+    installed package's (those raise for reasons their own messages say)."""
+    import sysconfig
+
+    if filename.startswith("<") and filename not in ("<string>", "<stdin>"):
+        return False  # frozen importlib and other generated code
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tileauto package
+    path = os.path.abspath(filename)
+    if path.startswith(here + os.sep):
+        return False
+    parts = path.split(os.sep)
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    return not (
+        "site-packages" in parts or "dist-packages" in parts or (stdlib and path.startswith(stdlib))
     )
 
 
@@ -247,7 +285,7 @@ def compile_to_dir(
     except CompileError:
         raise
     except Exception as exc:
-        raise CompileError(f"{type(exc).__name__}: {exc}") from exc
+        raise CompileError(failure_text(exc)) from exc
     device_type = device_type_of(target)
     if device_type == "cuda" and not executable.mod.imports:
         raise CompileError(

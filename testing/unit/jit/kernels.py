@@ -150,6 +150,13 @@ def always_fails(n: int, block: int = 4) -> tvm.tirx.PrimFunc:
     raise RuntimeError(f"factory refuses n={n}")
 
 
+def asserts(n: int, block: int = 4) -> tvm.tirx.PrimFunc:
+    """Bare asserts, as TileLang factories check their tiles: two that fail alike."""
+    assert n % block == 0
+    assert block <= 32
+    return vector_add(n, block=block)
+
+
 # -- TVMScript ----------------------------------------------------------------------------------
 
 N = T.int32()

@@ -1134,6 +1134,27 @@ def test_factory_raising_is_a_compile_error():
         tileauto.jit(kernels.always_fails)(3)
 
 
+def test_a_bare_assert_of_the_factory_says_where_it_failed():
+    # `AssertionError:` and nothing else, the same for every assert of the factory
+    impl = tileauto.jit(out_idx=[-1], target="llvm")(kernels.asserts)
+    with pytest.raises(CompileError) as first:
+        impl(64, block=7)
+    with pytest.raises(CompileError) as second:
+        impl(64, block=64)
+    line = kernels.asserts.__code__.co_firstlineno
+    assert str(first.value) == (
+        f"AssertionError (raised at kernels.py:{line + 2}: assert n % block == 0)"
+    )
+    assert (
+        str(second.value) == f"AssertionError (raised at kernels.py:{line + 3}: assert block <= 32)"
+    )
+    # a message of the user's is kept, with the place; TVM's own errors are as they were
+    with pytest.raises(
+        CompileError, match=r"^RuntimeError: factory refuses n=3 \(raised at kernels.py:\d+\)$"
+    ):
+        tileauto.jit(kernels.always_fails)(3)
+
+
 def test_schedule_error_is_a_compile_error():
     with pytest.raises(CompileError, match="ScheduleError"):
         tileauto.jit(out_idx=[-1], target="llvm")(kernels.vector_add)(64, block=0)
