@@ -81,7 +81,10 @@ def test_disable_autotune_runs_only_the_default_config_in_the_builder(monkeypatc
     monkeypatch.setenv("TILEAUTO_DISABLE_AUTOTUNE", "1")
     monkeypatch.setattr("tileauto.api.tune._said", set())
     space = [{"vec": 4}, {"vec": 16}]
-    with caplog.at_level(logging.WARNING, logger="tileauto"):
+    with (
+        caplog.at_level(logging.WARNING, logger="tileauto"),
+        pytest.warns(RuntimeWarning, match="autotuning is disabled") as warned,
+    ):
         results = [
             tileauto.AutoTuner.from_kernel(scale_jit(256), space)
             .set_profile_args(warmup=0, rep=2, ref_prog=double)
@@ -95,6 +98,8 @@ def test_disable_autotune_runs_only_the_default_config_in_the_builder(monkeypatc
         assert not result.cache_hit
     said = [r for r in caplog.records if "autotuning is disabled" in r.getMessage()]
     assert len(said) == 1  # said once per process
+    # and shown: the logger's records were seen by nobody without a handler of the user's
+    assert sum("autotuning is disabled" in str(w.message) for w in warned) == 1
 
 
 def test_disable_autotune_still_checks_the_default_config(monkeypatch):
@@ -102,8 +107,13 @@ def test_disable_autotune_still_checks_the_default_config(monkeypatch):
     tuner = tileauto.AutoTuner.from_kernel(scale_jit(256), [{"vec": 4}]).set_profile_args(
         warmup=0, rep=2, ref_prog=lambda a: a * 3
     )
-    with pytest.raises(NoValidConfigError, match="mismatch"):
+    with pytest.raises(NoValidConfigError) as failed:
         tuner.run(verbose=False)
+    # tuning is off, said: not "none of the 1 configs passed: [0] vec=8" (the user gave vec=4)
+    message = str(failed.value)
+    assert "tuning is off (TILEAUTO_DISABLE_AUTOTUNE=1)" in message
+    assert "the default config vec=8 did not pass: mismatch" in message
+    assert "[0]" not in message
 
 
 def test_disable_autotune_with_no_defaults_uses_the_first_config(monkeypatch):

@@ -163,9 +163,12 @@ _said: set[str] = set()  # what this process was told once (autotuning disabled)
 
 
 def say_once(message: str) -> None:
+    """A warning, once per process: a RuntimeWarning, which Python shows (the ``tileauto``
+    logger's records are the application's to show, and nobody saw this one)."""
     if message not in _said:
         _said.add(message)
         log.warning("%s", message)
+        warnings.warn(f"tileauto: {message}", RuntimeWarning, stacklevel=3)
 
 
 def default_of_space(

@@ -7,7 +7,7 @@ from typing import Any
 
 from tileauto.cache.entry import compile_args_record
 from tileauto.records import Trial, is_never_tried
-from tileauto.report.table import failure_summary
+from tileauto.report.table import failure_summary, format_config
 from tileauto.space.view import SpaceView
 from tileauto.tune.problem import TuningProblem
 
@@ -23,10 +23,24 @@ def never_listed(view: SpaceView, stop: Any, trials: tuple[Trial, ...]) -> int |
 
 
 def no_winner_message(
-    name: str, trials: tuple[Trial, ...], default_trial: Trial, view: SpaceView, stop: Any
+    name: str,
+    trials: tuple[Trial, ...],
+    default_trial: Trial,
+    view: SpaceView,
+    stop: Any,
+    *,
+    tuning_off: bool = False,
 ) -> str:
     """NoValidConfigError's message: the measured configs' failures; configs a budget left
-    untried are counted apart, as they are not failures."""
+    untried are counted apart, as they are not failures. ``tuning_off``: the space is the
+    default config alone (``TILEAUTO_DISABLE_AUTOTUNE``), which is said, not counted as the
+    user's configs."""
+    if tuning_off:
+        return (
+            f"autotune {name}: tuning is off (TILEAUTO_DISABLE_AUTOTUNE=1) and the default "
+            f"config {format_config(default_trial.config)} did not pass: "
+            f"{default_trial.reason}; fix the factory's defaults, or unset the variable to tune"
+        )
     measured = sum(not is_never_tried(t) for t in trials)
     never = never_listed(view, stop, trials)
     stopped = stop.describe().partition(";")[0] if stop is not None else ""

@@ -353,7 +353,14 @@ class TuningSession:
         ranked = [t for t in candidates if t.index not in unranked]
         candidates = ranked or candidates
         if not candidates:
-            message = no_winner_message(p.name, trials, default_trial, self.view, self.stop)
+            message = no_winner_message(
+                p.name,
+                trials,
+                default_trial,
+                self.view,
+                self.stop,
+                tuning_off=p.settings.disable_autotune,
+            )
             log_path = self._report_end(trials, None, stop_reason, message, default_trial)
             raise NoValidConfigError(
                 message + (f"\nfull log: {log_path}" if log_path else ""), trials=trials
