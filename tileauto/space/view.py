@@ -110,6 +110,12 @@ class SpaceView:
         return min(len(self), k)
 
     @property
+    def entries_bound(self) -> int:
+        """What the user's space holds: a list's entries (a config given twice counts twice, as
+        its trials do), else :attr:`size_bound`."""
+        return self.size_bound if self._product is not None else len(self._full_ids)
+
+    @property
     def size_bound(self) -> int:
         """The number of configs, or, while a constrained product is not counted, the size of
         the product (an upper bound)."""

@@ -233,7 +233,7 @@ class TuningSession:
         except BaseException:
             scratch.remove()
             raise
-        self.reporter.started(p.name, self.view.size_bound)
+        self.reporter.started(p.name, self.view.entries_bound)  # as the finish line counts
         rounds = Rounds(
             p, self.view, builder, runner, self.reporter, self.known, self._keep, self._store
         )

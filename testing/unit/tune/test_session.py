@@ -69,6 +69,15 @@ def test_the_fastest_config_that_passes_wins_and_every_trial_is_complete(problem
     assert summary.best.config == {"block": 64} and summary.error is None
 
 
+def test_the_start_counts_the_configs_as_the_finish_does(problem):
+    # a config given twice counts twice in the trials and the finish line; the start line
+    # counted the distinct configs (the log said "start configs = 2 ... finish configs = 4")
+    s, reporter = session(problem(configs=SPACE[:2] + SPACE[:2]))
+    result = s.run()
+    assert reporter.of("started") == [("k", 4)]
+    assert len(result.trials) == len(reporter.of("finished")[0].trials) == 4
+
+
 def test_the_default_config_runs_first_as_the_reference(problem):
     s, _ = session(problem())
     s.run()
