@@ -19,12 +19,14 @@ is.
 from __future__ import annotations
 
 import ast
+import contextlib
 import errno
 import json
 import math
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +109,9 @@ def _check_own(path: Path, st: os.stat_result) -> None:
 def read_artifact(entry_dir: Path) -> KernelArtifact:
     """The kernel description of an entry, pointing at the entry's own ``kernel/`` folder."""
     kernel_dir = Path(entry_dir) / KERNEL_DIR
-    meta = json.loads((kernel_dir / KernelArtifact.META).read_text())
-    return _consistent(KernelArtifact.from_json(meta, directory=kernel_dir))
+    meta = _load_object(kernel_dir / KernelArtifact.META)
+    with _malformed(KernelArtifact.META):
+        return _consistent(KernelArtifact.from_json(meta, directory=kernel_dir))
 
 
 def _consistent(artifact: KernelArtifact) -> KernelArtifact:
@@ -173,12 +176,26 @@ def read_result(entry_dir: Path, manifest: dict[str, Any]) -> StoredResult:
         OSError, ValueError, KeyError, TypeError: a file is unreadable or malformed.
     """
     entry_dir = Path(entry_dir)
-    config = config_of(_load(entry_dir / "best_config.json"))
-    latency = _load(entry_dir / "latency.json")
-    trials = _load(entry_dir / "trials.json")
+    with _malformed("best_config.json"):
+        config = config_of(_load_object(entry_dir / "best_config.json"))
+    latency = _load_object(entry_dir / "latency.json")
+    trials = _load_object(entry_dir / "trials.json")
     problem_path = entry_dir / "problem.json"
-    problem = without_literal(_load(problem_path)) if problem_path.is_file() else None
+    problem = without_literal(_load_object(problem_path)) if problem_path.is_file() else None
     compile_args = _compile_args_of(problem.pop(COMPILE_ARGS, None) if problem else None)
+    with _malformed("latency.json or trials.json"):
+        return _stored(entry_dir, manifest, config, latency, trials, problem, compile_args)
+
+
+def _stored(
+    entry_dir: Path,
+    manifest: dict[str, Any],
+    config: dict[str, Any],
+    latency: dict[str, Any],
+    trials: dict[str, Any],
+    problem: dict[str, Any] | None,
+    compile_args: dict[str, Any] | None,
+) -> StoredResult:
     return StoredResult(
         path=entry_dir,
         manifest=manifest,
@@ -274,7 +291,13 @@ def with_literal(body: dict[str, Any]) -> dict[str, Any]:
 
 def without_literal(record: dict[str, Any]) -> dict[str, Any]:
     """A record read back: its literal when that is the same record as JSON sees it
-    (container types aside), else the JSON record."""
+    (container types aside), else the JSON record.
+
+    Raises:
+        ValueError: the record is not a JSON object.
+    """
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
     body = {k: v for k, v in record.items() if k != LITERAL}
     literal = record.get(LITERAL)
     if not isinstance(literal, str):
@@ -293,8 +316,15 @@ def config_record(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_of(record: dict[str, Any]) -> dict[str, Any]:
-    """The config of a ``best_config.json`` record, with the user's tuples."""
-    return dict(without_literal(record)["config"])
+    """The config of a ``best_config.json`` record, with the user's tuples.
+
+    Raises:
+        ValueError: the record holds no config object.
+    """
+    config = without_literal(record).get("config")
+    if not isinstance(config, dict):
+        raise ValueError(f"best_config.json: expected a config object, got {config!r:.80}")
+    return dict(config)
 
 
 def _finite(value: float | None) -> float | None:
@@ -307,3 +337,27 @@ def _dump(path: Path, data: Any, indent: int | None = 1) -> None:
 
 def _load(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def _load_object(path: Path) -> dict[str, Any]:
+    """A record file that must hold a JSON object (its hashes may verify while it holds
+    another value: an entry written by hand, or re-signed).
+
+    Raises:
+        ValueError: it holds another JSON value.
+    """
+    data = _load(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+@contextlib.contextmanager
+def _malformed(name: str) -> Iterator[None]:
+    """Records of the wrong shape inside (a list where an object belongs, a key missing) raise
+    AttributeError, IndexError, KeyError or TypeError deep in their parsing: a malformed entry, said as one, which
+    every reader takes as a miss or a refusal, never as a crash."""
+    try:
+        yield
+    except (AttributeError, IndexError, KeyError, TypeError) as exc:
+        raise ValueError(f"{name}: malformed ({type(exc).__name__}: {exc})") from None
