@@ -163,6 +163,8 @@ class KernelArtifact:
         data["directory"] = str(self.directory)
         data["params"] = [p.to_json() for p in self.params]
         data["out_idx"] = list(self.out_idx)
+        if _json_copy(self.config) != self.config:  # a tuple would come back a list
+            data[_CONFIG_LITERAL] = repr(self.config)
         return data
 
     @classmethod
@@ -174,7 +176,7 @@ class KernelArtifact:
             out_idx=tuple(data["out_idx"]),
             target=data["target"],
             device_type=data["device_type"],
-            config=dict(data.get("config", {})),
+            config=_config_of(data),
             compile_s=float(data.get("compile_s", 0.0)),
             export_s=float(data.get("export_s", 0.0)),
         )
@@ -217,3 +219,27 @@ def evaluate_dim(expr: str, bindings: dict[str, int]) -> int:
         raise ValueError(f"unsupported shape expression {expr!r}")
 
     return walk(ast.parse(expr, mode="eval"))
+
+
+_CONFIG_LITERAL = "config_literal"  # the config as a Python literal, where JSON loses its tuples
+
+
+def _json_copy(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=repr))
+
+
+def _config_of(data: dict[str, Any]) -> dict[str, Any]:
+    """A kernel record's config, with the user's tuples: its literal where that is the same
+    config as JSON sees it (nothing is run: a literal only), else the JSON config."""
+    config = dict(data.get("config", {}))
+    literal = data.get(_CONFIG_LITERAL)
+    if not isinstance(literal, str):
+        return config
+    try:
+        value = ast.literal_eval(literal)
+        same = isinstance(value, dict) and _json_copy(value) == config
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return config
+    return dict(value) if same else config

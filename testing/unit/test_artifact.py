@@ -106,6 +106,23 @@ def test_kernel_artifact_round_trips_through_json_text(tmp_path):
     assert isinstance(back.directory, Path) and isinstance(back.out_idx, tuple)
 
 
+def test_a_config_with_tuples_comes_back_with_them(tmp_path):
+    # a tuned kernel loaded from the cache or a saved folder said {"tile": [16, 32]}: a
+    # factory called with **kernel.config got a list
+    import dataclasses
+
+    art = dataclasses.replace(artifact(tmp_path / "k"), config={"tile": (16, 32), "n": 4})
+    data = json.loads(json.dumps(art.to_json()))
+    assert data["config"] == {"tile": [16, 32], "n": 4}
+    assert KernelArtifact.from_json(data).config == {"tile": (16, 32), "n": 4}
+    assert "config_literal" not in artifact(tmp_path / "k").to_json()  # plain JSON: as it was
+    # a literal that is not the same config as the JSON (an edit of one of them) is not used
+    data["config"]["n"] = 5
+    assert KernelArtifact.from_json(data).config == {"tile": [16, 32], "n": 5}
+    data["config_literal"] = "__import__('os')"
+    assert KernelArtifact.from_json(data).config == {"tile": [16, 32], "n": 5}
+
+
 def test_from_json_fills_optional_fields_and_overrides_the_directory(tmp_path):
     data = artifact(tmp_path / "old").to_json()
     for key in ("config", "compile_s", "export_s"):
