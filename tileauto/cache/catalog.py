@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -450,10 +451,14 @@ def export_entry(info: EntryInfo, dest: Path) -> Path:
     """Copy a verified entry to the folder ``dest`` (new or empty), readable by others.
 
     The copy is a complete entry: ``cache import`` puts it in another cache, and
-    ``AutotuneResult.load_from_disk`` loads a tuned one directly.
+    ``AutotuneResult.load_from_disk`` loads a tuned one directly. A new ``dest`` is
+    published whole (staged beside it, then renamed); an existing empty one (the working
+    directory, a mount point, a shared folder) is written into and stays the folder it was
+    (:func:`~tileauto.cache.disk.publish`).
 
     Raises:
-        CacheError: the entry does not verify, or ``dest`` is a non-empty folder or a file.
+        CacheError: the entry does not verify, ``dest`` is a non-empty folder or a file, a
+            file is in the way of its folder, or it cannot be written.
     """
     problem = verify_entry(info)
     if problem is not None and not problem.startswith("stale"):
@@ -469,23 +474,45 @@ def export_entry(info: EntryInfo, dest: Path) -> Path:
         dest = dest.resolve()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise CacheError(f"{dest} exists and is not an empty folder; give a new folder")
+    in_the_way = _not_a_folder_above(dest)
+    if in_the_way is not None:
+        raise CacheError(f"cannot write {dest}: {in_the_way}; give a path in a folder")
     manifest = dict(info.manifest or {})
     files = manifest.pop("files", None)
     if not isinstance(files, dict):
         raise CacheError(f"{info.kind}/{info.key}: its manifest lists no files; not exported")
     staging = dest.parent / f".{dest.name}.stage-{time.time_ns()}"
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir(mode=0o700)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            staging.mkdir(mode=0o700)
+        except OSError:
+            if not dest.is_dir():
+                raise
+            # an empty folder in a folder not to be written (a mount point): staged elsewhere
+            staging = Path(tempfile.mkdtemp(prefix="tileauto-export-"))
+        try:
+            disk.write_entry(
+                dest, lambda out: _copy_files(info.path, out, files), manifest, staging, shared=True
+            )
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:  # named by the user's path, not the staging folder's
-        raise CacheError(f"cannot write {dest}: {exc.strerror or exc}") from None
-    try:
-        disk.write_entry(
-            dest, lambda out: _copy_files(info.path, out, files), manifest, staging, shared=True
-        )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        raise CacheError(f"cannot write {dest}: {exc.strerror or exc}; nothing exported") from None
     return dest
+
+
+def _not_a_folder_above(dest: Path) -> str | None:
+    """What is in the way of ``dest``'s folder (a file, or a link to no folder, where a folder
+    above ``dest`` would be made), said of that path; None when nothing is."""
+    above = dest.parent
+    while not os.path.lexists(above) and above != above.parent:
+        above = above.parent
+    if above.is_dir():
+        return None
+    if above.is_symlink():
+        return f"{above} is a symbolic link to no folder ({os.readlink(above)})"
+    return f"{above} is a file, not a folder"
 
 
 def import_entries(
@@ -500,7 +527,8 @@ def import_entries(
     ``kernels/`` named by a key) are imported, and nothing else of it (measurements, memos,
     logs, staging, folders of the user's).
 
-    Hashes are checked first; the files become this user's. Returns (kind, key, note) per
+    A ``src`` that is a symbolic link is followed (a link inside it is not: such an entry is
+    refused). Hashes are checked first; the files become this user's. Returns (kind, key, note) per
     entry imported, where note says why it will not be used (other versions), if so.
     ``on_refused(path, why)``: an entry of a folder that cannot be imported is reported
     there and the others are imported still (without it, the first one raises).
@@ -512,6 +540,8 @@ def import_entries(
     src = Path(src).expanduser().absolute()
     if not src.exists():
         raise CacheError(f"{src} does not exist: expected an exported entry, or a folder of them")
+    if src.is_symlink():  # the folder the user names may be a link: what it names is imported
+        src = src.resolve()
     if (src / disk.MANIFEST).is_file():
         sources = [src]
     else:
@@ -555,6 +585,11 @@ def _same_folder(a: Path, b: Path) -> bool:
 
 
 def _import_one(path: Path, root: Path, staging_root: Path) -> tuple[str, str, str | None]:
+    if path.is_symlink():  # a link among the folders of the one imported: not followed
+        raise CacheError(
+            f"{path}: a symbolic link to {os.readlink(path)}, not an entry folder; not "
+            "imported (import the folder it names)"
+        )
     try:
         manifest = disk.read_manifest(path)
     except (OSError, ValueError) as exc:

@@ -4,7 +4,8 @@ Writing an entry: fill a staging folder, :func:`seal` it (permissions, then ``ma
 with the sha256 of every file, written last), and :func:`publish` it: every file and folder is
 fsynced, then one ``rename`` puts it in place (or one ``renameat2(RENAME_EXCHANGE)`` swaps it
 with the old entry). A process killed at any point leaves the old entry or the new one, plus
-at worst a staging folder that :func:`sweep` removes later. Loading checks the manifest
+at worst a staging folder that :func:`sweep` removes later. An empty folder the user names
+(``save_to_disk``, ``cache export``) is written into instead, its manifest last. Loading checks the manifest
 (:func:`verify`): a missing, partial, corrupt, foreign or group/world-writable entry is refused.
 """
 
@@ -226,20 +227,43 @@ def verify(
 
 
 # -- publishing ---------------------------------------------------------------------------------
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2). False where the system cannot."""
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2  # renameat2's flags
+
+
+def _renameat2(a: Path, b: Path, flags: int) -> bool:
+    """Rename ``a`` to ``b`` with renameat2's ``flags`` (Linux). False where the system
+    cannot (no such call, or a file system without the flag); nothing is then done."""
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
         return False
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flags) == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(b))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2). False where the system cannot."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
+
+
+def _rename_new(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``, never over something there (a plain rename would replace a
+    file, or an empty folder, that appeared at ``dst`` meanwhile).
+
+    Raises:
+        FileExistsError: something is at ``dst``; nothing was renamed.
+    """
+    if _renameat2(src, dst, _RENAME_NOREPLACE):
+        return
+    if os.path.lexists(dst):  # no such flag here: checked, then renamed
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+    os.rename(src, dst)
 
 
 def publish(staged: Path, final: Path, *, private: bool = True) -> None:
@@ -251,8 +275,16 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     a rename; a copy that fails (a full disk) is removed, not left to fill the disk.
     ``private`` (cache entries, ``<root>/<kind>/<key>``): the kind folder and the root must
     be this user's own (:func:`~tileauto.cache.folders.folder_problem`).
+
+    Not ``private`` (a folder the user names: ``save_to_disk``, ``cache export``): an
+    existing empty folder at ``final``, or the folder a symbolic link there names, is written
+    into (:func:`_fill_folder`), not replaced: it stays the folder it was (its inode, mode and
+    owner), so a working directory, a mount point or a shared setgid folder keeps working.
     """
     fsync_tree(staged)
+    if not private and _is_empty_folder(final):
+        _fill_folder(staged, final)
+        return
     if private:
         root = final.parent.parent
         if os.path.lexists(root):
@@ -264,19 +296,7 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     moved = None
     try:
         if staged.parent != parent:
-            moved = parent / f".stage-{uuid.uuid4().hex[:12]}"
-            removals = _REMOVALS
-            with removals.lock:  # under way until published: a SIGTERM removes it
-                removals.paths.add(moved)
-                try:
-                    os.rename(staged, moved)
-                except OSError as exc:
-                    if exc.errno != errno.EXDEV:
-                        raise
-                    shutil.copytree(staged, moved)
-                    fsync_tree(moved)
-                    shutil.rmtree(staged, ignore_errors=True)
-            staged = moved
+            staged = moved = _bring(staged, parent)
         _replace(staged, final, parent)
     except BaseException:
         if moved is not None:
@@ -285,6 +305,87 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     if moved is not None:
         _REMOVALS.paths.discard(moved)  # it is the entry now
     _fsync_dir(parent)
+
+
+def _is_empty_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder (a link to one included) with nothing in it."""
+    try:
+        with os.scandir(path) as items:
+            return next(items, None) is None
+    except OSError:  # nothing there, a file, or unreadable: not one to write into
+        return False
+
+
+def _bring(staged: Path, parent: Path) -> Path:
+    """``staged`` moved to a new ``<parent>/.stage-<hex>`` (copied and flushed, from another
+    file system), registered as under way: a SIGTERM removes it, as :func:`discard` does.
+
+    Raises:
+        OSError: it could not be moved or copied; nothing of it is left in ``parent``.
+    """
+    moved = parent / f".stage-{uuid.uuid4().hex[:12]}"
+    removals = _REMOVALS
+    try:
+        with removals.lock:  # under way until published: a SIGTERM removes it
+            removals.paths.add(moved)
+            try:
+                os.rename(staged, moved)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.copytree(staged, moved)
+                fsync_tree(moved)
+                shutil.rmtree(staged, ignore_errors=True)
+    except BaseException:
+        discard(moved)  # a partial copy must not stay
+        raise
+    return moved
+
+
+def _fill_folder(staged: Path, folder: Path) -> None:
+    """Move what the sealed ``staged`` holds into the existing empty ``folder``, the manifest
+    last, keeping the folder itself.
+
+    ``staged`` is first brought into ``folder`` (a hidden ``.stage-*``), so that each item
+    then moves by a rename on the folder's own file system, a mount point's too. A reader
+    refuses a folder without its manifest, so it never takes a half-written one; nothing in
+    ``folder`` is replaced (an item that appeared there meanwhile fails the write). On a
+    failure, or a SIGTERM, what was moved in is removed again: ``folder`` is left as it was.
+
+    Raises:
+        OSError: ``folder`` could not be written; the error names ``folder``, not the
+            hidden staging path in it.
+    """
+    moved: list[Path] = []
+    inner = None
+    removals = _REMOVALS
+    try:
+        inner = _bring(staged, folder)
+        names = sorted(name for name in os.listdir(inner) if name != MANIFEST)
+        for name in [*names, MANIFEST]:
+            if name == MANIFEST:
+                _fsync_dir(folder)  # the items are in place before the manifest vouches for them
+            target = folder / name
+            with removals.lock:
+                removals.paths.add(target)
+                try:
+                    _rename_new(inner / name, target)
+                except BaseException:
+                    removals.paths.discard(target)  # not ours: never deleted
+                    raise
+            moved.append(target)
+        _fsync_dir(folder)
+    except BaseException as exc:
+        for path in reversed(moved):
+            discard(path)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(folder)) from exc
+        raise
+    finally:
+        if inner is not None:
+            discard(inner)
+    for path in moved:
+        removals.paths.discard(path)  # the entry's own files now
 
 
 def _replace(staged: Path, final: Path, parent: Path) -> None:

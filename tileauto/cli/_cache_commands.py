@@ -386,7 +386,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 _check_not_in_entry(trials, Path(args.dir).expanduser(), info)
     if args.dir is not None:
         dest = catalog.export_entry(info, Path(args.dir))
-        print(f"exported {info.kind}/{info.key} ({info.kernel}) to {dest}")
+        print(f"exported {info.kind}/{info.key} ({info.kernel}) to {dest}{_open_to_others(dest)}")
     if text is not None:
         if trials is None:
             sys.stdout.write(text)
@@ -396,9 +396,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _open_to_others(dest: Path) -> str:
+    """A warning for an export into an empty folder others may write (it keeps its mode: a
+    shared ``mkdir -m 2770`` one), which ``cache import`` and ``load_from_disk`` refuse."""
+    import stat
+
+    mode = stat.S_IMODE(dest.stat().st_mode)
+    if not mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return ""
+    return (
+        f" (warning: the folder is writable by group or others (mode {mode:o}), so `cache "
+        f"import` and load_from_disk refuse it; `chmod go-w {dest}` lets them read it)"
+    )
+
+
 def _check_not_in_entry(trials: Path, dest: Path, info: Any) -> None:
     """``--trials DIR/trials.json``: a FILE inside DIR must not be one of the exported
-    entry's own files (its ``trials.json`` holds the entry's records), checked up front."""
+    entry's own files (its ``trials.json`` holds the entry's records) or folders
+    (``kernel``), nor inside one of its files, checked up front; beside them
+    (``DIR/kernel/trials-export.json`` too) it may be."""
+    from pathlib import PurePosixPath
+
     from tileauto.cache import disk
 
     if dest.resolve().is_relative_to(trials.resolve()):  # DIR would be written in FILE's place
@@ -412,14 +430,22 @@ def _check_not_in_entry(trials: Path, dest: Path, info: Any) -> None:
         rel = trials.resolve().relative_to(dest.resolve())
     except ValueError:  # not inside DIR
         return
-    files = (info.manifest or {}).get("files")
-    names = {disk.MANIFEST} | {
-        str(f).split("/")[0] for f in (files if isinstance(files, dict) else {})
-    }
-    if rel.parts and rel.parts[0] in names:
+    listed = (info.manifest or {}).get("files")
+    files = {disk.MANIFEST} | {str(f) for f in (listed if isinstance(listed, dict) else {})}
+    folders = {p.as_posix() for f in files for p in PurePosixPath(f).parents if p.name}
+    name = rel.as_posix()
+    if name in files or name in folders:  # the export writes it: FILE would be refused later
+        what = "a file" if name in files else "a folder"
         raise CommandError(
-            f"--trials {trials} is a file of the exported entry itself ({rel.as_posix()}); "
+            f"--trials {trials} is {what} of the exported entry itself ({name}); "
             f"give another name, e.g. {dest / 'trials-export.json'}",
+            EXIT_USAGE,
+        )
+    inside = next((p.as_posix() for p in rel.parents if p.as_posix() in files), None)
+    if inside is not None:  # DIR/trials.json/t.json: no folder can be made there
+        raise CommandError(
+            f"--trials {trials} is inside {inside}, a file of the exported entry: expected "
+            f"a file in a folder, e.g. {dest / 'trials-export.json'}",
             EXIT_USAGE,
         )
 
