@@ -22,7 +22,14 @@ from tileauto.cache import disk, folders
 from tileauto.cache._code import SOURCES_DIR as SOURCES_MEMO
 from tileauto.cache._installed import MEMO_DIR as INSTALLED_MEMO
 from tileauto.cache.disk import is_entry_key
-from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, KINDS, required_files
+from tileauto.cache.entry import (
+    KIND_KERNEL,
+    KIND_TUNED,
+    KINDS,
+    read_artifact,
+    read_result,
+    required_files,
+)
 from tileauto.cache.key import versions
 from tileauto.cache.tuning import MEASUREMENTS
 from tileauto.errors import CacheError
@@ -171,12 +178,28 @@ def verify_entry(info: EntryInfo, *, check_folders: bool = True) -> str | None:
     )
     if problem is not None:
         return problem
+    unreadable = _unreadable_records(info)
+    if unreadable is not None:
+        return unreadable
     stale = _stale(info.manifest or {})
     if not stale:
         return None
     mine = versions()
     what = ", ".join(f"{_VERSION_NAMES[k]} {v} (this install: {mine[k]})" for k, v in stale)
     return f"stale: written by {what}; it will not be used"
+
+
+def _unreadable_records(info: EntryInfo) -> str | None:
+    """Why the records of an entry whose hashes verify cannot be read as a load reads them
+    (written by hand, or re-signed: a list where an object belongs), or None."""
+    try:
+        if info.kind == KIND_TUNED:
+            read_result(info.path, info.manifest or {})
+        else:
+            read_artifact(info.path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable records ({exc})"
+    return None
 
 
 # what differs from this install makes an entry stale: it is never found by a lookup

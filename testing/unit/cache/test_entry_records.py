@@ -54,8 +54,11 @@ def test_a_record_of_the_wrong_shape_is_a_miss_never_a_crash(
         read_result(store.entry_dir, manifest)
     with pytest.warns(RuntimeWarning, match=f"is unusable: unreadable records .*{said[:20]}"):
         assert open_store().load() is None  # a miss: the tuning runs again
-    assert cli.main(["cache", "show", store.key[:12]]) == 0  # shown, with its problem
-    assert "Traceback" not in capsys.readouterr().err
+    assert cli.main(["cache", "show", store.key[:12]]) == 1  # shown, with its problem
+    shown = capsys.readouterr()
+    assert "internal error" not in shown.err and "unreadable records" in shown.out
+    assert cli.main(["cache", "verify"]) == 1  # it said "0 bad"
+    assert f"BAD      autotuner/{store.key}: unreadable records" in capsys.readouterr().out
 
 
 def test_a_kernel_record_with_a_parameter_of_the_wrong_shape_is_a_miss(tmp_path, tileauto_env):
