@@ -236,7 +236,13 @@ class Runner:
         is_reference: bool = False,
         time_it: bool = True,
     ) -> RunOutcome:
-        """Validate and time one compiled config; failures come back as statuses."""
+        """Validate and time one compiled config; failures come back as statuses.
+
+        Raises:
+            TileautoError: the run worker died or hung in a program of the user's (a check
+                program, a hook), which no config can run without; or the session's setup
+                failed (see :meth:`setup`).
+        """
         from tileauto.errors import InputSupplyError
 
         key = self._spec_for(artifact)
@@ -259,14 +265,16 @@ class Runner:
             )
         except WorkerCancelled:
             return RunOutcome(TrialStatus.CANCELLED, error="cancelled (the tuning was interrupted)")
-        except WorkerTimeout:
-            return self._replaced(
+        except WorkerTimeout as exc:
+            failed = self._replaced(
                 TrialStatus.TIMEOUT,
                 f"timed out after {self.timeout_s:g} s; the run worker was killed and replaced",
             )
+            return self._unless_in_program(exc, config, failed)
         except WorkerCrashed as exc:
             status = TrialStatus.OUT_OF_MEMORY if exc.out_of_memory else TrialStatus.CRASH
-            return self._replaced(status, f"{exc}; the run worker was replaced")
+            failed = self._replaced(status, f"{exc}; the run worker was replaced")
+            return self._unless_in_program(exc, config, failed)
         except RemoteJobError as exc:
             status = (
                 TrialStatus.OUT_OF_MEMORY if exc.remote.out_of_memory else TrialStatus.RUN_ERROR
@@ -276,6 +284,25 @@ class Runner:
             self._keep_reference(key, outcome)
             self._reference_runs[key] = dataclasses.replace(request, time_it=False)
         return dataclasses.replace(outcome, reference=None, reference_inplace=None)
+
+    def _unless_in_program(
+        self, exc: WorkerTimeout | WorkerCrashed, config: Any, failed: RunOutcome
+    ) -> RunOutcome:
+        """``failed``, the config's own crash or timeout, unless the worker was in one of the
+        user's programs then (``exc.phase``: ``manual_check_prog``, ``ref_prog``, a hook).
+
+        Such a program's death is not the config's: it raises, and the tuning stops. A check
+        program that crashes or hangs checks nothing; taken for the config's failure, it would
+        fail the default config, and the configs after it would be compared with nothing and
+        pass unchecked, however wrong.
+
+        Raises:
+            TileautoError: the program crashed the run worker, or ran past the timeout; the
+                message names it, the config it ran for, and what the worker wrote.
+        """
+        if exc.phase is None:
+            return failed
+        raise _program_failure(exc, exc.phase, config, self.timeout_s) from None
 
     def _keep_reference(self, key: str, outcome: RunOutcome) -> None:
         """The default config's outputs, kept with the spec: the fallback of a new worker whose
@@ -296,8 +323,12 @@ class Runner:
             outcome = self.worker.call(run_worker.check_and_time, request, timeout_s=self.timeout_s)
         except WorkerCancelled:
             raise
-        except (WorkerTimeout, WorkerCrashed, RemoteJobError):
+        except (WorkerTimeout, WorkerCrashed) as exc:
+            if exc.phase is not None:  # a check program's, not the run's: as in run()
+                raise _program_failure(exc, exc.phase, request.config, self.timeout_s) from None
             outcome = None  # a timeout or a crash killed the worker: a new one starts below
+        except RemoteJobError:
+            outcome = None
         if outcome is not None and outcome.reference is not None:
             self._keep_reference(key, outcome)
             return
@@ -312,8 +343,9 @@ class Runner:
         self, items: Sequence[tuple[KernelArtifact, dict]], rounds: int
     ) -> list[tuple[float, ...]] | RunOutcome | None:
         """Interleaved re-timing of validated configs: samples per item; the failure when the
-        worker died or timed out in it (a config crashed or hung: the worker is replaced);
-        None when it could not re-time (a setup failed)."""
+        worker died, timed out or raised in it (a config crashed, hung, or its kernel or the
+        timer raised: the worker is replaced); None when it could not re-time (a setup
+        failed)."""
         requests = [RunRequest(artifact=a, config=c) for a, c in items]
         timeout_s = self.timeout_s * len(items)
         try:
@@ -321,15 +353,25 @@ class Runner:
                 self.ensure_setup(key)
             assert self.worker is not None
             return self.worker.call(run_worker.retime, requests, rounds, timeout_s=timeout_s)
-        except WorkerTimeout:
+        except WorkerTimeout as exc:
             message = f"timed out after {timeout_s:g} s; the run worker was killed and replaced"
-            return self._replaced(TrialStatus.TIMEOUT, message)
+            failed = self._replaced(TrialStatus.TIMEOUT, message)
+            return self._unless_in_program(exc, [c for _, c in items], failed)  # a hook's
         except WorkerCrashed as exc:
             if isinstance(exc, WorkerCancelled):  # killed from outside: not the config's doing
                 status = TrialStatus.CANCELLED
             else:
                 status = TrialStatus.OUT_OF_MEMORY if exc.out_of_memory else TrialStatus.CRASH
-            return self._replaced(status, f"{exc}; the run worker was replaced")
+            failed = self._replaced(status, f"{exc}; the run worker was replaced")
+            if isinstance(exc, WorkerCancelled):
+                return failed
+            return self._unless_in_program(exc, [c for _, c in items], failed)
+        except RemoteJobError as exc:  # the config's failure, as in run(): not "could not re-time"
+            remote = exc.remote
+            status = TrialStatus.OUT_OF_MEMORY if remote.out_of_memory else TrialStatus.RUN_ERROR
+            # replaced: a GPU error from a race (an illegal address) leaves the device unusable
+            message = f"{remote.type_name}: {remote.message}; the run worker was replaced"
+            return self._replaced(status, message)
         except Exception:  # noqa: BLE001 - keep the first measurements
             return None
 
@@ -364,6 +406,27 @@ class Runner:
         self.worker.kill()
         self._ready.clear()
         return RunOutcome(status, error=message)
+
+
+def _program_failure(
+    exc: WorkerTimeout | WorkerCrashed, program: str, config: Any, timeout_s: float
+) -> Exception:
+    """The error that stops a tuning whose run worker died or hung in ``program``, one of the
+    user's (see :meth:`Runner._unless_in_program`)."""
+    from tileauto import errors
+
+    # a check that cannot run checks nothing: no config may pass as if it had
+    stops = "it runs for every config, so the tuning stops (no config passes unchecked)"
+    if isinstance(exc, WorkerTimeout):
+        return errors.TileautoError(
+            f"{program} did not return within the tuning's timeout of {timeout_s:g} s (config "
+            f"{config}) and the run worker was killed; {stops}: make {program} faster, or "
+            "raise timeout= in the profile arguments"
+        )
+    return errors.TileautoError(
+        f"{program} crashed the run worker ({exc.cause}) on config {config}; {stops}: fix "
+        f"{program}{exc.output}"
+    )
 
 
 def _without_reference(spec: SessionSpec) -> SessionSpec:

@@ -5,10 +5,14 @@ The parent sends one :class:`SessionSpec` per kernel signature (``setup``) and o
 is sent a job by name) acting on the process's one :class:`RunWorker`. They run inside the
 isolated run worker: a config that crashes or hangs takes only that process down, and the
 user's tensors are never touched (every config gets fresh clones of the worker's copies).
+While one of the user's programs runs (``ref_prog``, ``manual_check_prog``, the hooks), the
+worker says so (:func:`tileauto.workers.procs.job_phase`): a crash or a hang there is that
+program's, not the config's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -21,6 +25,7 @@ import torch
 
 from tileauto.artifact import KernelArtifact, ParamSpec
 from tileauto.jit import launcher
+from tileauto.options import ProfileArgs
 from tileauto.records import NOT_COMPARED_NOTE, RunOutcome, TrialStatus
 from tileauto.run._busy import busy_note, runqueue_wait_s
 from tileauto.run.buffers import canaries_intact, interleave, padded_clones, padded_outputs
@@ -29,6 +34,7 @@ from tileauto.run.inputs import make_inputs
 from tileauto.run.session import RunRequest, RunSession, SessionSpec
 from tileauto.run.timing import Flush, default_flush, default_timer, iterations
 from tileauto.run.validate import Verdict, as_list
+from tileauto.workers.procs import job_phase
 
 
 def signature(params: Sequence[ParamSpec], out_pos: Sequence[int]) -> str:
@@ -108,6 +114,7 @@ class RunWorker:
         the parent can time the two apart (a hung ``supply_prog`` and a hung ``ref_prog`` are
         told apart in the error).
         """
+        spec = dataclasses.replace(spec, profile=_marked_programs(spec.profile))
         torch.manual_seed(spec.profile.seed)
         if spec.device == "cpu":
             torch.set_num_threads(max(1, spec.threads))
@@ -448,6 +455,33 @@ def _flush_of(spec: SessionSpec) -> Flush | None:
     counts include: the default timer's (``flush_cache``); None for a ``timer=`` of the
     user's, whose runs are what it makes them."""
     return default_flush(spec.device, spec.flush) if spec.timer is None else None
+
+
+# The user's programs the worker calls while it checks and times configs, each run as a phase
+# of the job (see _marked_programs).
+MARKED_PROGRAMS = ("ref_prog", "manual_check_prog", "pre_hook", "post_hook")
+
+
+def _marked_programs(profile: ProfileArgs) -> ProfileArgs:
+    """``profile`` with each of the user's programs in ``MARKED_PROGRAMS`` run as a phase of the
+    job named after it (:func:`~tileauto.workers.procs.job_phase`): should the worker die or
+    hang in one, the parent blames that program, not the config being run."""
+    marked: dict[str, Any] = {
+        name: _in_phase(name, prog)
+        for name in MARKED_PROGRAMS
+        if (prog := getattr(profile, name)) is not None
+    }
+    return dataclasses.replace(profile, **marked) if marked else profile
+
+
+def _in_phase(name: str, prog: Callable[..., Any]) -> Callable[..., Any]:
+    # wraps: its signature stays the program's (ref_prog's arity says what it is)
+    @functools.wraps(prog)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        with job_phase(name):
+            return prog(*args, **kwargs)
+
+    return marked
 
 
 def _with_hooks(func: Any, spec: SessionSpec, artifact: KernelArtifact) -> Any:

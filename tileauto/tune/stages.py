@@ -79,9 +79,10 @@ class RunStage(Protocol):
     ) -> list[tuple[float, ...]] | RunOutcome | None:
         """Time configs again, interleaved; samples in ns per item, or None if it cannot.
 
-        When a config crashed or hung in it (the run worker died or timed out), the failure
-        as a :class:`~tileauto.records.RunOutcome` (``crash``, ``timeout``...); the session
-        then re-times each config alone to find which one it was."""
+        When a config crashed, hung or raised in it (the run worker died or timed out, or a
+        kernel's call raised), the failure as a :class:`~tileauto.records.RunOutcome`
+        (``crash``, ``timeout``, ``run_error``...); the session then re-times each config
+        alone to find which one it was."""
 
     def time_reference(self) -> float | None:
         """The reference program's latency in ms (informative only), or None."""

@@ -7,13 +7,19 @@ own process group, so a kill ends whatever the job started, and dies with its pa
 never waits for the job (:meth:`Worker.kill`, from any thread). Each worker is registered in
 the process-wide safety net (:mod:`tileauto.workers.safety`), which kills the live ones at exit
 and on SIGTERM. Why each of these: docs/architecture.md ("Worker processes").
+
+A worker that dies says what it can: the signal or exit code, the last lines its job wrote to
+its log, and the phase the job was in (:func:`job_phase`: a program of the user's it was
+running), so that the caller can blame that program rather than the job.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
+import mmap
 import os
 import pickle
 import signal
@@ -21,7 +27,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
@@ -56,6 +62,7 @@ __all__ = [
     "WorkerKilled",
     "WorkerTimeout",
     "fork_unsafe_reason",
+    "job_phase",
 ]
 
 _PROBE_TIMEOUT_S = 10.0
@@ -68,6 +75,13 @@ _REAP_S = 2.0  # a SIGKILLed process is gone at once; this only bounds a stuck o
 # job did not cause them, so its config is measured again another time (SIGSEGV, SIGBUS,
 # SIGILL, SIGFPE, SIGABRT are the job's own: a crash)
 OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"})
+# What a dead worker's error quotes of the output its job wrote (the log holds it all).
+_TAIL_LINES = 5
+_TAIL_CHARS = 1000
+# The job's phase (see job_phase): a name of at most _PHASE_BYTES bytes, in a memory file of
+# the caller's that the worker maps by its /proc path, named in the worker's environment.
+_PHASE_BYTES = 64
+PHASE_KEY = "__tileauto_phase__"
 
 
 def fork_unsafe_reason() -> str | None:
@@ -98,16 +112,40 @@ def _probe_threads(threads: int) -> int:
 
 
 class WorkerTimeout(WorkerError):
-    """The job ran past its time limit; the worker and its process group were killed."""
+    """The job ran past its time limit; the worker and its process group were killed.
+
+    ``phase``: the :func:`job_phase` the job was in when it was killed (None: none).
+    """
+
+    def __init__(self, message: str, phase: str | None = None):
+        super().__init__(message)
+        self.phase = phase
 
 
 class WorkerCrashed(WorkerError):
-    """The worker died while running the job (signal, exit, or killed for memory)."""
+    """The worker died while running the job (signal, exit, or killed for memory).
 
-    def __init__(self, message: str, signal_name: str | None = None, out_of_memory: bool = False):
+    ``cause``: the signal or exit code in a few words (``signal SIGABRT``, ``exit code 127``);
+    ``output``: the last lines the job wrote and where its whole output is (or "");
+    ``phase``: the :func:`job_phase` the job was in when it died (None: none).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        signal_name: str | None = None,
+        out_of_memory: bool = False,
+        *,
+        cause: str = "",
+        output: str = "",
+        phase: str | None = None,
+    ):
         super().__init__(message)
         self.signal_name = signal_name
         self.out_of_memory = out_of_memory
+        self.cause = cause or message
+        self.output = output
+        self.phase = phase
 
 
 class WorkerCancelled(WorkerError):
@@ -127,6 +165,48 @@ class RemoteJobError(WorkerError):
     def __init__(self, remote: RemoteError):
         super().__init__(f"{remote.type_name}: {remote.message}")
         self.remote = remote
+
+
+@contextlib.contextmanager
+def job_phase(name: str) -> Iterator[None]:
+    """In a worker's job: ``name`` (a program of the user's that the job calls) is what the
+    job does until the block ends.
+
+    Should the worker die or run out of time inside the block, the caller's
+    :class:`WorkerCrashed` or :class:`WorkerTimeout` names it in ``phase``, so that the caller
+    can blame that program rather than the job's own work. The name is kept in memory the
+    caller reads after the worker is gone; outside a worker (a Ray actor, a test's own object)
+    the block just runs.
+    """
+    slot = _phase_slot(os.getpid())
+    if slot is None:
+        yield
+        return
+    before = slot[:]
+    slot[:] = name.encode()[:_PHASE_BYTES].ljust(_PHASE_BYTES, b"\0")
+    try:
+        yield
+    finally:
+        slot[:] = before
+
+
+@functools.cache
+def _phase_slot(pid: int) -> mmap.mmap | None:
+    """This worker's phase memory, the caller's memory file mapped once per process (a fork
+    maps its own); None outside a worker, or where it cannot be opened."""
+    path = os.environ.get(PHASE_KEY)
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        return mmap.mmap(fd, _PHASE_BYTES)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def _settings_env() -> dict[str, str]:
@@ -192,6 +272,8 @@ class Worker:
         self._killed = False  # kill() was called while the job ran: it was cancelled
         self.restarts = 0
         self.output_path: str | None = None
+        self._log_start: int | None = None  # the log's size when the running job was sent
+        self._phase_fd: int | None = None  # the worker's phase memory (see job_phase)
         NET.live.add(self)
 
     @property
@@ -269,6 +351,10 @@ class Worker:
                 self._tmp = worker_temp_dir()
             if self._tmp is not None:
                 env[TMP_KEY] = str(self._tmp.path)
+            if self._phase_fd is None:
+                self._phase_fd = _phase_memory(self.name)
+            if self._phase_fd is not None:  # the worker opens it through this process's /proc
+                env[PHASE_KEY] = f"/proc/{os.getpid()}/fd/{self._phase_fd}"
         cpus = process_cpus()
         if cpus:
             env[CPUS_KEY] = ",".join(map(str, sorted(cpus)))
@@ -349,6 +435,8 @@ class Worker:
         timeout_s: float | None,
         cancel: threading.Event | None,
     ) -> Any:
+        self._clear_phase()  # what an earlier job left there is not this one's
+        self._log_start = self._log_size()
         try:
             conn.send_bytes(payload)
         except OSError:
@@ -385,11 +473,14 @@ class Worker:
                     f"out of memory: worker {self.name} took more than "
                     f"{size_text(self.memory_limit_bytes)} and was killed",
                     out_of_memory=True,
+                    cause=f"out of memory: more than {size_text(self.memory_limit_bytes)}",
+                    phase=self._phase(),
                 )
             if deadline is not None and time.monotonic() >= deadline:
                 self.kill()
                 raise WorkerTimeout(
-                    f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                    f"timed out after {timeout_s:g} s; worker {self.name} was killed",
+                    phase=self._phase(),
                 )
 
     def kill(self) -> None:
@@ -423,23 +514,29 @@ class Worker:
         """In a child forked from the caller: the worker is the caller's. Close the copies of
         its pipe and of its temp folder's claim (the caller's holds it) and drop its handles;
         nothing is killed or removed (see ``NET.forget_in_child``)."""
-        conn, tmp = self._conn, self._tmp
-        self._proc, self._conn, self._tmp = None, None, None
+        conn, tmp, phase = self._conn, self._tmp, self._phase_fd
+        self._proc, self._conn, self._tmp, self._phase_fd = None, None, None, None
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.close()
         if tmp is not None:
             tmp.release()
+        if phase is not None:
+            with contextlib.suppress(OSError):
+                os.close(phase)
 
     def _reap(self) -> None:
         # kill() from another thread (a cancel) may race the job's thread that saw the worker
         # die: each takes the handles out under the lock, so only one of them closes them
         with self._state:
-            proc, conn, tmp = self._proc, self._conn, self._tmp
-            self._proc, self._conn, self._tmp = None, None, None
+            proc, conn, tmp, phase = self._proc, self._conn, self._tmp, self._phase_fd
+            self._proc, self._conn, self._tmp, self._phase_fd = None, None, None, None
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.close()
+        if phase is not None:  # the next worker gets its own
+            with contextlib.suppress(OSError):
+                os.close(phase)
         if proc is not None:
             proc.join(timeout=_REAP_S)
         if tmp is not None:  # what its jobs left there: a killed compile's object files
@@ -484,14 +581,70 @@ class Worker:
             size = os.stat(self.output_path).st_size
             if size <= _LOG_CAP_BYTES:
                 return
+            header = b"[tileauto: earlier output dropped, the log is capped]\n"
             with open(self.output_path, "r+b") as f:
                 f.seek(size - _LOG_KEEP_BYTES)
                 tail = f.read(_LOG_KEEP_BYTES)
                 f.seek(0)
-                f.write(b"[tileauto: earlier output dropped, the log is capped]\n" + tail)
+                f.write(header + tail)
                 f.truncate()
+            if self._log_start is not None:  # where the running job's output now starts
+                kept_from = size - _LOG_KEEP_BYTES
+                self._log_start = len(header) + max(0, self._log_start - kept_from)
         except OSError:
             pass
+
+    def _log_size(self) -> int | None:
+        """The size of the worker's log now (None without one)."""
+        if not self.output_path:
+            return None
+        try:
+            return os.stat(self.output_path).st_size
+        except OSError:
+            return None
+
+    def _last_output(self) -> str:
+        """What a dead worker's error quotes: the last lines its job wrote (at most
+        ``_TAIL_LINES`` lines, ``_TAIL_CHARS`` characters, on one line), and where the whole
+        log is; "" without a log.
+
+        Only what came after the job was sent: the log is shared by the worker's earlier
+        lives, and its earlier jobs' output is not this death's.
+        """
+        path, start = self.output_path, self._log_start
+        if not path:
+            return ""
+        where = f" (worker output: {path})"
+        try:
+            with open(path, "rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                begin = max(start, end - 4 * _TAIL_CHARS) if start is not None else end
+                f.seek(min(begin, end))
+                data = f.read(max(0, end - begin))
+        except OSError:
+            return where
+        lines = [line.strip() for line in data.decode(errors="replace").splitlines()]
+        text = " | ".join([line for line in lines if line][-_TAIL_LINES:])
+        if len(text) > _TAIL_CHARS:
+            text = "..." + text[-_TAIL_CHARS:]
+        return f"; its last output: {text}{where}" if text else where
+
+    def _clear_phase(self) -> None:
+        fd = self._phase_fd
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.pwrite(fd, bytes(_PHASE_BYTES), 0)
+
+    def _phase(self) -> str | None:
+        """The :func:`job_phase` the worker was in (read once it is dead or killed)."""
+        fd = self._phase_fd
+        if fd is None:
+            return None
+        try:
+            data = os.pread(fd, _PHASE_BYTES, 0)
+        except OSError:
+            return None
+        return data.split(b"\0", 1)[0].decode(errors="replace") or None
 
     def _ended(self, proc: ProcessHandle) -> WorkerError:
         """The error for a job whose worker is gone: cancelled (our kill) or crashed."""
@@ -501,6 +654,7 @@ class Worker:
         self.restarts += 1
         code = proc.exitcode
         where = f" (worker output: {self.output_path})" if self.output_path else ""
+        phase = self._phase()
         if code is not None and code < 0:
             name = signal.Signals(-code).name
             if name in OUTSIDE_SIGNALS:
@@ -512,7 +666,34 @@ class Worker:
             # nobody here sent it: the kernel's out-of-memory killer is the usual sender
             oom = name == "SIGKILL"
             hint = " (killed by SIGKILL: likely out of memory)" if oom else ""
+            output = self._last_output()
             return WorkerCrashed(
-                f"crashed with signal {name}{hint}{where}", signal_name=name, out_of_memory=oom
+                f"crashed with signal {name}{hint}{output}",
+                signal_name=name,
+                out_of_memory=oom,
+                cause=f"signal {name}{', likely out of memory' if oom else ''}",
+                output=output,
+                phase=phase,
             )
-        return WorkerCrashed(f"worker exited with code {code}{where}")
+        output = self._last_output()
+        return WorkerCrashed(
+            f"worker exited with code {code}{output}",
+            cause=f"exit code {code}",
+            output=output,
+            phase=phase,
+        )
+
+
+def _phase_memory(name: str) -> int | None:
+    """A memory file of this process for a worker's phase (see :func:`job_phase`); None where
+    the system has none (the worker's deaths are then its job's)."""
+    try:
+        fd = os.memfd_create(f"tileauto-phase-{name}")
+    except (AttributeError, OSError):
+        return None
+    try:
+        os.ftruncate(fd, _PHASE_BYTES)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
