@@ -4,6 +4,8 @@ record.py       AutotuneResult: the best config, its kernel and latency, every t
 summary.py      TuningResult: the cuTile-style view (best, successes, failures)
 shipping.py     save_to_disk / load_from_disk of a result folder
 _portability.py whether a stored kernel runs here, and compiling it again when not
+_origin.py      the folder a loaded result came from, and whether its kernel files changed since
+_staging.py     a save's staging folder beside its destination, and those killed saves left
 _values.py      the user's tuples given back to stored trials (for load_from_disk and the CLI)
 """
 

@@ -79,7 +79,8 @@ def recompile_args(tuned: dict[str, Any] | None, given: CompileArgs | None) -> C
 
 def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
     """Compile the stored best config for this machine (from its TVMScript, or the factory),
-    with the tuning's compile arguments under the caller's ``args`` (:func:`recompile_args`).
+    with the tuning's compile arguments under the caller's ``args`` (:func:`recompile_args`);
+    the kernel, loaded.
 
     ``factory``: a plain factory, an ``@autotune`` or a ``@jit`` one (see
     :func:`recompile_factory`), or None.
@@ -88,9 +89,19 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
         CacheError: no factory is given and the entry holds no TVMScript.
         TypeError: ``factory`` is not callable.
     """
+    from tileauto.jit.kernel import JITKernel
+
+    return JITKernel(recompile_artifact(stored, artifact, args, factory, stacklevel=5))
+
+
+def recompile_artifact(
+    stored: Any, artifact: Any, args: Any, factory: Any, *, stacklevel: int = 4
+) -> Any:
+    """:func:`recompile`'s compile: the built :class:`~tileauto.artifact.KernelArtifact`, not
+    loaded (what a save copies). ``stacklevel``: its warnings', the caller's caller's by default.
+    """
     from tileauto.jit.compiler import compile_to_dir
     from tileauto.jit.impl import process_scratch_dir
-    from tileauto.jit.kernel import JITKernel
     from tileauto.settings import Settings
     from tileauto.space import merged_pass_configs, split_pass_configs
 
@@ -113,7 +124,8 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
         )
         if not script.is_file():
             raise CacheError(f"{why}, and the entry holds no TVMScript to recompile")
-        warnings.warn(f"{why}; recompiled from its TVMScript instead", RuntimeWarning, stacklevel=4)
+        message = f"{why}; recompiled from its TVMScript instead"
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
         plain = None
     if plain is not None:
         fn = plain
@@ -141,7 +153,6 @@ def recompile(stored: Any, artifact: Any, args: Any, factory: Any) -> Any:
             compile_args, pass_configs=merged_pass_configs(compile_args.pass_configs, own)
         )
     out_dir = process_scratch_dir(Settings.from_env()) / f"reload-{uuid.uuid4().hex[:12]}"
-    built = compile_to_dir(
+    return compile_to_dir(
         fn, call_args, call_kwargs, compile_args, out_dir, config=dict(stored.config)
     )
-    return JITKernel(built)

@@ -15,6 +15,7 @@ from typing import Any
 from tileauto.records import Trial
 from tileauto.report.plot import plot_trials
 from tileauto.report.table import format_ms, format_table
+from tileauto.result._origin import KernelOrigin, origin_of
 from tileauto.result.shipping import load_result, problem_names, reported_name, save_result
 from tileauto.result.summary import TuningResult
 
@@ -39,8 +40,12 @@ class AutotuneResult:
             ``pass_configs``, which a recompile on load uses;
             ``"entry"``: the factory's name and module, ``problem_key`` and ``family`` that
             the cache entry or saved folder it was read from gives, kept when it is saved).
-        rebuild: compiles the best config again when the kernel's files are gone and it must
-            be saved (None for a loaded folder).
+        rebuild: compiles the best config again when the kernel's files are gone or changed
+            and it must be saved (a tuning's; a loaded result's when it was loaded with
+            ``factory=``; else None).
+        origin: the saved folder or cache entry a loaded result was read from, with the
+            sha256 of its kernel's files then (None for a result tuned in this process): a
+            save copies those files only if they are still the ones it was loaded with.
     """
 
     config: dict[str, Any]
@@ -55,6 +60,7 @@ class AutotuneResult:
     key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     rebuild: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+    origin: KernelOrigin | None = field(default=None, repr=False, compare=False)
 
     @property
     def default_latency(self) -> float | None:
@@ -115,13 +121,16 @@ class AutotuneResult:
         ``path`` is never half-written. A saved result at ``path`` that holds nothing but
         its own files is replaced; anything else there is refused and left as it is. The
         manifest names the problem (factory, module, problem and family keys) as the cache
-        entry of this result does. When the kernel's library or a source is gone from its
-        folder, the best config is compiled again (a result tuned in this process).
+        entry of this result does. The kernel's files are copied from its folder only if
+        they are the ones it was loaded with (a loaded result: their sha256 at load); when one
+        is gone, or another save or tuning replaced it there, the best config is compiled again
+        (a result tuned in this process, or loaded with ``factory=``). A save sweeps the
+        staging folders that saves killed before they were done left beside ``path``.
 
         Raises:
             CacheError: a file, a link, or a non-empty folder other than a saved result alone
-                is at ``path``; or a file of the kernel is gone and this result cannot compile
-                it again.
+                is at ``path``; or a file of the kernel is gone or changed and this result
+                cannot compile it again (the message names the file).
             OSError: the folder could not be written (the message names ``path``).
             ValueError: ``path`` is empty (give ``"."`` for the working directory).
         """
@@ -141,7 +150,7 @@ class AutotuneResult:
         ``execution_backend`` (a folder saved before they were recorded has none).
 
         Args:
-            path: the folder.
+            path: the folder (a symbolic link to it is followed; links inside it are refused).
             compile_args: a :class:`~tileauto.options.CompileArgs` or a dict of its fields.
                 ``out_idx`` overrides the stored one; ``target`` (when not ``"auto"``),
                 ``target_host`` and ``pass_configs`` are used when recompiling, in place of
@@ -150,10 +159,12 @@ class AutotuneResult:
             factory: recompile with this factory and the stored problem arguments instead of
                 the stored TVMScript: the ``@jit`` factory, the ``@tileauto.autotune``
                 function over it (its ``@jit`` factory is used: nothing is tuned), or a plain
-                factory.
+                factory. The result keeps it: :meth:`save_to_disk` compiles the best config
+                again when the folder's kernel files are gone or replaced meanwhile.
 
         Raises:
-            CacheError: the folder is missing, incomplete, corrupt, or writable by others.
+            CacheError: the folder is missing, holds no saved result (no ``manifest.json``),
+                or is incomplete, corrupt, or writable by others.
             CompileError: the stored kernel cannot run here and its recompile failed (the
                 warning before it says why it was recompiled).
             TypeError: ``factory`` or ``compile_args`` is not of a kind described above.
@@ -172,7 +183,7 @@ class AutotuneResult:
         """A result from a :class:`~tileauto.cache.entry.StoredResult` and its loaded kernel.
 
         ``key``: the entry's key (default: the one its manifest records); ``rebuild``: see
-        the attribute.
+        the attribute. The result's :attr:`origin` is the folder ``stored`` was read from.
         """
         extra: dict[str, Any] = {"entry": problem_names(stored.manifest)}
         if stored.problem is not None:
@@ -191,4 +202,5 @@ class AutotuneResult:
             key=key if key is not None else stored.manifest.get("key"),
             extra=extra,
             rebuild=rebuild,
+            origin=origin_of(stored, kernel),
         )

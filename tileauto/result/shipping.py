@@ -2,19 +2,21 @@
 
 The folder has the format of a cache entry (``docs/cache_format.md``). Loading runs the stored
 library as is; where it cannot run (see :mod:`tileauto.result._portability`) the stored best config
-is compiled again for this machine, with a warning. The cache and the kernel (torch) are
-imported when a folder is written or read, so that importing the record, which imports this
-module (``from tileauto import AutotuneResult``), loads neither.
+is compiled again for this machine, with a warning. A save copies a loaded result's kernel
+files only while they are the ones it was loaded with (:mod:`tileauto.result._origin`), and
+stages beside the destination (:mod:`tileauto.result._staging`). The cache and the kernel
+(torch) are imported when a folder is written or read, so that importing the record, which
+imports this module (``from tileauto import AutotuneResult``), loads neither.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
-import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,15 @@ from tileauto.errors import CacheError
 from tileauto.options import CompileArgs
 from tileauto.report.notes import note
 from tileauto.result._destination import refused_destination
+from tileauto.result._origin import changed_files
 from tileauto.result._portability import (
     cannot_run_here,
     recompile,
+    recompile_artifact,
     recompile_factory,
     with_out_idx,
 )
+from tileauto.result._staging import new_staging, sweep_staging
 from tileauto.result._values import with_own_values
 
 log = get_logger("shipping")
@@ -46,7 +51,7 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
     in_the_way = refused_destination(path)
     if in_the_way is not None:
         raise CacheError(f"save_to_disk({str(path)!r}): {in_the_way}")
-    artifact = _complete_artifact(result, path)
+    artifact, expected = _complete_artifact(result, path)
     to_save = replace(result, kernel=_Saved(artifact))
     meta = {
         **versions(),
@@ -57,14 +62,15 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
         "target": artifact.target,
         "device": device_fingerprint(artifact.device_type),
     }
-    staging = path.parent / f".{path.name}.stage-{uuid.uuid4().hex[:8]}"
+    staging = new_staging(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_staging(path)  # what saves killed before they were done left here
         staging.mkdir(mode=0o700)
         try:
             disk.write_entry(
                 path,
-                lambda out: _fill_complete(to_save, out, fill_result),
+                lambda out: _fill_complete(to_save, out, fill_result, expected, path),
                 meta,
                 staging,
                 shared=True,
@@ -103,25 +109,27 @@ def load_result(
     from tileauto.cache.entry import KIND_KERNEL, KIND_TUNED, REQUIRED_TUNED, read_result
     from tileauto.jit.kernel import JITKernel
 
-    path = _folder_path("load_from_disk", path)
+    given = _folder_path("load_from_disk", path)
     args = _compile_args(compile_args)
     make = recompile_factory(factory)
-    not_a_folder = _not_a_folder(path)
+    path, not_a_folder = _folder_to_read(given)
+    if not_a_folder is None:
+        not_a_folder = _no_result(given, path)
     if not_a_folder is not None:
-        raise CacheError(f"load_from_disk({str(path)!r}): {not_a_folder}")
+        raise CacheError(f"load_from_disk({str(given)!r}): {not_a_folder}")
     if _manifest_kind(path) == KIND_KERNEL:  # before the files a tuned result must have
-        raise CacheError(f"load_from_disk({str(path)!r}): {_PLAIN_KERNEL}")
+        raise CacheError(f"load_from_disk({str(given)!r}): {_PLAIN_KERNEL}")
     # A shipped folder may belong to root (installed in an image); others must not write it.
     problem = disk.verify(path, required=REQUIRED_TUNED, trusted_uids={os.getuid(), 0})
     if problem is not None:
-        raise CacheError(f"load_from_disk({str(path)!r}): {problem}")
+        raise CacheError(f"load_from_disk({str(given)!r}): {problem}")
     try:
         manifest = disk.read_manifest(path)
         if manifest.get("kind", KIND_TUNED) != KIND_TUNED:
-            raise CacheError(f"load_from_disk({str(path)!r}): {_PLAIN_KERNEL}")
+            raise CacheError(f"load_from_disk({str(given)!r}): {_PLAIN_KERNEL}")
         stored = _with_own_values(read_result(path, manifest))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CacheError(f"load_from_disk({str(path)!r}): unreadable records ({exc})") from exc
+        raise CacheError(f"load_from_disk({str(given)!r}): unreadable records ({exc})") from exc
     artifact = stored.artifact
     if args is not None and args.out_idx is not None:
         artifact = with_out_idx(artifact, args.out_idx)
@@ -140,7 +148,10 @@ def load_result(
             stacklevel=3,
         )
         kernel = recompile(stored, artifact, args, make)
-    return cls.from_stored(stored, kernel)
+    rebuild = None
+    if make is not None and stored.problem is not None:  # the factory can be called as tuned
+        rebuild = functools.partial(recompile_artifact, stored, artifact, args, make)
+    return cls.from_stored(stored, kernel, rebuild=rebuild)
 
 
 _PLAIN_KERNEL = (
@@ -168,45 +179,89 @@ def _with_own_values(stored: Any) -> Any:
     return replace(stored, trials=trials, default_trial=default)
 
 
-def _not_a_folder(path: Path) -> str | None:
-    """Why ``path`` is no folder to load (missing, a file or a link), or None."""
+def _folder_to_read(path: Path) -> tuple[Path, str | None]:
+    """The folder to load for ``path`` (a link given as the folder itself is followed: what
+    it points to is checked as any folder is, links inside refused), or why there is none
+    (missing, a file, a link to neither)."""
     from tileauto.cache import disk
 
+    give = "give the folder save_to_disk wrote (or a cache entry's)"
     try:
         kind = disk.path_kind(path)
+        target = Path(os.path.realpath(path)) if kind == "link" else path
+        target_kind = disk.path_kind(target) if kind == "link" else kind
     except OSError as exc:
-        return f"the path cannot be read ({exc.strerror or exc})"
-    if kind == "missing":
-        return "no such folder: give the folder save_to_disk wrote (or a cache entry's)"
+        return path, f"the path cannot be read ({exc.strerror or exc})"
+    if target_kind == "folder":
+        return target, None
     if kind == "link":
-        return f"a symbolic link, not a folder: give the folder it points to ({path.resolve()})"
-    if kind == "file":
-        return "a file, not a folder: give the folder save_to_disk wrote (or a cache entry's)"
-    return None
+        what = "which does not exist" if target_kind == "missing" else "which is not a folder"
+        return path, f"a symbolic link to {target}, {what}: {give}"
+    return path, f"{'no such folder' if kind == 'missing' else 'a file, not a folder'}: {give}"
 
 
-def _complete_artifact(result: Any, path: Path) -> Any:
-    """The kernel's artifact with every file on disk, recompiled if some are gone.
+def _no_result(given: Path, folder: Path) -> str | None:
+    """``<given> holds no saved result (no manifest.json)``, with a hint at where the results
+    are when it is a cache, a folder of saved results or a result's ``kernel/``; None when the
+    folder has a manifest (the verification that follows checks it)."""
+    from tileauto.cache.disk import MANIFEST, is_entry_key
+    from tileauto.cache.entry import KERNEL_DIR, KIND_TUNED
+
+    if os.path.lexists(folder / MANIFEST):
+        return None
+    said = f"{given} holds no saved result (no {MANIFEST})"
+    try:
+        below = sorted(p.name for p in folder.iterdir() if (p / MANIFEST).is_file())
+        tuned = folder / KIND_TUNED
+        entries = [p for p in tuned.iterdir() if is_entry_key(p.name)] if tuned.is_dir() else []
+    except OSError:
+        below, entries = [], []
+    if entries:
+        return (
+            f"{said}: it is a tileauto cache; give one of its tuned entries, "
+            f"{tuned}/<key> ({len(entries)} there: `tileauto cache list` names them)"
+        )
+    if below:
+        more = f" and {len(below) - 5} more" if len(below) > 5 else ""
+        names = ", ".join(f"{name}/" for name in below[:5])
+        return f"{said}: it holds saved results one level down ({names}{more}); give one of them"
+    if folder.name == KERNEL_DIR and (folder.parent / MANIFEST).is_file():
+        return f"{said}: it is a saved result's {KERNEL_DIR}/ folder; give {folder.parent}"
+    return f"{said}: give the folder save_to_disk wrote (or a cache entry's)"
+
+
+def _complete_artifact(result: Any, path: Path) -> tuple[Any, Mapping[str, str | None] | None]:
+    """The kernel's artifact with every file on disk and, for a loaded result, each file's
+    sha256 as it was loaded (which the copies must have); compiled again when a file is gone
+    or is no longer the one it was loaded with (another save or tuning replaced it).
 
     Raises:
-        CacheError: a file is gone and this result cannot compile the kernel again.
+        CacheError: a file is gone or changed and this result cannot compile the kernel again.
     """
     artifact = result.kernel.artifact
+    origin = result.origin
+    expected = None
+    if origin is not None and Path(artifact.directory) == origin.kernel_dir:
+        expected = origin.sha256
     missing = artifact.missing_files()
-    if not missing:
-        return artifact
-    gone = _describe_gone(artifact, missing)
+    changed = [] if missing or expected is None else changed_files(expected, artifact.directory)
+    if not missing and not changed:
+        return artifact, expected
+    if missing:
+        what = f"{_describe_gone(artifact, missing)} {_why_gone(result)}"
+    else:
+        what = (
+            f"{_describe_files(artifact, changed, 'changed')} since this result was read from "
+            f"{origin.where() if origin is not None else artifact.directory} (another "
+            f"{'tuning' if origin is not None and origin.in_cache else 'save'} replaced it?)"
+        )
     if result.rebuild is None:
         raise CacheError(
-            f"save_to_disk({str(path)!r}): {gone} (its cache entry was removed?) and this "
-            "result cannot compile it again; nothing was saved. Tune again, or load the "
-            "result with load_from_disk(..., factory=...)"
+            f"save_to_disk({str(path)!r}): {what}, and this result cannot compile it again; "
+            "nothing was saved. A result loaded with load_from_disk(..., factory=...) compiles "
+            "its best config again for a save (as a tuned one does); without one, tune again"
         )
-    log.warning(
-        "save_to_disk: %s (its cache entry was removed?); compiling the best config %s again",
-        gone,
-        result.config,
-    )
+    log.warning("save_to_disk: %s; compiling the best config %s again", what, result.config)
     rebuilt = result.rebuild()
     still = rebuilt.missing_files()
     if still:
@@ -214,16 +269,32 @@ def _complete_artifact(result: Any, path: Path) -> Any:
             f"save_to_disk({str(path)!r}): the recompiled kernel in {rebuilt.directory} lacks "
             f"{', '.join(still)}; nothing was saved"
         )
-    return rebuilt
+    return rebuilt, None  # compiled just now, into a folder of this process's own
 
 
 def _describe_gone(artifact: Any, missing: tuple[str, ...]) -> str:
     """``the kernel's library <path> is gone`` (or its other files), for messages."""
-    if artifact.LIB_NAME in missing:
-        return f"the kernel's library {artifact.lib_path} is gone"
-    names = ", ".join(missing)
-    verb = "is" if len(missing) == 1 else "are"
-    return f"the kernel's {names} in {artifact.directory} {verb} gone"
+    return _describe_files(artifact, missing, "gone")
+
+
+def _describe_files(artifact: Any, names: Sequence[str], state: str) -> str:
+    """``the kernel's library <path> is gone`` (``state``), or ``changed``, or its other files,
+    for messages."""
+    if state == "gone":
+        state = f"{'is' if len(names) == 1 or artifact.LIB_NAME in names else 'are'} {state}"
+    if artifact.LIB_NAME in names:
+        return f"the kernel's library {artifact.lib_path} {state}"
+    return f"the kernel's {', '.join(names)} in {artifact.directory} {state}"
+
+
+def _why_gone(result: Any) -> str:
+    """A guess at why a file of the kernel is gone, from where the result came from."""
+    origin = result.origin
+    if origin is None:
+        return "(its folder was removed?)"
+    if origin.in_cache:
+        return f"(its cache entry {origin.folder} was removed or replaced?)"
+    return f"(the folder it was loaded from, {origin.folder}, was removed or replaced?)"
 
 
 def kernel_name(kernel: Any) -> str:
@@ -329,12 +400,26 @@ class _Saved:
     artifact: Any
 
 
-def _fill_complete(result: Any, out: Path, fill: Callable[[Any, Path], None]) -> None:
-    """Fill a saved folder, refusing to publish one without every file of the kernel."""
+def _fill_complete(
+    result: Any,
+    out: Path,
+    fill: Callable[[Any, Path], None],
+    expected: Mapping[str, str | None] | None,
+    path: Path,
+) -> None:
+    """Fill a saved folder, refusing to publish one without every file of the kernel, or with
+    a file other than the one ``expected`` (by name: its sha256 at load) records."""
     fill(result, out)
     written = result.kernel.artifact.moved_to(out / "kernel")
     missing = written.missing_files()
     if missing:
         raise CacheError(
             f"save_to_disk: {', '.join(missing)} could not be written; nothing was published"
+        )
+    changed = changed_files(expected, written.directory) if expected is not None else []
+    if changed:  # replaced between the check and the copy
+        raise CacheError(
+            f"save_to_disk({str(path)!r}): "
+            f"{_describe_files(result.kernel.artifact, changed, 'changed')} while it was being "
+            "copied (another save or tuning replaced it?); nothing was saved"
         )
