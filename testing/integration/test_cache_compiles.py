@@ -46,17 +46,17 @@ def check(result) -> None:
     torch.testing.assert_close(result.kernel(a), ref_scale_add(a))
 
 
-def test_a_tuning_without_the_reference_compiles_and_measures_nothing_again(tileauto_env):
+def test_a_tuning_without_the_reference_compiles_nothing_but_checks_again(tileauto_env):
     first, n = compiled_during(lambda: tune_scale_add(ref_prog=ref_scale_add))
     assert n == len(SCALE_ADD_CONFIGS)  # the default config (block 16) is one of them
     assert kernel_entries(tileauto_env) == n
     second, again = compiled_during(lambda: tune_scale_add())
     assert again == 0
     assert not second.cache_hit and second.key != first.key  # another tuning, not a hit
-    assert borrowed(second) == [t.config for t in first.trials]  # every one, filled
-    for old, new in zip(first.trials, second.trials, strict=True):
-        assert new.latency_ms == old.latency_ms  # the very measurements, not new ones
-    assert second.config == first.config
+    # a pass against the ref_prog is none against the default config's outputs, which this
+    # tuning compares with (a config unlike the default passed unmeasured and won)
+    assert borrowed(second) == []
+    assert all(t.ok and t.run_s for t in second.trials)
     check(second)
 
 

@@ -43,15 +43,19 @@ def checks_record(checks: dict[str, Any]) -> dict[str, Any]:
 def at_least_as_strict(earlier: dict[str, Any], now: dict[str, Any]) -> bool:
     """Whether a config that passed ``earlier``'s checks passes ``now``'s (both
     :func:`checks_record` s): ``now`` checks nothing; or both run the same manual check (or
-    none), ``earlier`` compared with the same reference (or ``now`` has none: it compares with
-    the default config's outputs), with tolerances no looser."""
+    none), compared with the same reference (the same ``ref_prog``, or both none: the default
+    config's outputs), with tolerances no looser.
+
+    A pass against a ``ref_prog`` says nothing of a tuning without one: it compares with the
+    default config's outputs, which the program may not give (a wrong default, a program that
+    only checks, a reference the user dropped because it was wrong)."""
     if now.get("skip_check"):
         return True
     if earlier.get("skip_check") or earlier.get("manual_check_prog") != now.get(
         "manual_check_prog"
     ):
         return False
-    if now.get("ref_prog") is not None and earlier.get("ref_prog") != now.get("ref_prog"):
+    if earlier.get("ref_prog") != now.get("ref_prog"):
         return False
     try:
         return all(

@@ -53,13 +53,21 @@ def test_checks_are_apart_from_the_problem_they_measure():
     assert timed_otherwise.base_dir != without.base_dir
 
 
-def test_a_tuning_without_a_reference_takes_the_passes_checked_against_one(tmp_path):
+def test_a_tuning_without_a_reference_takes_only_failures_to_compile_from_one_with(tmp_path):
+    # a pass against a ref_prog is no pass against the default config's outputs, which this
+    # tuning compares with: a config unlike the default passed unmeasured and won (inputs hunt)
     tuned_with(tmp_path, ref_prog=ref_a)
     known = known_blocks()
+    assert sorted(known) == [32]  # the failure to compile only
+    assert known[32].status is TrialStatus.COMPILE_ERROR
+
+
+def test_a_pass_is_lent_under_the_same_reference_and_tolerances_no_looser(tmp_path):
+    tuned_with(tmp_path, ref_prog=ref_a, rtol=1e-3)
+    known = known_blocks(ref_prog=ref_a)
     assert sorted(known) == [8, 32]  # the pass and the failure to compile
     assert known[8].latency_ms == 1.0 and known[8].status is TrialStatus.OK
     assert "measured by an earlier tuning checked against a reference program" in known[8].notes[-1]
-    assert known[32].status is TrialStatus.COMPILE_ERROR
 
 
 def test_a_wrong_result_or_a_crash_is_measured_again(tmp_path):
@@ -102,7 +110,10 @@ def test_the_order_of_strictness():
     default = record({**base, **tol})
     skipped = record({**base, **tol, "skip_check": True})
     manual = record({**base, **tol, "manual_check_prog": {"source": "m"}})
-    assert C.at_least_as_strict(ref, default) and not C.at_least_as_strict(default, ref)
+    # a pass against a ref_prog is no pass against the default config's outputs: the first
+    # was lent to a tuning without a ref_prog, where a config unlike the default then won
+    assert not C.at_least_as_strict(ref, default) and not C.at_least_as_strict(default, ref)
+    assert C.at_least_as_strict(ref, skipped)
     assert C.at_least_as_strict(default, skipped) and not C.at_least_as_strict(skipped, default)
     assert C.at_least_as_strict(manual, manual) and not C.at_least_as_strict(manual, default)
     assert not C.at_least_as_strict(default, manual)
@@ -110,15 +121,15 @@ def test_the_order_of_strictness():
 
 
 def test_what_was_taken_is_written_as_this_problem_s_own(tmp_path):
-    tuned_with(tmp_path, ref_prog=ref_a)
-    store = open_store(space=SPACE, profile=profile())
+    tuned_with(tmp_path, ref_prog=ref_a, rtol=1e-3)
+    store = open_store(space=SPACE, profile=profile(ref_prog=ref_a))
     known = store.known_trials()
     for t in known.values():
         store.save_trial(t)  # as the session records them
     assert len(list(store.measure_dir.glob("*.json"))) == 2
     checks = json.loads(store.measure_dir.with_suffix(".json").read_text())
-    assert checks == store.checks and checks["ref_prog"] is None
-    again = open_store(space=SPACE, profile=profile()).known_trials()
+    assert checks == store.checks and checks["rtol"] == 0.01
+    again = open_store(space=SPACE, profile=profile(ref_prog=ref_a)).known_trials()
     assert {cid: t.notes for cid, t in again.items()} == {cid: t.notes for cid, t in known.items()}
 
 
