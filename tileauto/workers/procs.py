@@ -22,6 +22,7 @@ import gc
 import mmap
 import os
 import pickle
+import re
 import signal
 import sys
 import threading
@@ -81,6 +82,7 @@ _TAIL_CHARS = 1000
 # The job's phase (see job_phase): a name of at most _PHASE_BYTES bytes, in a memory file of
 # the caller's that the worker maps by its /proc path, named in the worker's environment.
 _PHASE_BYTES = 64
+_FRAME = re.compile(r'File "[^"]*", line \d+, in ')  # a frame of a Python or native stack
 PHASE_KEY = "__tileauto_phase__"
 
 
@@ -624,7 +626,10 @@ class Worker:
         except OSError:
             return where
         lines = [line.strip() for line in data.decode(errors="replace").splitlines()]
-        text = " | ".join([line for line in lines if line][-_TAIL_LINES:])
+        # a stack's frames say where the crash went through (thread_run, clone3...), not what
+        # it was: the lines around them do ("Segfault encountered", "undefined symbol: ...")
+        said = [line for line in lines if line and not _FRAME.match(line)]
+        text = " | ".join(said[-_TAIL_LINES:])
         if len(text) > _TAIL_CHARS:
             text = "..." + text[-_TAIL_CHARS:]
         return f"; its last output: {text}{where}" if text else where

@@ -80,6 +80,19 @@ def test_the_quote_is_the_last_5_lines_and_at_most_1000_characters(worker):
     assert str(info.value) == f"worker exited with code 4 (worker output: {worker.output_path})"
 
 
+def test_the_frames_of_a_stack_are_not_quoted(worker):
+    # a segfault's native stack ends in thread_run, start_thread, clone3: nothing to read
+    stack = [
+        "!!!!!!! Segfault encountered !!!!!!!",
+        '  File "Objects/call.c", line 343, in _PyObject_Call',
+        '  File "./nptl/pthread_create.c", line 442, in start_thread',
+        '  File "<unknown>", line 0, in 0xffffffffffffffff',
+    ]
+    with pytest.raises(WorkerCrashed) as info:
+        worker.call(say_and_exit, stack, 139, timeout_s=60)
+    assert "; its last output: !!!!!!! Segfault encountered !!!!!!! (" in str(info.value)
+
+
 def test_a_death_in_a_phase_names_it(worker):
     with pytest.raises(WorkerCrashed) as info:
         worker.call(abort_in, "manual_check_prog", timeout_s=60)
