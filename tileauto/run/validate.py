@@ -115,28 +115,60 @@ def unwritten(name: str, got: torch.Tensor, want: torch.Tensor | None = None) ->
     )
 
 
+def unchanged(
+    name: str,
+    got: torch.Tensor,
+    want: torch.Tensor,
+    original: torch.Tensor,
+    *,
+    rtol: float,
+    atol: float,
+) -> Verdict | None:
+    """A failing verdict when a written input ``got`` still holds, bit for bit, its value
+    before the run (``original``) where it mismatches the reference ``want``, else None.
+
+    A written input starts as a copy of the input, not filled like an output, so an element
+    the kernel skips keeps its old value and would pass as one mismatch among those
+    ``max_mismatched_ratio`` forgives: it fails whatever the tolerances, as an unwritten output
+    does. A correct kernel is close to the reference, and an element the reference leaves as
+    it was is no mismatch, so neither is caught.
+    """
+    g, w, bad, _, show = _mismatches(got, want, rtol, atol)
+    stale = bad & _same_bits(got, original.to(got.device))
+    n = int(stale.sum())
+    if n == 0:
+        return None
+    first = int(stale.flatten().nonzero()[0])
+    return Verdict(
+        False,
+        f"unwritten: {n} elements of {name} (of {got.numel()}; first at flat index {first}) "
+        "still hold their input values where the reference changed them (there: got "
+        f"{show(g.flatten()[first])}, expected {show(w.flatten()[first])}); tolerances and "
+        "max_mismatched_ratio do not forgive missing work",
+    )
+
+
+# the integer type of each element size, to compare floats bit for bit (NaN, -0.0)
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Where ``a`` and ``b`` (of one shape and dtype) hold the same bits."""
+    if a.is_complex():
+        return _same_bits(torch.view_as_real(a), torch.view_as_real(b)).all(dim=-1)
+    if a.is_floating_point() and a.dtype == b.dtype and a.element_size() in _BITS:
+        bits = _BITS[a.element_size()]
+        return a.view(bits) == b.view(bits)
+    return a == b
+
+
 def _compare_one(
     name: str, got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float, ratio: float
 ) -> Verdict:
     missing = unwritten(name, got, want)
     if missing is not None:
         return missing
-    integers = _as_integers(got, want)
-    if integers is not None:
-        g, w = integers
-        bad, worst = _integer_mismatches(g, w, rtol, atol)
-        show: Any = int
-    else:
-        g = got.detach().to(torch.float64)
-        w = want.detach().to(torch.float64)
-        g_nan, w_nan = torch.isnan(g), torch.isnan(w)
-        diff = (g - w).abs()
-        bad = (diff > atol + rtol * w.abs()) | (g_nan != w_nan)
-        bad |= (torch.isinf(g) | torch.isinf(w)) & (g != w)  # inf bounds would accept anything
-        bad &= ~(g_nan & w_nan)
-        finite = diff[~(g_nan | w_nan)]
-        worst = f"{float(finite.max()):.4g}" if finite.numel() else "nan"
-        show = _six_digits
+    g, w, bad, worst, show = _mismatches(got, want, rtol, atol)
     n_bad = int(bad.sum())
     total = max(1, g.numel())
     if n_bad / total <= ratio:
@@ -148,6 +180,28 @@ def _compare_one(
         f"atol={atol:g} (allowed {100 * ratio:g}%); worst abs error {worst}; "
         f"first at flat index {idx}: got {show(g.flatten()[idx])}, expected {show(w.flatten()[idx])}",
     )
+
+
+def _mismatches(
+    got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str, Any]:
+    """Both sides as compared (int64 or float64), where they mismatch, the worst error, and
+    how to show a value of them (see :func:`compare` for when an element mismatches)."""
+    integers = _as_integers(got, want)
+    if integers is not None:
+        g, w = integers
+        bad, worst = _integer_mismatches(g, w, rtol, atol)
+        return g, w, bad, worst, int
+    g = got.detach().to(torch.float64)
+    w = want.detach().to(torch.float64)
+    g_nan, w_nan = torch.isnan(g), torch.isnan(w)
+    diff = (g - w).abs()
+    bad = (diff > atol + rtol * w.abs()) | (g_nan != w_nan)
+    bad |= (torch.isinf(g) | torch.isinf(w)) & (g != w)  # inf bounds would accept anything
+    bad &= ~(g_nan & w_nan)
+    finite = diff[~(g_nan | w_nan)]
+    worst = f"{float(finite.max()):.4g}" if finite.numel() else "nan"
+    return g, w, bad, worst, _six_digits
 
 
 def _six_digits(value: torch.Tensor) -> str:

@@ -29,7 +29,15 @@ from tileauto.options import ProfileArgs
 from tileauto.records import NOT_COMPARED_NOTE, RunOutcome, TrialStatus
 from tileauto.run._busy import busy_note, runqueue_wait_s
 from tileauto.run.buffers import canaries_intact, interleave, padded_clones, padded_outputs
-from tileauto.run.check import as_tensor, check_outputs, clones, first_unwritten, own_work
+from tileauto.run.check import (
+    as_tensor,
+    check_outputs,
+    checker_form,
+    checker_results,
+    clones,
+    first_unwritten,
+    own_work,
+)
 from tileauto.run.inputs import make_inputs
 from tileauto.run.session import RunRequest, RunSession, SessionSpec
 from tileauto.run.timing import Flush, default_flush, default_timer, iterations
@@ -165,9 +173,8 @@ class RunWorker:
         spec, inputs = session.spec, session.inputs
         if spec.profile.ref_prog is None or spec.profile.skip_check:
             return
-        n_results = len(spec.out_pos) + len(spec.inplace_args or ())
         arity = _positional_arity(spec.profile.ref_prog)
-        session.ref_checker = arity == len(inputs) + max(1, n_results)
+        session.ref_checker = arity == len(inputs) + checker_results(spec)
         if session.ref_checker:
             return
         try:
@@ -175,6 +182,8 @@ class RunWorker:
             _sync(spec.device)
         except Exception as exc:  # noqa: BLE001 - reported in every trial, tuning goes on
             session.ref_error = f"ref_prog raised {type(exc).__name__}: {exc}"
+            if isinstance(exc, TypeError) and arity not in (-1, len(inputs)):
+                session.ref_error += f"; {_form_read(session, arity)}"
         else:
             session.ref_error = _unusable_reference(session.expected)
 
@@ -408,6 +417,26 @@ DEFAULT_NOT_REFERENCE = (
     "complete to be one: none is kept, and the other configs are only checked for unwritten "
     "outputs (give a ref_prog, or a default config that writes every output)"
 )
+
+
+def _form_read(session: RunSession, arity: int) -> str:
+    """How ``ref_prog``'s form was read from its ``arity`` (its required positional
+    parameters), for one that fits neither form and raised when called with the inputs."""
+    spec = session.spec
+    inputs = [spec.params[p] for p in session.in_pos]
+    said = (
+        f"ref_prog has {arity} required positional parameters, and tileauto tells its two "
+        f"forms apart by that count: one that returns the expected results takes "
+        f"{len(inputs)} (the inputs), a checker takes {checker_form(session)}. This one was "
+        "taken for the first and called with the inputs alone"
+    )
+    if arity <= len(inputs) + checker_results(spec):
+        return said
+    tensors = ", ".join(f"{k}: {p.name}" for k, p in enumerate(inputs) if not p.scalar)
+    return (
+        f"{said}; a checker takes the new values of the inputs the kernel writes after the "
+        f"outputs once they are declared: give inplace_args=[...] (input positions: {tensors})"
+    )
 
 
 def _unusable_reference(expected: Any) -> str | None:
