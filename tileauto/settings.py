@@ -183,6 +183,7 @@ def parse_redis_url(name: str, raw: str) -> str | None:
     return value
 
 
+_SAID_UNKNOWN: set[tuple[str, str]] = set()  # unknown variables warned of, with their values
 MIN_LEASE_S = 3.0  # the shortest lease of a key in the fleet's Redis
 MIN_LEASE_TIMEOUTS = 3  # a lease outlasts this many remote operations' timeouts
 
@@ -509,7 +510,15 @@ class Settings:
                 "TILEAUTO_REMOTE_CACHE_TIMEOUT",
             )
         for name, hint in unknown_variables(environ).items():
-            # a typo would otherwise change nothing, silently (Python shows each text once)
+            # a typo would otherwise change nothing, silently. Once per process for the
+            # process's own environment: settings are read from many places, and Python's
+            # once-per-place rule is reset whenever warning filters change (a tuning said it
+            # three times)
+            said = (name, environ[name])
+            if environ is os.environ and said in _SAID_UNKNOWN:
+                continue
+            if environ is os.environ:
+                _SAID_UNKNOWN.add(said)
             warnings.warn(f"{name} is set but is not a tileauto setting{hint}", stacklevel=2)
         return cls(**values)
 

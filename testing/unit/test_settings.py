@@ -368,6 +368,24 @@ def test_a_tileauto_variable_no_setting_reads_is_a_warning_with_the_likely_one()
         settings(TILEAUTO_UNKNOWN="x")
 
 
+def test_an_unknown_variable_of_the_process_is_said_once(monkeypatch):
+    # a tuning reads the settings from many places: it said the same typo three times
+    import warnings
+
+    import tileauto.settings as settings_module
+
+    monkeypatch.setattr(settings_module, "_SAID_UNKNOWN", set())
+    monkeypatch.setenv("TILEAUTO_AUTOTUNING_CPU_COUNTS", "1")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            Settings.from_env()
+    assert [str(w.message).split(" is set")[0] for w in said] == ["TILEAUTO_AUTOTUNING_CPU_COUNTS"]
+    monkeypatch.setenv("TILEAUTO_AUTOTUNING_CPU_COUNTS", "2")  # another value: said again
+    with pytest.warns(UserWarning, match="TILEAUTO_AUTOTUNING_CPU_COUNTS is set"):
+        Settings.from_env()
+
+
 # -- compile_workers() and run_threads() ----------------------------------------------------------
 
 

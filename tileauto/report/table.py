@@ -17,8 +17,9 @@ def format_ms(value: float) -> str:
 
 
 def format_config(config: dict) -> str:
-    """``k=v, ...``, or ``(defaults)`` for the empty config."""
-    return ", ".join(f"{k}={v}" for k, v in config.items()) or "(defaults)"
+    """``k=v, ...``, or ``(nothing tuned)`` for the empty config (a factory without tunables,
+    or a call that fixes every one: ``(defaults)`` said the call's values were not used)."""
+    return ", ".join(f"{k}={v}" for k, v in config.items()) or "(nothing tuned)"
 
 
 _CELL = 70  # characters of a config or a status shown in a table cell; longer ones are cut

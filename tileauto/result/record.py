@@ -112,7 +112,7 @@ class AutotuneResult:
         )
 
     # -- shipping (tileauto.result.shipping) --------------------------------------------------
-    def save_to_disk(self, path: str | Path, *, verbose: bool = False) -> Path:
+    def save_to_disk(self, path: str | Path, verbose: bool = False) -> Path:
         """Write this result to the folder ``path`` for another process or machine.
 
         The folder holds best_config.json, latency.json, trials.json, the kernel's shared

@@ -13,7 +13,7 @@ def test_format_table_and_failure_summary_keep_their_shape():
     table = format_table([ok_trial(0, 2.0), failed_trial(1)], 0, default, title="t")
     lines = table.splitlines()
     assert lines[0] == "t"
-    assert lines[3].split()[:2] == ["default", "(defaults)"]
+    assert lines[3].split()[:3] == ["default", "(nothing", "tuned)"]
     assert lines[4].split()[:3] == ["*", "0", "block=8"] and "2.00x" in lines[4]
     assert failure_summary([ok_trial(0, 1.0), failed_trial(1)]) == (
         "  [1] block=16: compile_error: compile_error here"
