@@ -70,9 +70,11 @@ class CompileArgs:
         out_idx: parameters allocated and returned by a call (negative counts from the end).
         target: ``"auto"``, ``"llvm"``, ``"cuda"``, a dict or a ``tvm.target.Target``.
         target_host: host target for device targets (default: this CPU).
-        execution_backend: ``"auto"`` or ``"tvm_ffi"`` (the only backend; calls go through DLPack).
+        execution_backend: ``"auto"`` or ``"tvm_ffi"`` (the only backend; calls go through DLPack);
+            None is ``"auto"``.
         pass_configs: TVM ``PassContext`` options, e.g. ``{"tirx.disable_vectorize": True}``.
-        verbose: log each compile.
+        verbose: log each compile (a plain call's, and each config a tuning compiles); None is
+            False.
     """
 
     out_idx: tuple[int, ...] | None = None
@@ -84,6 +86,11 @@ class CompileArgs:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_idx", _normalize_out_idx(self.out_idx))
+        # TileLang's set_compile_args passes None for "the default" in every argument
+        if self.execution_backend is None:
+            object.__setattr__(self, "execution_backend", "auto")
+        if self.verbose is None:
+            object.__setattr__(self, "verbose", False)
         if self.execution_backend not in EXECUTION_BACKENDS:
             raise ValueError(
                 f"execution_backend must be one of {EXECUTION_BACKENDS}, "

@@ -254,13 +254,19 @@ class Builder(SlotStage):
         wall = time.perf_counter() - start
         if error is not None:
             log.info("config %s failed to compile: %s", request.config, error.splitlines()[0])
+        compile_s = (artifact.compile_s + artifact.export_s) if artifact else wall
+        if self.compile_args.verbose:  # logged here, in the tuning's process, not the worker's
+            name = getattr(self.factory, "__name__", "kernel")
+            log.warning(
+                "compiled %s config %s in %.3f s: %s", name, request.config, compile_s, status.value
+            )
         return BuildResult(
             index=request.index,
             config=request.config,
             status=status,
             artifact=artifact,
             error=error,
-            compile_s=(artifact.compile_s + artifact.export_s) if artifact else wall,
+            compile_s=compile_s,
         )
 
 

@@ -82,6 +82,31 @@ def process_scratch_dir(settings: Settings) -> Path:
         return _PROCESS_DIR
 
 
+def _check_not_wrapped(factory: Callable[..., Any]) -> None:
+    """A TypeError for a factory that is itself a tileauto wrapper (``@autotune``, ``@jit``):
+    ``@jit`` goes directly on the function that returns the PrimFunc.
+
+    Its call returns a kernel, not a PrimFunc, and an ``@autotune`` under ``@jit`` would tune
+    from inside the outer call's cache entry.
+    """
+    own = getattr(factory, "__dict__", {})  # its attributes, not what a __getattr__ makes up
+    if isinstance(factory, JITImpl):
+        given = "@jit"
+    elif isinstance(own.get("jit_impl"), JITImpl):  # an AutoTuneImpl (the api layer's)
+        given = "@autotune"
+    elif isinstance(own.get("target"), JITImpl):  # a StackedParams (@autotune.param)
+        given = "@autotune.param"
+    else:
+        return
+    kind = type(factory).__name__
+    name = getattr(factory, "__name__", kind)
+    raise TypeError(
+        f"@jit must decorate the kernel factory itself, got the {given} object {name!r} "
+        f"({kind}): write @tileauto.autotune(...) above a single @tileauto.jit(...) above "
+        "the factory, and drop the outer @jit"
+    )
+
+
 class JITImpl:
     """A kernel factory wrapped by ``@tileauto.jit``.
 
@@ -94,11 +119,14 @@ class JITImpl:
     def __init__(self, factory: Callable[..., Any], compile_args: CompileArgs) -> None:
         if not callable(factory):
             raise TypeError(f"@jit expects a kernel factory function, got {type(factory).__name__}")
+        _check_not_wrapped(factory)
         self.factory = factory
         self.compile_args = compile_args
         self._kernels = CallCache(factory)
         self.compile_count = 0
-        functools.update_wrapper(self, factory)
+        # the factory's name, doc and __wrapped__ only: merging its __dict__ (updated=) would
+        # let a wrapper's attributes replace this impl's own (its cache, its lock)
+        functools.update_wrapper(self, factory, updated=())
         if not isinstance(getattr(self, "__name__", None), str):  # a functools.partial has none
             inner = getattr(factory, "func", None)
             self.__name__ = getattr(inner, "__name__", None) or type(factory).__name__

@@ -199,10 +199,36 @@ def _check_gpu(name: str) -> None:
         )
 
 
+# the target kinds whose kernels tileauto runs: a CPU (LLVM, C) and an NVIDIA GPU (CUDA)
+RUNNABLE_KINDS = ("llvm", "c", "cuda", "nvptx")
+
+
+def _check_runnable(problem: TuningProblem) -> None:
+    """A TileautoError, before anything compiles, for a target tileauto cannot run (Metal,
+    ROCm, Vulkan, OpenCL): each config compiled, then failed on CPU tensors it cannot take."""
+    import json
+
+    from tileauto.jit.target_memo import resolve
+
+    ca = problem.compile_args
+    try:
+        kind = json.loads(resolve(ca.target, ca.target_host, problem.settings).json).get("kind")
+    except Exception:  # noqa: BLE001 - a bad target fails in each compile, with its message
+        return
+    if kind not in RUNNABLE_KINDS:
+        raise TileautoError(
+            f"tuning {problem.name} for target {kind!r}: tileauto runs and times configs only "
+            "on this CPU (target 'llvm') or an NVIDIA GPU (target 'cuda'), and cannot run a "
+            f"{kind} kernel; tune with target='llvm' or 'cuda', or compile {kind} kernels "
+            "without tuning with the @jit factory's par_compile"
+        )
+
+
 def default_runner(problem: TuningProblem, cluster: RayCluster | None = None) -> RunStage:
     """The runner of the problem's executor: an isolated run worker, or a Ray actor on
     ``cluster``. Nothing starts before the session calls its ``start``."""
     p = problem
+    _check_runnable(p)
     if cluster is None:  # a Ray node's memory is checked there, and its GPUs found there
         p.settings.run_memory_limit_bytes()
         if p.device_type == "cuda":
