@@ -49,6 +49,7 @@ from tileauto.space import (
 )
 from tileauto.space.resolve import call_accepting
 from tileauto.tune import defaults
+from tileauto.tune._ending import tuning_off_variable
 
 log = get_logger("autotuner")
 
@@ -207,7 +208,7 @@ class AutoTuneImpl:
     def _kernel_for(self, args: tuple, kwargs: dict[str, Any]) -> JITKernel:
         if Settings.from_env().disable_autotune and not self.profile_args.has_check:
             say_once(
-                "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): compiling the default "
+                f"autotuning is disabled ({tuning_off_variable()}): compiling the default "
                 "config only"
             )
             factory = self.jit_impl.factory

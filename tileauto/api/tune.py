@@ -22,6 +22,7 @@ from tileauto.run.inputs import captured_inputs
 from tileauto.settings import Settings
 from tileauto.space import ProductSpace, Space, baseline_config, prune_space, resolve_configs
 from tileauto.tune import defaults
+from tileauto.tune._ending import tuning_off_variable
 from tileauto.tune.problem import TuningProblem
 
 log = get_logger("autotuner")
@@ -61,7 +62,7 @@ def tune(
     name = getattr(factory, "__name__", "kernel")
     if settings.disable_autotune:
         say_once(
-            "autotuning is disabled (TILEAUTO_DISABLE_AUTOTUNE=1): running the default config "
+            f"autotuning is disabled ({tuning_off_variable()}): running the default config "
             "only; nothing is tuned or cached"
         )
         space = [default_of_space(factory, space)]

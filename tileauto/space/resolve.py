@@ -94,6 +94,8 @@ def resolve_configs(
     Raises:
         ConfigSpaceError: the space is empty, an entry is not a dict, or a key is not a
             parameter of the factory (all before anything compiles).
+        TypeError: a required argument (no default) that the call does not give is set by
+            no config, or left out by one.
     """
     if callable(configs):
         configs = call_configs(configs, args, kwargs)
@@ -156,7 +158,7 @@ def resolve_configs(
     # fixed, the list stays as given (a config listed twice is measured once, and each trial's
     # index is its config's place in the list, as the report's `#` and the errors' [i] say).
     if not any(k in passed for cfg in items for k in cfg):
-        _check_complete(factory, args, kwargs, {k for c in items for k in c})
+        _check_complete(factory, args, kwargs, {k for c in items for k in c}, items)
         return [
             dict(cfg) if all(type(v) in _SCALARS for v in cfg.values()) else _plain_config(cfg)
             for cfg in items
@@ -167,7 +169,7 @@ def resolve_configs(
             k: v if type(v) in _SCALARS else plain(v) for k, v in cfg.items() if k not in passed
         }
         remainders.setdefault(config_id(rest), rest)
-    _check_complete(factory, args, kwargs, {k for c in items for k in c})
+    _check_complete(factory, args, kwargs, {k for c in items for k in c}, items)
     return list(remainders.values())
 
 
@@ -177,30 +179,44 @@ def _plain_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_complete(
-    factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any], tuned: set[str]
+    factory: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    tuned: set[str],
+    configs: Sequence[dict[str, Any]] = (),
 ) -> None:
     """A required parameter that neither the call nor any config gives is the call's error,
-    as a ``@jit`` call's (before anything compiles, not one compile error per config).
+    as a ``@jit`` call's (before anything compiles, not one compile error per config); so is
+    one that some configs set and one of ``configs`` leaves out (it has no value to take).
 
     Raises:
-        TypeError: naming the factory, its signature and the missing argument.
+        TypeError: naming the factory, its signature and the missing argument (and the
+            config that leaves it out).
     """
     signature = inspect.signature(factory)
     given = signature.bind_partial(*args, **kwargs).arguments
-    missing = [
+    required = [
         name
         for name, p in signature.parameters.items()
         if p.default is inspect.Parameter.empty
         and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         and name not in given
-        and name not in tuned
     ]
+    name = getattr(factory, "__qualname__", repr(factory))
+    missing = [k for k in required if k not in tuned]
     if missing:
-        name = getattr(factory, "__qualname__", repr(factory))
         raise TypeError(
             f"{name}{signature}: missing a required argument: {missing[0]!r} (the call does "
             "not give it and no config sets it)"
         )
+    for i, cfg in enumerate(configs):
+        left_out = [k for k in required if k not in cfg]
+        if left_out:
+            raise TypeError(
+                f"{name}{signature}: configs[{i}] = {cfg!r} does not set {left_out[0]!r}, "
+                "which has no default (the call does not give it; other configs set it): "
+                "set it in every config, or give the parameter a default"
+            )
 
 
 def _checked_product(
@@ -293,11 +309,14 @@ def baseline_config(
     """The default config, filled: the factory's defaults, or the first config of the list.
 
     A tunable without a default (TileLang style, ``def kernel(threads): ...``) has no default
-    config to compare with, so the first config of the list stands in for it.
+    config to compare with, so the first config of the list stands in for it. So does a
+    tunable whose default is None and that the configs set (TileLang's ``block=None``: a
+    placeholder the configs fill, which the factory cannot compile as it is).
     """
     keys = set(keys)
     nonempty = configs.count_upto(1) > 0 if isinstance(configs, Space) else bool(configs)
-    if keys - set(defaults) - {PASS_CONFIGS} and nonempty:  # pass_configs: no parameter
+    valued = {k for k, v in defaults.items() if v is not None}
+    if keys - valued - {PASS_CONFIGS} and nonempty:  # pass_configs: no parameter
         return full_config(configs[0], defaults, keys)
     return full_config({}, defaults, keys)
 
@@ -305,5 +324,14 @@ def baseline_config(
 def full_config(
     config: dict[str, Any], defaults: dict[str, Any], keys: Iterable[str]
 ) -> dict[str, Any]:
-    """The config with factory defaults filled in for every tuned key."""
-    return {k: config.get(k, defaults.get(k)) for k in sorted(set(keys))}
+    """The config with factory defaults filled in for every tuned key.
+
+    A key with neither (``pass_configs``, which is no parameter of the factory) is left out,
+    so that ``factory(**config)`` takes the config back; a required tunable a config leaves
+    out is refused before this (:func:`resolve_configs`).
+    """
+    return {
+        k: config[k] if k in config else defaults[k]
+        for k in sorted(set(keys))
+        if k in config or k in defaults
+    }

@@ -3,11 +3,16 @@ passed, and how many configs were never tried."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from tileauto.cache.entry import compile_args_record
-from tileauto.records import Trial, is_never_tried
+from tileauto.records import Trial, Validation, is_never_tried
 from tileauto.report.table import failure_summary, format_config
+from tileauto.settings import Settings
 from tileauto.space.view import SpaceView
 from tileauto.tune.problem import TuningProblem
 
@@ -22,6 +27,19 @@ def never_listed(view: SpaceView, stop: Any, trials: tuple[Trial, ...]) -> int |
     return max(0, len(view) - sum(t.index >= 0 for t in trials))
 
 
+def tuning_off_variable(environ: Mapping[str, str] | None = None) -> str:
+    """The variable that turns tuning off, as set (``DISABLE_AUTOTUNE=1``): the one the
+    settings read, so a message names what the user set, not a name they never used."""
+    environ = os.environ if environ is None else environ
+    field = next(f for f in dataclasses.fields(Settings) if f.name == "disable_autotune")
+    names = (field.metadata["env"], *field.metadata["also"])
+    given = [(n, environ[n]) for n in names if n in environ]
+    # as the settings choose: an empty one leaves the place to an alias that is set
+    given = [g for g in given if g[1].strip()] or given[:1]
+    name, raw = given[0] if given else (names[0], "1")
+    return f"{name}={raw.strip()}"
+
+
 def no_winner_message(
     name: str,
     trials: tuple[Trial, ...],
@@ -33,11 +51,11 @@ def no_winner_message(
 ) -> str:
     """NoValidConfigError's message: the measured configs' failures; configs a budget left
     untried are counted apart, as they are not failures. ``tuning_off``: the space is the
-    default config alone (``TILEAUTO_DISABLE_AUTOTUNE``), which is said, not counted as the
+    default config alone (``TILEAUTO_DISABLE_AUTOTUNE`` or its alias), which is said, not counted as the
     user's configs."""
     if tuning_off:
         return (
-            f"autotune {name}: tuning is off (TILEAUTO_DISABLE_AUTOTUNE=1) and the default "
+            f"autotune {name}: tuning is off ({tuning_off_variable()}) and the default "
             f"config {format_config(default_trial.config)} did not pass: "
             f"{default_trial.reason}; fix the factory's defaults, or unset the variable to tune"
         )
@@ -63,6 +81,30 @@ def no_winner_message(
         head += f"; the other {size - measured} of the {size} configs were never tried"
         head += f" ({stopped})" if stopped else ""
     return f"autotune {name}: {head}:\n{failure_summary(trials)}"
+
+
+def warn_if_unchecked(problem: TuningProblem, default_trial: Trial, passed: list[Trial]) -> None:
+    """Say so, once per tuning, when the configs that passed were checked against nothing:
+    without a ref_prog the default config's results are the reference, and it failed (a
+    TileLang ``block=None`` default that does not compile, say), so a wrong config may win."""
+    pa = problem.profile_args
+    if pa.skip_check or pa.ref_prog is not None or default_trial.ok:
+        return
+    unchecked = [t for t in passed if t.validation is Validation.SKIPPED]
+    if not unchecked or problem.settings.disable_autotune:
+        return
+    reason = default_trial.reason
+    reason = reason if len(reason) <= 160 else reason[:157] + "..."
+    warnings.warn(
+        f"autotune {problem.name}: the default config {format_config(default_trial.config)} "
+        f"failed ({reason}) and no ref_prog was given, so the other configs' results could "
+        f"not be checked against anything ({len(unchecked)} passed unchecked: their trials say "
+        "validation 'skipped') and a wrong config may win; give a ref_prog, or a default "
+        "config that passes (a tunable without a default, or defaulting to None, makes the "
+        "first config the default config)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def stored_facts(problem: TuningProblem, search: Any, stop: Any) -> dict[str, Any]:

@@ -34,7 +34,12 @@ from tileauto.report.table import format_ms
 from tileauto.result.record import AutotuneResult
 from tileauto.search import SearchStrategy, StopReason, resolve_search
 from tileauto.space import config_id, tunable_parameters
-from tileauto.tune._ending import never_listed, no_winner_message, stored_facts
+from tileauto.tune._ending import (
+    never_listed,
+    no_winner_message,
+    stored_facts,
+    warn_if_unchecked,
+)
 from tileauto.tune._rounds import Rounds
 from tileauto.tune._trials import warn_if_busy
 from tileauto.tune.problem import TuningProblem
@@ -367,6 +372,7 @@ class TuningSession:
             )
         best = min(candidates, key=lambda t: (t.latency_ms, t.index))
         warn_if_busy(p.name, candidates, p.device_type)
+        warn_if_unchecked(p, default_trial, candidates)
         config = dict(best.config)
         measured_result = AutotuneResult(
             config=config,
