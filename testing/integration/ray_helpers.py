@@ -329,3 +329,18 @@ def agent_killing_latency(func, args, *, warmup, rep, config, device):
     if config["vec"] == 16:
         _kill_agent_once("time")
     return scripted_latency(func, args, warmup=warmup, rep=rep, config=config, device=device)
+
+
+def aborting_check(results, expected):
+    """A manual_check_prog that crashes its process (a bug in a native library it calls)."""
+    import faulthandler
+
+    faulthandler.disable()
+    os.abort()
+
+
+def hanging_check(results, expected):
+    """A manual_check_prog that never returns."""
+    import threading
+
+    threading.Event().wait()

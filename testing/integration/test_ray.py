@@ -626,3 +626,33 @@ def test_executor_ray_without_an_address_starts_its_own_ray_beside_a_running_one
     got = json.loads(child.stdout.strip().splitlines()[-1])
     assert got["config"] == {"vec": 16}
     assert got["gcs"] != cluster.address  # its own, not the running one
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("check", "timeout_s", "said"),
+    [
+        (h.aborting_check, 60.0, "manual_check_prog crashed the run worker"),
+        (h.hanging_check, HANG_S, "manual_check_prog did not return within the tuning's timeout"),
+    ],
+)
+def test_a_check_program_that_kills_a_run_actor_stops_the_tuning_naming_it(
+    cluster, tmp_path, monkeypatch, check, timeout_s, said
+):
+    """As with local workers (test_check_failures.py): the actor's watcher keeps the phase, so
+    a check program's crash or hang is not the default config's (which would let every other
+    config pass unchecked)."""
+    from tune_kernels import scale_jit
+
+    import tileauto
+
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "cache"))
+    tuner = tileauto.AutoTuner.from_kernel(scale_jit(4096), [{"vec": 4}, {"vec": 16}])
+    tuner.set_profile_args(
+        warmup_iters=1, rep_iters=3, timeout=timeout_s, executor="ray", manual_check_prog=check
+    )
+    with pytest.raises(TileautoError) as info:
+        tuner.run(verbose=False)
+    message = str(info.value)
+    assert message.startswith(said), message
+    assert "{'vec': 8}" in message, message  # the default config, which it ran for

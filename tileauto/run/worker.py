@@ -6,7 +6,7 @@ is sent a job by name) acting on the process's one :class:`RunWorker`. They run 
 isolated run worker: a config that crashes or hangs takes only that process down, and the
 user's tensors are never touched (every config gets fresh clones of the worker's copies).
 While one of the user's programs runs (``ref_prog``, ``manual_check_prog``, the hooks), the
-worker says so (:func:`tileauto.workers.procs.job_phase`): a crash or a hang there is that
+worker says so (:func:`tileauto.workers.phase.job_phase`): a crash or a hang there is that
 program's, not the config's.
 """
 
@@ -42,7 +42,7 @@ from tileauto.run.inputs import make_inputs
 from tileauto.run.session import RunRequest, RunSession, SessionSpec
 from tileauto.run.timing import Flush, default_flush, default_timer, iterations
 from tileauto.run.validate import Verdict, as_list
-from tileauto.workers.procs import job_phase
+from tileauto.workers.phase import job_phase
 
 
 def signature(params: Sequence[ParamSpec], out_pos: Sequence[int]) -> str:
@@ -493,7 +493,7 @@ MARKED_PROGRAMS = ("ref_prog", "manual_check_prog", "pre_hook", "post_hook")
 
 def _marked_programs(profile: ProfileArgs) -> ProfileArgs:
     """``profile`` with each of the user's programs in ``MARKED_PROGRAMS`` run as a phase of the
-    job named after it (:func:`~tileauto.workers.procs.job_phase`): should the worker die or
+    job named after it (:func:`~tileauto.workers.phase.job_phase`): should the worker die or
     hang in one, the parent blames that program, not the config being run."""
     marked: dict[str, Any] = {
         name: _in_phase(name, prog)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import gc
-import mmap
 import os
 import pickle
 import re
@@ -28,7 +26,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
@@ -49,6 +47,7 @@ from tileauto.workers._process_tree import (
 )
 from tileauto.workers.entry import CPUS_KEY, TMP_KEY, RemoteError, child_main, run_child
 from tileauto.workers.forkserver import ForkServer
+from tileauto.workers.phase import PHASE_KEY, clear_phase, job_phase, phase_memory, read_phase
 from tileauto.workers.safety import NET, clean_up_at_exit
 from tileauto.workers.tempdirs import worker_temp_dir
 
@@ -79,11 +78,7 @@ OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"})
 # What a dead worker's error quotes of the output its job wrote (the log holds it all).
 _TAIL_LINES = 5
 _TAIL_CHARS = 1000
-# The job's phase (see job_phase): a name of at most _PHASE_BYTES bytes, in a memory file of
-# the caller's that the worker maps by its /proc path, named in the worker's environment.
-_PHASE_BYTES = 64
 _FRAME = re.compile(r'File "[^"]*", line \d+, in ')  # a frame of a Python or native stack
-PHASE_KEY = "__tileauto_phase__"
 
 
 def fork_unsafe_reason() -> str | None:
@@ -167,48 +162,6 @@ class RemoteJobError(WorkerError):
     def __init__(self, remote: RemoteError):
         super().__init__(f"{remote.type_name}: {remote.message}")
         self.remote = remote
-
-
-@contextlib.contextmanager
-def job_phase(name: str) -> Iterator[None]:
-    """In a worker's job: ``name`` (a program of the user's that the job calls) is what the
-    job does until the block ends.
-
-    Should the worker die or run out of time inside the block, the caller's
-    :class:`WorkerCrashed` or :class:`WorkerTimeout` names it in ``phase``, so that the caller
-    can blame that program rather than the job's own work. The name is kept in memory the
-    caller reads after the worker is gone; outside a worker (a Ray actor, a test's own object)
-    the block just runs.
-    """
-    slot = _phase_slot(os.getpid())
-    if slot is None:
-        yield
-        return
-    before = slot[:]
-    slot[:] = name.encode()[:_PHASE_BYTES].ljust(_PHASE_BYTES, b"\0")
-    try:
-        yield
-    finally:
-        slot[:] = before
-
-
-@functools.cache
-def _phase_slot(pid: int) -> mmap.mmap | None:
-    """This worker's phase memory, the caller's memory file mapped once per process (a fork
-    maps its own); None outside a worker, or where it cannot be opened."""
-    path = os.environ.get(PHASE_KEY)
-    if not path:
-        return None
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return None
-    try:
-        return mmap.mmap(fd, _PHASE_BYTES)
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
 
 
 def _settings_env() -> dict[str, str]:
@@ -354,7 +307,7 @@ class Worker:
             if self._tmp is not None:
                 env[TMP_KEY] = str(self._tmp.path)
             if self._phase_fd is None:
-                self._phase_fd = _phase_memory(self.name)
+                self._phase_fd = phase_memory(self.name)
             if self._phase_fd is not None:  # the worker opens it through this process's /proc
                 env[PHASE_KEY] = f"/proc/{os.getpid()}/fd/{self._phase_fd}"
         cpus = process_cpus()
@@ -437,7 +390,7 @@ class Worker:
         timeout_s: float | None,
         cancel: threading.Event | None,
     ) -> Any:
-        self._clear_phase()  # what an earlier job left there is not this one's
+        clear_phase(self._phase_fd)  # what an earlier job left there is not this one's
         self._log_start = self._log_size()
         try:
             conn.send_bytes(payload)
@@ -634,22 +587,9 @@ class Worker:
             text = "..." + text[-_TAIL_CHARS:]
         return f"; its last output: {text}{where}" if text else where
 
-    def _clear_phase(self) -> None:
-        fd = self._phase_fd
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.pwrite(fd, bytes(_PHASE_BYTES), 0)
-
     def _phase(self) -> str | None:
         """The :func:`job_phase` the worker was in (read once it is dead or killed)."""
-        fd = self._phase_fd
-        if fd is None:
-            return None
-        try:
-            data = os.pread(fd, _PHASE_BYTES, 0)
-        except OSError:
-            return None
-        return data.split(b"\0", 1)[0].decode(errors="replace") or None
+        return read_phase(self._phase_fd)
 
     def _ended(self, proc: ProcessHandle) -> WorkerError:
         """The error for a job whose worker is gone: cancelled (our kill) or crashed."""
@@ -687,18 +627,3 @@ class Worker:
             output=output,
             phase=phase,
         )
-
-
-def _phase_memory(name: str) -> int | None:
-    """A memory file of this process for a worker's phase (see :func:`job_phase`); None where
-    the system has none (the worker's deaths are then its job's)."""
-    try:
-        fd = os.memfd_create(f"tileauto-phase-{name}")
-    except (AttributeError, OSError):
-        return None
-    try:
-        os.ftruncate(fd, _PHASE_BYTES)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd

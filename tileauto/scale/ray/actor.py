@@ -43,9 +43,10 @@ from tileauto.scale.ray.cluster import (
 )
 from tileauto.scale.ray.node import local_hardware, use_path
 from tileauto.scale.ray.nodes import not_loaded
-from tileauto.scale.ray.watch import VERDICT_S, MemoryWatch, grown, out_of_memory
+from tileauto.scale.ray.watch import VERDICT_S, MemoryWatch, out_of_memory, verdict
 from tileauto.utils.imports import collector_paused
 from tileauto.workers import pickling
+from tileauto.workers.phase import PHASE_KEY
 from tileauto.workers.procs import RemoteError, RemoteJobError, WorkerCrashed, WorkerTimeout
 
 # the driver's variables that change how a kernel runs: the run actor gets them too
@@ -207,6 +208,7 @@ class RayWorker:
         self._lock = threading.RLock()  # one job at a time, as a local worker
         self._kills = 0  # kill() calls: a start in progress gives up when this moves
         self.starter: threading.Thread | None = None  # its start ahead of the first job
+        self._phase_env: dict[str, str] = {}  # where the actor keeps its phase (job_phase)
 
     @property
     def alive(self) -> bool:
@@ -266,7 +268,7 @@ class RayWorker:
             except Exception:  # noqa: BLE001 - not picklable: the first job says so
                 pass
             try:
-                info, watcher_pid, *loaded = self._started(ray, refs, kills)
+                info, (watcher_pid, phase_fd), *loaded = self._started(ray, refs, kills)
             except _StartStopped:
                 ray.kill(actor, no_restart=True)
                 ray.kill(watcher, no_restart=True)
@@ -296,6 +298,10 @@ class RayWorker:
                 ray.kill(watcher, no_restart=True)
                 raise
             self._watch = watcher.watch.remote(info["pid"], info["rss"], limit)
+            # the actor marks the user's programs it runs in its watcher's memory (job_phase)
+            self._phase_env = (
+                {} if phase_fd is None else {PHASE_KEY: f"/proc/{watcher_pid}/fd/{phase_fd}"}
+            )
             self.actor, self.watcher, self.node, self.pid = actor, watcher, node, info["pid"]
             self.memory_limit_bytes = limit
             self.pids.append(info["pid"])
@@ -352,7 +358,8 @@ class RayWorker:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._busy = True
         try:
-            ref = self.actor.call.remote(list(sys.path), settings_env(), payload, folders)
+            env = {**settings_env(), **self._phase_env}
+            ref = self.actor.call.remote(list(sys.path), env, payload, folders)
             waiting = [ref, watch]
             while True:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -365,15 +372,18 @@ class RayWorker:
                 if not ready and (deadline is None or time.monotonic() < deadline):
                     continue
                 if not ready:
+                    phase = self._phase_after_kill(ray, watch)
                     self.kill()
                     raise WorkerTimeout(
-                        f"timed out after {timeout_s:g} s; worker {self.name} was killed"
+                        f"timed out after {timeout_s:g} s; worker {self.name} was killed",
+                        phase=phase,
                     )
                 if ref in ready:
                     break
-                if grown(ray, watch, 0) is not None:
+                growth, phase = verdict(ray, watch, 0)
+                if growth is not None:
                     self.kill()
-                    raise out_of_memory(limit)
+                    raise out_of_memory(limit, phase)
                 waiting = [ref]  # the actor died otherwise (its job says how), or the watcher
             try:
                 status, value = ray.get(ref)
@@ -386,14 +396,15 @@ class RayWorker:
                     self.kill()  # the watcher (the actor is gone with its node)
                     self._lost()
                     raise NodeLost(f"node {str(node)[:12]} was lost during {fn.__name__}") from exc
-                killed_for_memory = grown(ray, watch, VERDICT_S) is not None
+                growth, phase = verdict(ray, watch, VERDICT_S)
                 self.kill()
-                if killed_for_memory:
-                    raise out_of_memory(limit) from None
+                if growth is not None:
+                    raise out_of_memory(limit, phase) from None
                 oom = "memory" in str(exc).lower() and "OutOfMemory" in type(exc).__name__
                 raise WorkerCrashed(
                     f"crashed: the Ray run actor died ({_actor_reason(exc)})",
                     out_of_memory=oom,
+                    phase=phase,
                 ) from None
         finally:
             self._busy = False
@@ -404,6 +415,17 @@ class RayWorker:
         if status == "ok":
             return value
         raise RemoteJobError(value)
+
+    def _phase_after_kill(self, ray: Any, watch: Any) -> str | None:
+        """Kill the actor alone (a job past its time) and read from its watcher, which sees it
+        go, the program of the user's it was in (None: none, or no answer in time)."""
+        if self.actor is not None and self._phase_env:
+            try:
+                ray.kill(self.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - its node may be gone
+                return None
+            return verdict(ray, watch, VERDICT_S)[1]
+        return None
 
     def _lost(self) -> None:
         node = self.node
