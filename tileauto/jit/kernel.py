@@ -546,15 +546,16 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 def _out_of_range(kernel: JITKernel, args: tuple) -> bool:
     """Whether an integer scalar among ``args`` (inputs, or every parameter) is outside its
-    dtype; a wrong count or type is left to the call's own errors."""
+    dtype, or a bool (TVM would take True as 1: a flag passed in the wrong place); a wrong
+    count or another type is left to the call's own errors."""
     full = len(args) == kernel._num_params
     if not full and len(args) != kernel._num_in:
         return False
     for pos, in_pos, low, high in kernel._int_scalars:
         value = args[pos if full else in_pos]
-        if type(value) is int or (
-            isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        ):
+        if isinstance(value, bool):
+            return True
+        if type(value) is int or isinstance(value, numbers.Integral):
             if not low <= int(value) <= high:
                 return True
     return False

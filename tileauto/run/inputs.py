@@ -307,8 +307,7 @@ def _pick_scalar(
     if spec.dtype.startswith(("int", "uint")):
         if isinstance(t, float):
             t = int(t)  # a whole number (checked above)
-        if not isinstance(t, bool):
-            sizes[spec.size_var] = (int(t), f"input {k} ({spec.name}), passed by value")
+        sizes[spec.size_var] = (int(t), f"input {k} ({spec.name}), passed by value")
     return t
 
 
@@ -317,8 +316,13 @@ def _check_scalar(value: bool | int | float, spec: ParamSpec, k: int, source: st
     wrap ``2**32 + 7`` to 7, or truncate 2.7 to 2, for every config alike."""
     if not spec.dtype.startswith(("int", "uint")):
         return
+    if isinstance(value, bool):  # the kernel refuses it (it ran as 1): say so here, once
+        raise InputSupplyError(
+            f"{source}: input {k} ({spec.name}) is the {spec.dtype} scalar {spec.name}: give "
+            f"an int, got the bool {value!r}"
+        )
     info = torch.iinfo(torch_dtype(spec.dtype))
-    whole = isinstance(value, (bool, int)) or (math.isfinite(value) and value == int(value))
+    whole = isinstance(value, int) or (math.isfinite(value) and value == int(value))
     if not whole or not info.min <= value <= info.max:
         raise InputSupplyError(
             f"{source}: input {k} ({spec.name}) is the {spec.dtype} scalar {spec.name}: give "

@@ -1525,3 +1525,18 @@ def test_a_kernel_copies_as_itself_and_says_how_to_ship_it_when_pickled():
     assert copy.deepcopy(model).kernel is kernel
     with pytest.raises(TypeError, match="cannot be pickled.*export_library"):
         pickle.dumps(kernel)
+
+
+@pytest.mark.parametrize("count", [1, 17])  # 17: more than the C slot holds (the Python path)
+def test_a_bool_for_an_integer_scalar_is_refused_by_name(count):
+    # it ran as 1 (or 0) on every call path: a flag passed where a count belongs
+    k = tileauto.jit(out_idx=[-1], target="llvm")(kernels.add_scalars)(count)
+    a = torch.zeros(8, dtype=torch.int32)
+    args = [True] + [1] * (count - 1)
+    message = r"argument 1 \(parameter 'k0': expected a scalar int32 \(a Python int\), got bool"
+    for call in (lambda: k(a, *args), lambda: k(a, *args, torch.empty_like(a))):
+        with pytest.raises(KernelArgumentError, match=message):
+            call()
+    with pytest.raises(KernelArgumentError, match=message):
+        k.prepare(a, *args)
+    assert int(k(a, *[1] * count)[0]) == count

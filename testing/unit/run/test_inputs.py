@@ -429,9 +429,18 @@ def test_an_integer_scalar_that_its_dtype_cannot_hold_is_refused_naming_it(value
         _given([torch.zeros(4), value, torch.zeros(4)])
 
 
-@pytest.mark.parametrize("value", [2**31 - 1, -(2**31), 3.0, True, torch.tensor(5)], ids=repr)
+@pytest.mark.parametrize("value", [2**31 - 1, -(2**31), 3.0, torch.tensor(5)], ids=repr)
 def test_an_integer_scalar_in_range_is_taken(value):
     assert _given([torch.zeros(4), value, torch.zeros(4)])[1] == value
+
+
+@pytest.mark.parametrize("value", [True, torch.tensor(False)], ids=repr)
+def test_a_bool_for_an_integer_scalar_is_refused_naming_it(value):
+    # the kernel refuses it (it ran as 1 or 0): every config would fail the same way
+    with pytest.raises(
+        InputSupplyError, match=r"input 1 \(s\) is the int32 scalar s: give an int, got the bool"
+    ):
+        _given([torch.zeros(4), value, torch.zeros(4)])
 
 
 def test_a_float_scalar_takes_any_float():
