@@ -178,7 +178,24 @@ def _compare_one(
         False,
         f"{name}: {n_bad}/{total} elements ({100 * n_bad / total:.2f}%) outside rtol={rtol:g}, "
         f"atol={atol:g} (allowed {100 * ratio:g}%); worst abs error {worst}; "
-        f"first at flat index {idx}: got {show(g.flatten()[idx])}, expected {show(w.flatten()[idx])}",
+        f"first at flat index {idx}: got {show(g.flatten()[idx])}, expected {show(w.flatten()[idx])}"
+        f"{_reference_unwritten(got, want, bad)}",
+    )
+
+
+def _reference_unwritten(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> str:
+    """What to add when every mismatched element of an integer reference holds the fill value
+    (the reference, a default config's output, was likely left unwritten there: an integer
+    reference is not checked for it, since a kernel may compute the fill value)."""
+    if got.is_floating_point() or got.dtype == torch.bool or want.dtype != got.dtype:
+        return ""
+    fill = fill_value(got.dtype)
+    if not bool((want[bad] == fill).all()):
+        return ""
+    return (
+        f" (every mismatched element of the reference is {fill}, the value outputs hold before "
+        "a kernel runs: the reference may have left them unwritten; without a ref_prog the "
+        "reference is the default config's output)"
     )
 
 

@@ -152,6 +152,25 @@ def test_integer_results():
     assert not compare([want + 1], want, rtol=0, atol=0, max_mismatched_ratio=0).ok
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8])
+def test_an_integer_reference_holding_the_fill_value_where_it_differs_says_so(dtype):
+    # a default config that left part of an integer output unwritten is the reference: the
+    # correct configs then fail "expected -2147483648" with nothing saying where that came from
+    fill = torch.iinfo(dtype).min if dtype.is_signed else torch.iinfo(dtype).max
+    want = torch.arange(10, dtype=dtype)
+    want[6:] = fill
+    verdict = compare([torch.arange(10, dtype=dtype)], want, rtol=0, atol=0, max_mismatched_ratio=0)
+    assert not verdict.ok
+    assert f"expected {fill} (every mismatched element of the reference is {fill}, the value " in (
+        verdict.message
+    )
+    assert "may have left them unwritten" in verdict.message
+    # a reference that differs otherwise too says nothing of it
+    want[0] = 7
+    verdict = compare([torch.arange(10, dtype=dtype)], want, rtol=0, atol=0, max_mismatched_ratio=0)
+    assert not verdict.ok and "unwritten" not in verdict.message
+
+
 def test_default_name_is_result_index():
     verdict = compare([torch.zeros(2)], [torch.ones(2)], **TOL)
     assert verdict.message.startswith("result 0:")
