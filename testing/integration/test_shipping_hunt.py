@@ -223,3 +223,19 @@ def test_a_folder_without_a_saved_result_is_named_as_such(saved, tmp_path):
             AutotuneResult.load_from_disk(path)
         said = f"load_from_disk({str(path)!r}): {path} holds no saved result (no manifest.json): "
         assert str(info.value).startswith(said + hint), str(info.value)
+
+
+def test_a_save_over_the_working_directory_leaves_the_process_in_the_new_folder(
+    saved, tmp_path, monkeypatch
+):
+    # the swap replaced the folder the process worked in: os.getcwd() raised, and "." was a
+    # removed folder, so save_to_disk(".") then load_from_disk(".") failed
+    here = _copy(saved, "add", tmp_path / "here")
+    monkeypatch.chdir(here)
+    AutotuneResult.load_from_disk(saved["mul"]).save_to_disk(".")
+    assert Path(os.getcwd()) == here.resolve()
+    assert _computes(AutotuneResult.load_from_disk("."), "mul")
+    AutotuneResult.load_from_disk(".").save_to_disk(".")  # the folder over itself
+    AutotuneResult.load_from_disk(saved["add"]).save_to_disk(".")
+    assert Path(os.getcwd()) == here.resolve()
+    assert _computes(AutotuneResult.load_from_disk("."), "add")

@@ -280,6 +280,9 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     existing empty folder at ``final``, or the folder a symbolic link there names, is written
     into (:func:`_fill_folder`), not replaced: it stays the folder it was (its inode, mode and
     owner), so a working directory, a mount point or a shared setgid folder keeps working.
+    A folder that is replaced while this process works in it (``save_to_disk(".")`` over an
+    earlier save) is entered again at the same path, so relative paths keep meaning the same
+    place (another process working there, a shell, must ``cd`` again).
     """
     fsync_tree(staged)
     if not private and _is_empty_folder(final):
@@ -294,6 +297,7 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
         parent = final.parent
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     moved = None
+    inside = None if private else _cwd_under(final)
     try:
         if staged.parent != parent:
             staged = moved = _bring(staged, parent)
@@ -305,6 +309,28 @@ def publish(staged: Path, final: Path, *, private: bool = True) -> None:
     if moved is not None:
         _REMOVALS.paths.discard(moved)  # it is the entry now
     _fsync_dir(parent)
+    if inside is not None:  # the old folder, where this process was, is gone: into the new one
+        _enter(final, inside)
+
+
+def _cwd_under(folder: Path) -> Path | None:
+    """Where this process's working directory is in ``folder`` (``.``: the folder itself);
+    None when it is not in it."""
+    try:
+        return Path(os.getcwd()).relative_to(Path(os.path.realpath(folder)))
+    except (OSError, ValueError):
+        return None
+
+
+def _enter(folder: Path, inside: Path) -> None:
+    """Make ``folder / inside`` (or ``folder``, where the new folder has no such place) the
+    working directory again: the same path, now the folder that replaced the old one."""
+    for place in (folder / inside, folder):
+        try:
+            os.chdir(place)
+            return
+        except OSError:
+            continue
 
 
 def _is_empty_folder(path: Path) -> bool:
