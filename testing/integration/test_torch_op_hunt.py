@@ -688,3 +688,29 @@ def test_an_op_argument_named_self_is_passed_by_keyword():
     op = tileauto.torch_op(_name("selfarg"), _add, problem=problem)
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     torch.testing.assert_close(op(self=a, other=b), a + b)
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def _head16(M):
+    """O = A[:min(M, 16)] + 1: an extent that follows M only up to 16."""
+    A = te.placeholder((M,), "float32", name="A")
+    return te.create_prim_func([A, te.compute((min(M, 16),), lambda i: A[i] + 1, name="O")])
+
+
+def test_an_extent_that_follows_a_size_only_up_to_a_point_is_refused_at_the_trace():
+    # traced at M = 4, min(M, 16) doubles with M (8 at M = 8): the fake wrote the output as
+    # (M,), and the compiled graph read a 16-long output as M long at M = 40 (the eager
+    # backend: garbage past 16; Inductor: "incorrect fake")
+    op = tileauto.torch_op(_name("head16"), _head16, problem=lambda a: a.shape[0])
+    compiled = torch.compile(lambda a: op(a) * 2, fullgraph=True, dynamic=True, backend="eager")
+    with pytest.raises(Exception, match=r"but 16 at 1024 times them \(not 4096\): it follows the sizes only up to a point") as info:
+        compiled(torch.randn(4))
+    assert isinstance(info.value, TorchOpError) or "TorchOpError" in repr(info.value)
+    given = tileauto.torch_op(
+        _name("head16"), _head16, problem=lambda a: a.shape[0],
+        out_shapes=lambda a: [(min(a.shape[0], 16),)],
+    )  # fmt: skip
+    compiled = torch.compile(lambda a: given(a) * 2, fullgraph=True, dynamic=False, backend="eager")
+    for m in (4, 40):
+        a = torch.randn(m)
+        torch.testing.assert_close(compiled(a), (a[:16] + 1) * 2)

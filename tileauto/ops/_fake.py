@@ -150,6 +150,7 @@ def output_shapes(
     problem_values: Sequence[Any],
     doubled: Signature | None = None,
     doubled_one: Callable[[str], Signature | None] | None = None,
+    far: tuple[int, Signature] | None = None,
 ) -> list[tuple[Any, ...]]:
     """Each output's shape in the sizes of ``kernel_args`` (fake tensors, maybe symbolic).
 
@@ -160,6 +161,9 @@ def output_shapes(
     from one the fake cannot write (anything else: an error). ``doubled_one(symbol)``, the
     signature with that one symbolic value doubled, tells which of several symbolic sizes of
     the same example value (a square example under ``torch.export``) an extent follows.
+    ``far``, ``(factor, the signature at factor times every symbolic value)``, catches an
+    extent that follows a size only up to a point (``min(n, 16)`` traced at ``n = 4``
+    doubles, but is 16 at ``n = 4096``): it must grow by the same factor.
 
     Raises:
         ValueError: an extent that depends on the symbolic sizes otherwise than as one of
@@ -209,6 +213,7 @@ def output_shapes(
             if _checked_extent(name, d, dim, pos, symbols.get(dim, {}), doubled):
                 shape.append(dim)  # a constant (an input of that size is a coincidence)
                 continue
+            _check_far(name, d, dim, pos, far)
             # it follows the symbolic sizes: one of the problem's of that example value (a
             # static size never doubles), the one whose doubling alone doubles it
             shape.append(_which_size(name, d, dim, pos, symbols[dim], doubled_one, symbols))
@@ -230,6 +235,22 @@ def _checked_extent(
     raise ValueError(
         f"output {name!r} dim {d} is {dim} at these sizes and {other} at twice the symbolic "
         "ones: not one of the op's sizes, which the fake could write"
+    )
+
+
+def _check_far(name: str, d: int, dim: int, pos: int, far: tuple[int, Signature] | None) -> None:
+    """An extent that doubles with the sizes must grow as much at ``far`` (see
+    :func:`output_shapes`); a factory that refuses the far problem tells nothing."""
+    if far is None:
+        return
+    factor, sig = far
+    there = sig.params[pos].shape[d] if pos < len(sig.params) else None
+    if not isinstance(there, int) or there == factor * dim:
+        return
+    raise ValueError(
+        f"output {name!r} dim {d} is {dim} at these sizes, {2 * dim} at twice the symbolic "
+        f"ones, but {there} at {factor} times them (not {factor * dim}): it follows the sizes "
+        "only up to a point (such as min(n, 16)), which the fake cannot write"
     )
 
 
@@ -275,16 +296,27 @@ def _which_size(
     )
 
 
-def doubled_problem(value: Any, only: str | None = None) -> Any:
+def doubled_problem(value: Any, only: str | None = None, factor: int = 2) -> Any:
     """A problem with each symbolic value (``only``: the one of that name) at twice its
-    example value (divisibility kept)."""
+    example value (``factor`` times; a power of two keeps divisibility)."""
     if isinstance(value, torch.SymInt):
-        return 2 * hint(value) if only is None or str(value) == only else hint(value)
+        return factor * hint(value) if only is None or str(value) == only else hint(value)
     if isinstance(value, (tuple, list)):
-        return tuple(doubled_problem(v, only) for v in value)
+        return tuple(doubled_problem(v, only, factor) for v in value)
     if isinstance(value, dict):
-        return {k: doubled_problem(v, only) for k, v in value.items()}
+        return {k: doubled_problem(v, only, factor) for k, v in value.items()}
     return value
+
+
+def largest_symbolic(value: Any) -> int:
+    """The largest example value of a symbolic size in a problem (0: none)."""
+    if isinstance(value, torch.SymInt):
+        return int(hint(value))
+    if isinstance(value, (tuple, list)):
+        return max((largest_symbolic(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return max((largest_symbolic(v) for v in value.values()), default=0)
+    return 0
 
 
 def is_symbolic(value: Any) -> bool:
@@ -302,17 +334,20 @@ def output_dtypes(sig: Signature) -> list[torch.dtype]:
     return [torch_dtype(sig.params[pos].dtype) for pos in sig.out_pos]
 
 
-def check_same_dtypes(name: str, sig: Signature, doubled: Signature | None) -> None:
-    """The output dtypes at twice the symbolic sizes are those at the example ones: a graph
-    traced with symbolic sizes serves every size with the dtypes the fake told."""
+def check_same_dtypes(
+    name: str, sig: Signature, doubled: Signature | None, times: str = "twice"
+) -> None:
+    """The output dtypes at twice (``times``) the symbolic sizes are those at the example
+    ones: a graph traced with symbolic sizes serves every size with the dtypes the fake
+    told."""
     if doubled is None:
         return
     here = [sig.params[p].dtype for p in sig.out_pos]
     there = [doubled.params[p].dtype for p in doubled.out_pos]
     if here != there:
         raise TorchOpError(
-            f"{name}: the kernel's output dtypes are {here} at these sizes and {there} at twice "
-            "the symbolic ones: a graph traced with symbolic sizes reads every size's outputs "
+            f"{name}: the kernel's output dtypes are {here} at these sizes and {there} at "
+            f"{times} the symbolic ones: a graph traced with symbolic sizes reads every size's outputs "
             "with one dtype; output dtypes must not depend on the sizes (choose the dtype from "
             "the inputs' dtypes or a scalar argument), or trace with static sizes "
             "(torch.compile(dynamic=False))"

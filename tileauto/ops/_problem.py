@@ -28,12 +28,16 @@ from tileauto.ops._fake import (
     elaborated_signature,
     hint,
     is_symbolic,
+    largest_symbolic,
     scalar_symbols,
     specialized,
 )
 from tileauto.space import ProductSpace, resolve_configs, split_pass_configs
 
 FALLBACK_CONFIGS = 16  # configs of the space the fake tries where the default does not build
+# the fake also elaborates the problem at this many times its symbolic sizes: an extent that
+# doubles with them must grow as much there (min(n, 16) traced at n = 4 doubles, then stops)
+FAR = 1024
 
 
 class NotElaborated(TorchOpError):
@@ -195,17 +199,32 @@ class OpProblem:
         return self.signatures.get(freeze(describe_value((pargs, pkwargs))), pargs, pkwargs)
 
     def doubled(
-        self, pargs: tuple, pkwargs: dict[str, Any], only: str | None = None
+        self, pargs: tuple, pkwargs: dict[str, Any], only: str | None = None, factor: int = 2
     ) -> Signature | None:
-        """The signature at twice the symbolic sizes (``only``: the one of that name; None: no
-        symbolic size, or a factory that refuses them; then a static extent equal to an
-        input's size is taken as it)."""
+        """The signature at twice the symbolic sizes (``factor`` times; ``only``: the one of
+        that name; None: no symbolic size, or a factory that refuses them; then a static
+        extent equal to an input's size is taken as it)."""
         if not is_symbolic((pargs, pkwargs)):
             return None
         try:
-            return self.of(doubled_problem(pargs, only), doubled_problem(pkwargs, only))
+            return self.of(
+                doubled_problem(pargs, only, factor), doubled_problem(pkwargs, only, factor)
+            )
         except TorchOpError:
             return None
+
+    def far(self, pargs: tuple, pkwargs: dict[str, Any]) -> tuple[int, Signature] | None:
+        """``(factor, the signature at factor times the symbolic sizes)``, the factor
+        :data:`FAR` or less where that would pass int32 (None: no symbolic size, or a factory
+        that refuses them): the fake's check of extents and dtypes beyond twice the sizes."""
+        largest = largest_symbolic((pargs, pkwargs))
+        factor = FAR
+        while factor > 4 and largest * factor >= 2**31:
+            factor //= 2
+        if largest * factor >= 2**31 or factor <= 2:
+            return None
+        sig = self.doubled(pargs, pkwargs, factor=factor)
+        return None if sig is None else (factor, sig)
 
     def remember(self, value: Any, kernel: Any) -> None:
         """A kernel in memory gives its problem's signature: a later fake elaborates nothing.

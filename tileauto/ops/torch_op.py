@@ -402,6 +402,9 @@ class TorchOp:
         else:
             doubled = self._problem.doubled(pargs, pkwargs)
             check_same_dtypes(self.name, sig, doubled)
+            far = self._problem.far(pargs, pkwargs) if doubled is not None else None
+            if far is not None:
+                check_same_dtypes(self.name, sig, far[1], f"{far[0]} times")
             try:
                 shapes = output_shapes(
                     sig,
@@ -409,6 +412,7 @@ class TorchOp:
                     problem_values(pargs, pkwargs),
                     doubled,
                     lambda symbol: self._problem.doubled(pargs, pkwargs, only=symbol),
+                    far,
                 )
             except (KeyError, ValueError) as exc:
                 raise TorchOpError(
