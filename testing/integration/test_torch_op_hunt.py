@@ -459,6 +459,11 @@ def test_an_output_dtype_that_changes_with_a_symbolic_size_is_refused_at_the_tra
     dynamic = torch.compile(lambda x: op(x) + 1, fullgraph=True, dynamic=True, backend="eager")
     with pytest.raises(Exception, match=r"output dtypes are \['float32'\] at these sizes and "):
         dynamic(torch.randn(8))
+    # traced at 4: float32 at 8 too, float64 at 1,024 times (it was not seen)
+    op4 = tileauto.torch_op(_name("by_size"), _twice_by_size, problem=lambda x: x.shape[0])
+    dynamic = torch.compile(lambda x: op4(x) + 1, fullgraph=True, dynamic=True, backend="eager")
+    with pytest.raises(Exception, match=r"\['float64'\] at 1024 times the symbolic ones"):
+        dynamic(torch.randn(4))
     static = torch.compile(lambda x: op(x) + 1, fullgraph=True, backend="eager")
     for n in (8, 20):  # static sizes: each size its own graph, of its own dtype
         x = torch.randn(n)
@@ -703,7 +708,10 @@ def test_an_extent_that_follows_a_size_only_up_to_a_point_is_refused_at_the_trac
     # backend: garbage past 16; Inductor: "incorrect fake")
     op = tileauto.torch_op(_name("head16"), _head16, problem=lambda a: a.shape[0])
     compiled = torch.compile(lambda a: op(a) * 2, fullgraph=True, dynamic=True, backend="eager")
-    with pytest.raises(Exception, match=r"but 16 at 1024 times them \(not 4096\): it follows the sizes only up to a point") as info:
+    with pytest.raises(
+        Exception,
+        match=r"but 16 at 1024 times them \(not 4096\): it follows the sizes only up to a point",
+    ) as info:
         compiled(torch.randn(4))
     assert isinstance(info.value, TorchOpError) or "TorchOpError" in repr(info.value)
     given = tileauto.torch_op(
