@@ -2,7 +2,7 @@
 
     nice -n 5 python bench/search_quality.py [--quick] [--seeds 20] [--budgets 1,2,5]
         [--strategies guided,guided+prior,guided+prior-flat,guided+prior-turns,guided+prior-mean,guided+misfit,guided+unlike,
-                      guided+device,tpe,genetic,pso,random]
+                      guided+device,guided-stay,tpe,genetic,pso,random]
         [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
         [--prior-extra DIR [--prior-extra DIR2 ...]]
         [--plot docs/img/search_quality.png]
@@ -53,7 +53,8 @@ Strategies: ``guided`` (tileauto's ``GuidedSearch``, no prior), ``guided+prior``
 ``guided+prior-flat``, ``guided+prior-turns`` (the same prior, its first batch filled by the records taking turns:
 ``GuidedSearch(prior_order="turns")``), ``guided+prior-mean`` (the same prior, its first batch
 in the records' order without keeping its configs apart: ``prior_order="mean"``, the default
-before the tenth test), ``guided+misfit``, ``guided+unlike``, ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
+before the tenth test), ``guided+misfit``, ``guided+unlike``, ``guided-stay`` (no prior, the
+step-out rule before the thirteenth test: ``GuidedSearch(step_out="stay")``), ``tpe`` (Optuna's ``TPESampler(multivariate=True, constant_liar=True)``
 driven through ``OptunaSearch``), ``genetic`` and ``pso`` (Kernel Tuner's genetic algorithm
 and particle swarm with its defaults: ``tileauto.search.baselines``), ``random``. One replay
 per seed runs to the largest budget; the smaller budgets read its best-so-far trace, which is
@@ -110,6 +111,9 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "parzen=3,trees=10": {"parzen": 3, "trees": 10},
 }
 BASELINES = {
+    # the guided search with the step-out rule before 2026-11-28 (docs/search.md, "A thirteenth
+    # test"): not a candidate, the rule it replaced, side by side
+    "guided-stay": lambda: GuidedSearch(step_out="stay"),
     "tpe": lambda: OptunaSearch("tpe", multivariate=True, constant_liar=True),
     "genetic": lambda: GeneticSearch(),
     "pso": lambda: ParticleSwarm(),
@@ -124,6 +128,7 @@ ALL = [
     "guided+misfit",
     "guided+unlike",
     "guided+device",
+    "guided-stay",
     "tpe",
     "genetic",
     "pso",
@@ -235,10 +240,12 @@ def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
     folder, name, strategy, seed, budget, pool, candidate = job
     record = _record(folder, name)
     prior = None
-    if strategy.startswith("guided"):
+    if strategy in BASELINES:
+        inner: SearchStrategy = BASELINES[strategy]()
+    elif strategy.startswith("guided"):
         settings = CANDIDATES[candidate]
         order = {"guided+prior-turns": "turns", "guided+prior-mean": "mean"}.get(strategy)
-        inner: SearchStrategy = guided({**settings, "prior_order": order} if order else settings)
+        inner = guided({**settings, "prior_order": order} if order else settings)
         if strategy != "guided":
             kind = {
                 "guided+misfit": "misfit",
@@ -247,8 +254,6 @@ def run_job(job: tuple[str, str, str, int, int, Pool, str]) -> dict[str, Any]:
                 "guided+prior-flat": "flat",
             }.get(strategy, "prior")
             prior = priors_of(folder, name, pool, kind, seed)
-    else:
-        inner = BASELINES[strategy]()
     timed = Timed(inner)
     start = time.perf_counter()
     result = replay(record, timed, budget=budget, seed=seed, parallelism=PARALLELISM, prior=prior)
@@ -576,6 +581,8 @@ def main() -> None:
         candidates = _print_candidates(by, names, budgets, shares, chosen, trained)
     _print_tables(table, names, strategies, shares, budgets)
     _print_splits(table, names, strategies, shares)
+    reach = _print_reach({(n, st): runs(n, st) for n in names for st in strategies}, names,
+                         strategies, shares[-1])  # fmt: skip
     if "guided" in strategies:
         paired = {(n, st): runs(n, st) for n in names for st in strategies}
         for center in ("median", "mean"):
@@ -599,6 +606,7 @@ def main() -> None:
                     "candidates": candidates,
                     "trained": trained,
                     "ask_ms": ask,
+                    "reach": reach,
                     "budgets": budgets,
                     "shares": shares,
                     "seconds": total,
@@ -675,6 +683,57 @@ def _print_splits(
         ]
         print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
     print()
+
+
+REACH = (0.99, 1.0)  # within 1% of the optimum, and the optimum itself
+
+
+def _trials_to(scores: list[float], bar: float) -> int | None:
+    """The trials a replay took to score ``bar`` or more (None: it never did)."""
+    return next((k + 1 for k, score in enumerate(scores) if score >= bar - 1e-12), None)
+
+
+def _print_reach(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    names: list[str],
+    strategies: list[str],
+    share: float,
+) -> dict[str, dict[str, list[float]]]:
+    """Per held-out kernel, the trials each strategy took to come within 1% of the optimum
+    and to the optimum: the median over the seeds, as a share of the space, averaged over the
+    kernel's spaces. Where two strategies both score 1.000 at a budget, this tells which got
+    there first. A replay that never got there counts as its whole budget (``share``): such
+    a median is a lower bound, marked ``>=``."""
+    print(
+        f"## Per held-out kernel: trials to within 1% of the optimum / to the optimum, the "
+        f"median over the seeds as a share of the space, mean over its spaces (a replay that "
+        f"never got there counts as {share:.0%}; >=: such a median)"
+    )
+    print(f"| kernel left out | {' | '.join(strategies)} |")
+    print(f"| --- | {' | '.join('---' for _ in strategies)} |")
+    out: dict[str, dict[str, list[float]]] = {}
+    for kernel in sorted({kernel_of(n) for n in names}):
+        part = [n for n in names if kernel_of(n) == kernel]
+        cells = []
+        for s in strategies:
+            shown, values = [], []
+            for bar in REACH:
+                medians, censored = [], False
+                for n in part:
+                    size = runs[n, s][0]["size"]
+                    took = [_trials_to(r["scores"], bar) for r in runs[n, s]]
+                    limit = max(len(r["scores"]) for r in runs[n, s])
+                    median = statistics.median(limit if t is None else t for t in took)
+                    censored |= 2 * sum(t is None for t in took) >= len(took)
+                    medians.append(median / size)
+                mean = statistics.fmean(medians)
+                values.append(mean)
+                shown.append(f"{'>=' if censored else ''}{100 * mean:.2f}%")
+            out.setdefault(kernel, {})[s] = values
+            cells.append(" / ".join(shown))
+        print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
+    print()
+    return out
 
 
 def _print_against(

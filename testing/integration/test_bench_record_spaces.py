@@ -85,7 +85,7 @@ def test_record_then_score_held_out(tmp_path):
         str(ROOT / "bench" / "search_quality.py"), "--spaces", str(train), "--holdout", str(out),
         "--prior-extra", str(others[0]), "--prior-extra", str(others[1]),
         "--seeds", "2", "--budgets", "10,20",
-        "--strategies", "guided,guided+prior,guided+prior-turns,random",
+        "--strategies", "guided,guided+prior,guided+prior-turns,guided-stay,random",
         "--no-scale", "--jobs", "1", "--json", str(tmp_path / "out.json"),
         env=env,
     )  # fmt: skip
@@ -97,11 +97,15 @@ def test_record_then_score_held_out(tmp_path):
     assert set(data["chosen"]) == {"tileauto_gemmcpu"}
     assert choice in data["trained"]["tileauto_gemmcpu"]  # chosen among the candidates
     for row in data["table"].values():
-        for strategy in ("guided", "guided+prior", "guided+prior-turns", "random"):
+        for strategy in ("guided", "guided+prior", "guided+prior-turns", "guided-stay", "random"):
             assert all(0.0 < x <= 1.0 for x in row[strategy]), row
         # the prior holds the space's own shape from both other folders: with the records
         # taking turns, its best is in the first batch
         assert row["guided+prior-turns"][-1] == 1.0, row
+    # trials to within 1% of the optimum and to it, as a share of the space, per kernel
+    (reach,) = data["reach"].values()
+    assert set(reach) == {"guided", "guided+prior", "guided+prior-turns", "guided-stay", "random"}
+    assert all(0.0 < a <= b <= 0.25 for a, b in reach.values()), reach  # at most the budget
     # the choice given (--candidate) instead of chosen again: the same replays, no choosing
     again = _run(
         str(ROOT / "bench" / "search_quality.py"), "--spaces", str(train), "--holdout", str(out),

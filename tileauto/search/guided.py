@@ -77,6 +77,12 @@ class GuidedSearch(SearchStrategy):
         local: configs of each batch taken among the one-parameter changes of the best config.
         stall: batches without a better config after which the neighbourhoods of the best
             configs are avoided (0: never).
+        step_out: how long they are avoided: ``"once"`` (default) for one batch, after which
+            the search works near the best configs again for ``stall`` batches before it
+            steps out again (still stuck); ``"stay"``: every batch until a better config is
+            found (the rule before 2026-11-28: in a flat space, where many configs lie within
+            a fraction of a percent of the optimum, it kept the search from the last steps to
+            it; docs/search.md, "A thirteenth test").
         prior_order: how the prior's configs fill the first batch: ``"apart"`` (default) in
             the order of the records' mean percentile, each next config at least three
             parameters away from those taken (in a space of fewer than four parameters, all
@@ -108,6 +114,7 @@ class GuidedSearch(SearchStrategy):
         pool: int = 20_000,
         local: int = 2,
         stall: int = 2,
+        step_out: str = "once",
         crossover: int = 0,
         parzen: int = 0,
         prior_order: str = "apart",
@@ -154,6 +161,9 @@ class GuidedSearch(SearchStrategy):
                 f'GuidedSearch prior_order must be "mean", "turns" or "apart", got {prior_order!r}'
             )
         self.prior_order = prior_order
+        if step_out not in ("once", "stay"):
+            raise ValueError(f'GuidedSearch step_out must be "once" or "stay", got {step_out!r}')
+        self.step_out = step_out
         self.own_seed = None if seed is None else int(seed)
         check_prior(prior, "GuidedSearch")
         self.prior = prior
@@ -166,6 +176,7 @@ class GuidedSearch(SearchStrategy):
         cross = f", crossover={self.crossover}" if self.crossover else ""
         cross += f", parzen={self.parzen}" if self.parzen else ""
         cross += f", prior_order={self.prior_order!r}" if self.prior_order != "apart" else ""
+        cross += f", step_out={self.step_out!r}" if self.step_out != "once" else ""
         return (
             f"GuidedSearch(budget={self.budget}, batch={self.batch}, initial={self.initial}, "
             f"trees={self.trees}, good_fraction={self.good_fraction}, explore={self.explore}, "
@@ -199,6 +210,7 @@ class GuidedSearch(SearchStrategy):
         self._told: list[int] = []
         self._logs: list[float] = []  # log latency, NaN for a failed config
         self._bests: list[float] = []  # the best log latency at each model-guided batch
+        self._stepped = -(1 << 30)  # the model-guided batch that last stepped out
         source = self._given if self.prior == "auto" else self.prior
         # every record with why it was dropped, kept for prior_facts() (matched: those used)
         self.prior_matched: Prior | None = (
@@ -311,8 +323,11 @@ class GuidedSearch(SearchStrategy):
 
         ranked_told = told[ok][np.argsort(logs[ok], kind="stable")]  # passing, fastest first
         self._bests.append(float(logs[ok].min()))
-        if self.stall and len(self._bests) > self.stall:
-            if self._bests[-1] >= self._bests[-1 - self.stall]:  # stuck: step out of the basin
+        now = len(self._bests) - 1
+        if self.stall and now >= self.stall and self._bests[-1] >= self._bests[-1 - self.stall]:
+            # stuck: step out of the basin (once: then back in it for stall batches)
+            if self.step_out == "stay" or now - self._stepped > self.stall:
+                self._stepped = now
                 top = self.space.codes(ranked_told[:_STALL_TOP])
                 far = (cand_codes[:, None, :] != top[None, :, :]).sum(axis=2).min(axis=1)
                 score[far <= _STALL_RADIUS] *= _STALL_FACTOR

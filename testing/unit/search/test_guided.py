@@ -89,6 +89,29 @@ def test_a_space_without_parameters_is_sampled_at_random():
 
 
 @pytest.mark.parametrize(
+    ("step_out", "stepped"),
+    # the batches after the first (random) one that step out of the basin, stuck from the
+    # start: "once" one batch in stall + 1, "stay" every batch from the stall-th on
+    [("once", [2, 5, 8]), ("stay", [2, 3, 4, 5, 6, 7, 8, 9])],
+)
+def test_a_stuck_search_steps_out_once_or_stays_out(step_out, stepped):
+    space = product(a=list(range(8)), b=list(range(8)), c=list(range(8)))
+    strategy = GuidedSearch(step_out=step_out)
+    strategy.start(space, parallelism=8, seed=0)
+    first = strategy.ask()
+    for rank, index in enumerate(first):  # the first batch holds the best config there is
+        strategy.tell(index, ok_trial(index, 1.0 + rank))
+    seen = []
+    for batch in range(10):
+        before = strategy._stepped
+        for index in strategy.ask():
+            strategy.tell(index, ok_trial(index, 10.0 + index))  # never better
+        if strategy._stepped != before:
+            seen.append(batch)
+    assert seen == stepped
+
+
+@pytest.mark.parametrize(
     "kwargs",
     [
         {"budget": 0},
@@ -98,6 +121,7 @@ def test_a_space_without_parameters_is_sampled_at_random():
         {"pool": 10},
         {"local": -1},
         {"stall": 1.5},
+        {"step_out": "never"},
         {"parzen": -1},
     ],
 )
@@ -112,6 +136,8 @@ def test_describe_is_stable_and_names_the_settings():
     assert GuidedSearch(64).describe() != GuidedSearch(64, trees=10).describe()
     assert GuidedSearch(64).describe() != GuidedSearch(64, local=0, stall=0).describe()
     assert "parzen=3" in GuidedSearch(64, parzen=3).describe()
+    assert "step_out='stay'" in GuidedSearch(64, step_out="stay").describe()
+    assert "step_out" not in GuidedSearch(64).describe()
 
 
 def test_without_scikit_learn_guided_fails_naming_the_extra(monkeypatch):
