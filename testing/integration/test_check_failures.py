@@ -10,6 +10,7 @@ message (a kernel calling a symbol no library has) quotes it in the trial's erro
 from __future__ import annotations
 
 import faulthandler
+import inspect
 import os
 import threading
 
@@ -31,6 +32,18 @@ def scaled(n, scale=2):
     def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
         for i in range(n):
             B[i] = A[i] * T.float32(scale)
+
+    return main
+
+
+@tileauto.jit(out_idx=[-1], target="llvm")
+def doubled(n, copy=0):
+    """B = A * 2 whatever ``copy`` is: every config passes."""
+
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        for i in range(n):
+            B[i] = A[i] * T.float32(2) + T.float32(copy - copy)
 
     return main
 
@@ -75,6 +88,13 @@ def aborting_hook(named, exception=None):
     abort()
 
 
+def aborting_when_retimed(named, exception=None):
+    """A hook that fails only on later calls (here: those of the interleaved re-timing)."""
+    if any(f.function == "retime" and "run/worker.py" in f.filename for f in inspect.stack()):
+        os.write(2, b"pre_hook gave up\n")
+        abort()
+
+
 def hanging_check(results, expected):
     threading.Event().wait()
 
@@ -109,6 +129,24 @@ def test_a_program_that_crashes_the_run_worker_stops_the_tuning_naming_it(progra
 
 
 @pytest.mark.timeout(240)
+def test_a_hook_that_crashes_the_re_timing_stops_the_tuning_naming_it():
+    """Not the contenders' failure: each would crash alone too, and a hook that kills every
+    re-timing would fail every contender and leave the slowest config the winner."""
+    space = [{"copy": c} for c in range(3)]  # all right: both others contend
+    tuner = tileauto.AutoTuner.from_kernel(doubled(N), space)
+    with pytest.raises(TileautoError) as info:
+        tuner.set_profile_args(warmup=1, rep=2, timeout=30, pre_hook=aborting_when_retimed).run(
+            verbose=False
+        )
+    message = str(info.value)
+    assert message.startswith(
+        "pre_hook crashed the run worker (signal SIGABRT) while re-timing configs ["
+    ), message
+    assert "no config passes unchecked" in message
+    assert "fix pre_hook; its last output: pre_hook gave up" in message
+
+
+@pytest.mark.timeout(240)
 def test_a_check_program_that_hangs_stops_the_tuning_naming_it():
     tuner = tileauto.AutoTuner.from_kernel(scaled(N), WRONG_SPACE)
     with pytest.raises(TileautoError) as info:
@@ -117,7 +155,7 @@ def test_a_check_program_that_hangs_stops_the_tuning_naming_it():
         )
     message = str(info.value)
     assert message.startswith(
-        "manual_check_prog did not return within the tuning's timeout of 3 s (config "
+        "manual_check_prog did not return within the tuning's timeout of 3 s (on config "
         "{'scale': 2}) and the run worker was killed;"
     ), message
 

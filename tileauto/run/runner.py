@@ -417,14 +417,22 @@ def _program_failure(
 
     # a check that cannot run checks nothing: no config may pass as if it had
     stops = "it runs for every config, so the tuning stops (no config passes unchecked)"
+    # a list: the configs re-timed together (each given the timeout), not one config's run
+    many = isinstance(config, list)
+    where = f"while re-timing configs {config}" if many else f"on config {config}"
     if isinstance(exc, WorkerTimeout):
+        limit = (
+            f"{timeout_s * len(config):g} s ({timeout_s:g} s for each of the {len(config)})"
+            if many
+            else f"{timeout_s:g} s"
+        )
         return errors.TileautoError(
-            f"{program} did not return within the tuning's timeout of {timeout_s:g} s (config "
-            f"{config}) and the run worker was killed; {stops}: make {program} faster, or "
-            "raise timeout= in the profile arguments"
+            f"{program} did not return within the tuning's timeout of {limit} ({where}) and "
+            f"the run worker was killed; {stops}: make {program} faster, or raise timeout= in "
+            "the profile arguments"
         )
     return errors.TileautoError(
-        f"{program} crashed the run worker ({exc.cause}) on config {config}; {stops}: fix "
+        f"{program} crashed the run worker ({exc.cause}) {where}; {stops}: fix "
         f"{program}{exc.output}"
     )
 
