@@ -8,7 +8,11 @@ calls and 1 timed call (30), and each config re-timed alone must make as many (i
 
 from __future__ import annotations
 
+import faulthandler
+import functools
+import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -126,3 +130,61 @@ def test_a_nan_sample_when_retimed_is_a_run_error_not_a_first_timing_kept():
     for t in result.trials:
         if t.config != {"b": 2}:
             assert t.ok and any(n.startswith(RETIMED) for n in t.notes), t
+
+
+def logged_timer(log, func, args, *, warmup, rep, config, device):
+    """Times as a timer does and logs each call; the first re-timing of a config in a worker
+    that timed it before (the interleaved pass) kills the worker, once (``log`` + ".crashed")."""
+    mine = f"{os.getpid()} {config['b']}"
+    seen = Path(log).read_text().splitlines() if Path(log).exists() else []
+    crashed = Path(log + ".crashed")
+    if any(line.startswith(mine + " ") for line in seen) and not crashed.exists():
+        crashed.touch()
+        faulthandler.disable()
+        os.abort()
+    with open(log, "a") as f:
+        f.write(f"{mine} {warmup} {rep}\n")
+    samples = []
+    for k in range(warmup + rep):
+        start = time.perf_counter_ns()
+        func(*args)
+        if k >= warmup:
+            samples.append(float(time.perf_counter_ns() - start))
+    return samples
+
+
+def slow_before_the_crash(log, named):
+    """Each call takes 20 ms in the first worker, microseconds after: ``rep`` in ms makes 3
+    timed calls there, thousands in a new worker that measured them again."""
+    if not Path(log + ".crashed").exists():
+        time.sleep(0.02)  # a cost, not a wait for anything
+
+
+@pytest.mark.timeout(240)
+def test_contenders_re_timed_alone_in_a_new_worker_make_their_first_timings_calls(tmp_path):
+    """``rep`` in ms: a worker measures each config's calls before timing it. After the
+    interleaved re-timing killed the worker, each contender re-timed alone in the new one made
+    as many timed calls as its first timing (it measured them again there: other counts)."""
+    log = str(tmp_path / "timer.log")
+    warned = pytest.warns(RuntimeWarning, match="no config failed when re-timed alone")
+    with warned, tileauto.set_autotune_inputs(torch.randn(N)):
+        result = (
+            AutoTuner.from_kernel(double(N), [{"b": 0}, {"b": 1}, {"b": 2}])
+            .set_profile_args(
+                warmup_iters=1,
+                rep=60,
+                timer=functools.partial(logged_timer, log),
+                pre_hook=functools.partial(slow_before_the_crash, log),
+            )
+            .run(verbose=False)
+        )
+    assert all(t.ok for t in result.trials), result.trials
+    first, alone = {}, {}
+    for line in Path(log).read_text().splitlines():
+        pid, b, _, rep = line.split()
+        if b not in first:
+            first[b] = (pid, int(rep))
+        elif pid != first[b][0]:  # the new worker
+            alone[b] = alone.get(b, 0) + int(rep)
+    assert set(alone) == {"0", "1", "2"}, (first, alone)  # the default config is re-timed too
+    assert alone == {b: rep for b, (_, rep) in first.items()}, (first, alone)

@@ -20,7 +20,7 @@ from tileauto.jit.thread_pool import SPIN_VAR
 from tileauto.options import ProfileArgs
 from tileauto.records import RunOutcome, TrialStatus
 from tileauto.run import worker as run_worker
-from tileauto.run.session import RunRequest, SessionSpec
+from tileauto.run.session import RunRequest, SessionSpec, config_key
 from tileauto.run.worker import spec_signature
 from tileauto.utils.threads import background_thread
 from tileauto.workers.procs import (
@@ -78,6 +78,9 @@ class Runner:
         # the default config's run, by signature: run again to make the reference in a new worker
         self._reference_runs: dict[str, RunRequest] = {}
         self._setup_lock = threading.Lock()
+        # each config's warm-up and timed calls in its first timing: its re-timing (in a new
+        # worker too, or on another Ray actor) makes as many (shared with a Ray runner's lanes)
+        self.iters: dict[str, tuple[int, int]] = {}
 
     # -- the run stage ----------------------------------------------------------------------
     def start(self) -> None:
@@ -283,6 +286,8 @@ class Runner:
         if outcome.reference is not None:
             self._keep_reference(key, outcome)
             self._reference_runs[key] = dataclasses.replace(request, time_it=False)
+        if outcome.iters is not None:
+            self.iters[config_key(config)] = outcome.iters
         return dataclasses.replace(outcome, reference=None, reference_inplace=None)
 
     def _unless_in_program(
@@ -346,7 +351,9 @@ class Runner:
         worker died, timed out or raised in it (a config crashed, hung, or its kernel or the
         timer raised: the worker is replaced); None when it could not re-time (a setup
         failed)."""
-        requests = [RunRequest(artifact=a, config=c) for a, c in items]
+        requests = [
+            RunRequest(artifact=a, config=c, iters=self.iters.get(config_key(c))) for a, c in items
+        ]
         timeout_s = self.timeout_s * len(items)
         try:
             for key in dict.fromkeys(self._spec_for(a) for a, _ in items):

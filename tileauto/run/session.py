@@ -7,6 +7,7 @@ Per kernel signature the parent sends a :class:`SessionSpec` and the worker keep
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,14 @@ class RunRequest:
     config: dict[str, Any]
     is_reference: bool = False
     time_it: bool = True
+    # a re-timing: the calls of the config's first timing (RunOutcome.iters), which another
+    # worker (a replacement, another Ray actor) does not know; None: its own, else measured
+    iters: tuple[int, int] | None = None
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """A config as a dict key (its values may be of any kind)."""
+    return json.dumps(config, sort_keys=True, default=repr)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from tileauto.run.check import (
     own_work,
 )
 from tileauto.run.inputs import make_inputs
-from tileauto.run.session import RunRequest, RunSession, SessionSpec
+from tileauto.run.session import RunRequest, RunSession, SessionSpec, config_key
 from tileauto.run.timing import Flush, default_flush, default_timer, iterations
 from tileauto.run.validate import Verdict, as_list
 from tileauto.workers.phase import job_phase
@@ -224,8 +224,10 @@ class RunWorker:
             full = interleave(
                 len(request.artifact.params), session.in_pos, ins, request.artifact.out_idx, outs
             )
-            counts = session.iters.get(_config_key(request.config)) or iterations(
-                spec.profile, func, full, spec.device, _flush_of(spec)
+            counts = (
+                request.iters
+                or session.iters.get(config_key(request.config))
+                or iterations(spec.profile, func, full, spec.device, _flush_of(spec))
             )
             timer = session.timer
             assert timer is not None, "set up before any run"
@@ -353,6 +355,7 @@ class RunWorker:
             reference=reference,
             reference_inplace=reference_inplace,
             reference_kept=kept,
+            iters=session.iters.get(config_key(request.config)) if request.time_it else None,
         )
 
     def _reference_signature_differs(
@@ -470,7 +473,7 @@ def _time(
     spec, timer = session.spec, session.timer
     assert timer is not None, "set up before any run"
     n_warmup, n_rep = iterations(spec.profile, func, full, spec.device, _flush_of(spec))
-    session.iters[_config_key(config)] = (n_warmup, n_rep)
+    session.iters[config_key(config)] = (n_warmup, n_rep)
     waited, start = runqueue_wait_s(), time.perf_counter()
     samples = tuple(
         timer(func, full, warmup=n_warmup, rep=n_rep, config=config, device=spec.device)
@@ -539,10 +542,6 @@ def _with_hooks(func: Any, spec: SessionSpec, artifact: KernelArtifact) -> Any:
         return out
 
     return hooked
-
-
-def _config_key(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, default=repr)
 
 
 def _positional_arity(fn: Callable[..., Any]) -> int:

@@ -358,6 +358,7 @@ class _Lane(RayRunner):
     first = _OfMain[str]("first")
     reference_signature = _OfMain[str]("reference_signature")
     _setup_errors = _OfMain[dict[str, Exception]]("_setup_errors")
+    iters = _OfMain[dict[str, tuple[int, int]]]("iters")  # a config timed here, re-timed there
 
     def next_node(self) -> str:
         if self.node in self.main.nodes and self.cluster.node_alive(self.node):
