@@ -27,12 +27,13 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tileauto._logging import get_logger
 from tileauto.cache import folders
 
 log = get_logger("cache")
+T = TypeVar("T")
 
 MANIFEST = "manifest.json"
 KNOWN_FORMATS = ("1", "2", "3")  # formats this code can read: an older one is stale, not unknown
@@ -517,18 +518,41 @@ def probe_file(directory: Path, prefix: str = ".probe-") -> Iterator[int]:
         OSError: the file cannot be created (a read-only or missing ``directory``).
     """
     path = Path(directory) / f"{prefix}{uuid.uuid4().hex[:8]}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with _under_way(path, lambda: os.open(path, flags, 0o600)) as fd:
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch_folder(path: Path) -> Iterator[Path]:
+    """A new private folder at ``path`` (which must not exist), deleted with what it holds on
+    the way out, and by a SIGTERM that comes meanwhile (:func:`finish_removals_now`).
+
+    Raises:
+        OSError: the folder cannot be made (it exists, or its parent is missing or read-only).
+    """
+    with _under_way(path, lambda: path.mkdir(mode=0o700)):
+        yield path
+
+
+@contextlib.contextmanager
+def _under_way(path: Path, create: Callable[[], T]) -> Iterator[T]:
+    """What ``create`` makes at ``path``, registered as under way from before it exists (the
+    lock held across both) until it is deleted on the way out."""
     removals = _REMOVALS
     with removals.lock:
         removals.paths.add(path)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            made = create()
         except BaseException:
             removals.paths.discard(path)
             raise
     try:
-        yield fd
+        yield made
     finally:
-        os.close(fd)
         discard(path)
 
 

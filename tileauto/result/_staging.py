@@ -1,9 +1,12 @@
 """The staging folder of a save, beside its destination, and the leftovers of killed saves.
 
 ``save_to_disk(path)`` fills ``.<name>.stage-<host>.<pid>-<8 hex>`` next to ``path`` (the
-rename into place must stay on one file system) and removes it once done. A save killed
-meanwhile (a SIGTERM, kill -9) cannot: the next save into the same folder removes the staging
-folders of that exact pattern whose process is gone, and only this user's and this machine's. One named
+rename into place must stay on one file system) and removes it once done, or when the process
+ends meanwhile by a SIGTERM during a tuning or the exit after a Ctrl-C (it is registered with
+the cache's deletes under way: :func:`tileauto.cache.disk.scratch_folder`). A save killed
+otherwise (kill -9, a SIGTERM outside a tuning) cannot: the next save into the same folder
+removes the staging folders of that exact pattern whose process is gone, and only this user's
+and this machine's. One named
 ``.<name>.stage-<8 hex>`` (no pid: an older tileauto's) is removed once an hour old.
 """
 

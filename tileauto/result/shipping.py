@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -66,8 +65,7 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         sweep_staging(path)  # what saves killed before they were done left here
-        staging.mkdir(mode=0o700)
-        try:
+        with disk.scratch_folder(staging):  # a SIGTERM meanwhile removes it too
             disk.write_entry(
                 path,
                 lambda out: _fill_complete(to_save, out, fill_result, expected, path),
@@ -75,8 +73,6 @@ def save_result(result: Any, path: str | Path, *, verbose: bool = False) -> Path
                 staging,
                 shared=True,
             )
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
         raise _write_error(path, exc) from exc
     message = f"tileauto: saved {artifact.func_name} ({result.config}) to {path}"

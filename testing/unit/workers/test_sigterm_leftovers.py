@@ -197,3 +197,24 @@ sys.exit(0)
     staging, out = run_child(tmp_path, body, returncode=0)
     assert out.startswith("stage-")
     assert sorted(p.name for p in staging.iterdir()) == []
+
+
+def test_a_sigterm_while_a_result_is_saved_leaves_neither_staging_folder(tmp_path):
+    # save_to_disk stages the entry inside a folder of its own beside the destination; that
+    # one is under way too (it was left for the next save into the same folder to sweep)
+    body = """
+from tileauto.cache import disk
+
+def fill(out):
+    (out / "kernel.so").write_bytes(b"\\\\0" * 4096)
+    print(*sorted(p.name for p in outer.iterdir()), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # the signal comes while the result is saved
+
+outer = staging / ".saved.stage-0123456789ab"
+with kill_workers_on_sigterm(), disk.scratch_folder(outer):
+    disk.write_entry(staging / "saved", fill, {"format": "3"}, outer)
+print("not reached")
+"""
+    staging, out = run_child(tmp_path, body)
+    assert out.startswith("stage-")  # the entry's own staging folder, inside the save's
+    assert sorted(p.name for p in staging.iterdir()) == []
