@@ -171,7 +171,13 @@ class Rounds:
                 self._run_default(cid, pending.pop(cid))
             else:
                 jobs.append(cid)
-        built = [c for c in jobs if pending[c].ok and pending[c].artifact is not None]
+        # passes an earlier run could not check, asked for with the default config to be
+        # checked: the default failed again, so nothing would check them, and their earlier
+        # trials stand (not run again)
+        stand = {c for c in jobs if c != self.default_id and self._earlier_stands(c)}
+        built = [
+            c for c in jobs if c not in stand and pending[c].ok and pending[c].artifact is not None
+        ]
         outcomes: dict[str, RunOutcome] = {}
         recorded = 0
 
@@ -182,7 +188,10 @@ class Rounds:
                 if cid in built and cid not in outcomes:
                     return
                 result = pending.pop(cid)
-                self.record(cid, self.trial(result, outcomes.pop(cid, None)))
+                if cid in stand:
+                    self.record(cid, self.known[cid])
+                else:
+                    self.record(cid, self.trial(result, outcomes.pop(cid, None)))
                 self.reporter.step()
                 recorded += 1
 
@@ -299,6 +308,11 @@ class Rounds:
             return False
         # one compared with nothing for a reason of its own (its buffers differ) is as it was
         return not any(n.startswith(NOT_COMPARED_NOTE) for n in trial.notes)
+
+    def _earlier_stands(self, cid: str) -> bool:
+        """Whether ``cid`` has an earlier run's trial that is this run's too (:meth:`_stands`)."""
+        trial = self.known.get(cid)
+        return trial is not None and self._stands(trial)
 
     def _stands(self, trial: Trial) -> bool:
         """Whether an earlier run's trial is this run's too: every one but an unchecked pass
