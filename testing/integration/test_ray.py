@@ -656,3 +656,28 @@ def test_a_check_program_that_kills_a_run_actor_stops_the_tuning_naming_it(
     message = str(info.value)
     assert message.startswith(said), message
     assert "{'vec': 8}" in message, message  # the default config, which it ran for
+
+
+@pytest.mark.timeout(300)
+def test_verbose_logs_each_config_compiled_on_the_cluster(cluster, tmp_path, monkeypatch, caplog):
+    """``set_compile_args(verbose=True)`` under Ray logs each compile in the tuning's process,
+    as with local workers (test_tilelang_options.py); it logged none."""
+    import logging
+
+    from tune_kernels import scale_jit
+
+    import tileauto
+
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "cache"))
+    caplog.set_level(logging.WARNING, logger="tileauto.builder")
+    (
+        tileauto.AutoTuner.from_kernel(scale_jit(4096), [{"vec": 4}, {"vec": 16}])
+        .set_compile_args(verbose=True)
+        .set_profile_args(warmup_iters=1, rep_iters=3, timeout=60.0, executor="ray")
+        .run(verbose=False)
+    )
+    compiled = [r.getMessage() for r in caplog.records if r.name == "tileauto.builder"]
+    for vec in (4, 8, 16):  # the two configs and the default
+        assert any(f"config {{'vec': {vec}}} in " in m and m.endswith(": ok") for m in compiled), (
+            compiled
+        )

@@ -255,11 +255,6 @@ class Builder(SlotStage):
         if error is not None:
             log.info("config %s failed to compile: %s", request.config, error.splitlines()[0])
         compile_s = (artifact.compile_s + artifact.export_s) if artifact else wall
-        if self.compile_args.verbose:  # logged here, in the tuning's process, not the worker's
-            name = getattr(self.factory, "__name__", "kernel")
-            log.warning(
-                "compiled %s config %s in %.3f s: %s", name, request.config, compile_s, status.value
-            )
         return BuildResult(
             index=request.index,
             config=request.config,

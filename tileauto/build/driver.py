@@ -13,11 +13,14 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from tileauto._logging import get_logger
 from tileauto.build.job import failed
 from tileauto.records import BuildRequest, BuildResult, BuildStatus
 from tileauto.utils.threads import background_thread
+
+log = get_logger("builder")
 
 WAKE_S = 0.1  # a waiting build looks at its interrupts, cancel and deadlines this often
 
@@ -144,6 +147,8 @@ class SlotStage:
     cancel wakes, and its staging folder (a builder subclasses it and sets these three)."""
 
     staging_dir: Path
+    factory: Callable[..., Any]
+    compile_args: Any  # CompileArgs: its verbose logs each compile
     _cancelled: threading.Event
     _lock: threading.Lock
     _waiting: set[threading.Condition]
@@ -166,7 +171,13 @@ class SlotStage:
         try:
             batch = self.staging_dir / f"build-{uuid.uuid4().hex[:12]}"
             return drive(
-                requests, slots, batch, self._cancelled, on_result, changed=changed, name=name
+                requests,
+                slots,
+                batch,
+                self._cancelled,
+                self._logged(on_result),
+                changed=changed,
+                name=name,
             )
         except BaseException:
             self.cancel()
@@ -174,6 +185,28 @@ class SlotStage:
         finally:
             with self._lock:
                 self._waiting.discard(changed)
+
+    def _logged(
+        self, on_result: Callable[[BuildResult], None] | None
+    ) -> Callable[[BuildResult], None] | None:
+        """``on_result``, each result logged first when ``verbose`` is on (in the tuning's
+        process, whichever worker or Ray node compiled it)."""
+        if not getattr(self.compile_args, "verbose", False):
+            return on_result
+        name = getattr(self.factory, "__name__", "kernel")
+
+        def logged(result: BuildResult) -> None:
+            log.warning(
+                "compiled %s config %s in %.3f s: %s",
+                name,
+                result.config,
+                result.compile_s,
+                result.status.value,
+            )
+            if on_result is not None:
+                on_result(result)
+
+        return logged
 
     def _wake_builds(self) -> None:
         """Wake every build of this stage now (after a cancel)."""
