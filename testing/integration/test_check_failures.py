@@ -103,6 +103,14 @@ def close_enough(results, expected):
     return all(torch.allclose(r, e) for r, e in zip(results, expected))
 
 
+def stopped(kernel, space, **profile) -> str:
+    """The error that stopped a tuning of ``space`` with these profile arguments."""
+    tuner = tileauto.AutoTuner.from_kernel(kernel, space)
+    with pytest.raises(TileautoError) as info:
+        tuner.set_profile_args(warmup=1, rep=2, **profile).run(verbose=False)
+    return str(info.value)
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("program", "arguments", "said"),
@@ -117,10 +125,7 @@ def close_enough(results, expected):
     ],
 )
 def test_a_program_that_crashes_the_run_worker_stops_the_tuning_naming_it(program, arguments, said):
-    tuner = tileauto.AutoTuner.from_kernel(scaled(N), WRONG_SPACE)
-    with pytest.raises(TileautoError) as info:
-        tuner.set_profile_args(warmup=1, rep=2, timeout=30, **arguments).run(verbose=False)
-    message = str(info.value)
+    message = stopped(scaled(N), WRONG_SPACE, timeout=30, **arguments)
     assert message.startswith(
         f"{program} crashed the run worker (signal SIGABRT) on config {{'scale': 2}}; "
     ), message
@@ -133,12 +138,7 @@ def test_a_hook_that_crashes_the_re_timing_stops_the_tuning_naming_it():
     """Not the contenders' failure: each would crash alone too, and a hook that kills every
     re-timing would fail every contender and leave the slowest config the winner."""
     space = [{"copy": c} for c in range(3)]  # all right: both others contend
-    tuner = tileauto.AutoTuner.from_kernel(doubled(N), space)
-    with pytest.raises(TileautoError) as info:
-        tuner.set_profile_args(warmup=1, rep=2, timeout=30, pre_hook=aborting_when_retimed).run(
-            verbose=False
-        )
-    message = str(info.value)
+    message = stopped(doubled(N), space, timeout=30, pre_hook=aborting_when_retimed)
     assert message.startswith(
         "pre_hook crashed the run worker (signal SIGABRT) while re-timing configs ["
     ), message
@@ -148,12 +148,7 @@ def test_a_hook_that_crashes_the_re_timing_stops_the_tuning_naming_it():
 
 @pytest.mark.timeout(240)
 def test_a_check_program_that_hangs_stops_the_tuning_naming_it():
-    tuner = tileauto.AutoTuner.from_kernel(scaled(N), WRONG_SPACE)
-    with pytest.raises(TileautoError) as info:
-        tuner.set_profile_args(warmup=1, rep=2, timeout=3, manual_check_prog=hanging_check).run(
-            verbose=False
-        )
-    message = str(info.value)
+    message = stopped(scaled(N), WRONG_SPACE, timeout=3, manual_check_prog=hanging_check)
     assert message.startswith(
         "manual_check_prog did not return within the tuning's timeout of 3 s (on config "
         "{'scale': 2}) and the run worker was killed;"
