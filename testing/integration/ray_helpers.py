@@ -344,3 +344,14 @@ def hanging_check(results, expected):
     import threading
 
     threading.Event().wait()
+
+
+def aborting_when_retimed(named, exception=None):
+    """A pre_hook that crashes its process only in the interleaved re-timing of the best
+    configs (a hook that fails on later calls)."""
+    import faulthandler
+    import inspect
+
+    if any(f.function == "retime" and "run/worker.py" in f.filename for f in inspect.stack()):
+        faulthandler.disable()
+        os.abort()

@@ -681,3 +681,24 @@ def test_verbose_logs_each_config_compiled_on_the_cluster(cluster, tmp_path, mon
         assert any(f"config {{'vec': {vec}}} in " in m and m.endswith(": ok") for m in compiled), (
             compiled
         )
+
+
+@pytest.mark.timeout(300)
+def test_a_hook_that_kills_a_run_actor_in_the_re_timing_stops_the_tuning_naming_it(
+    cluster, tmp_path, monkeypatch
+):
+    """As in test_check_failures.py: not the contenders' crash (each would crash alone too)."""
+    from tune_kernels import scale_jit
+
+    import tileauto
+
+    monkeypatch.setenv("TILEAUTO_CACHE_DIR", str(tmp_path / "cache"))
+    tuner = tileauto.AutoTuner.from_kernel(scale_jit(4096), [{"vec": 4}, {"vec": 16}])
+    tuner.set_profile_args(
+        warmup_iters=1, rep_iters=3, timeout=60.0, executor="ray", pre_hook=h.aborting_when_retimed
+    )
+    with pytest.raises(TileautoError) as info:
+        tuner.run(verbose=False)
+    message = str(info.value)
+    assert message.startswith("pre_hook crashed the run worker"), message
+    assert "while re-timing configs [" in message, message
