@@ -253,12 +253,14 @@ class RunOutcome:
     worker gets them without running the default again) is the worker's business; records
     read by the session are the status, the samples, the messages and ``reference_kept``.
 
-    ``iters``: the warm-up and timed calls the worker chose for the config (``rep`` in ms
-    makes them a measurement), given back with its re-timing. ``reference_kept``: whether the run worker held the default config's outputs as this
+    ``reference_kept``: whether the run worker held the default config's outputs as this
     run's reference when it checked it (no ``ref_prog``): for the default config's own run,
     that they were kept (False when they were incomplete, so none is); for another config,
     that it was compared with them (False: only checked for unwritten outputs). None when
     the runner did not say (a run that never reached the check, a scripted runner).
+
+    ``iters``: the warm-up and timed calls the worker chose for the config (``rep`` in ms
+    makes them a measurement), given back to whichever worker re-times it.
     """
 
     status: TrialStatus
@@ -269,9 +271,7 @@ class RunOutcome:
     reference_inplace: tuple[int, ...] | None = None
     run_s: float = 0.0
     reference_kept: bool | None = None
-    # the warm-up and timed calls the run worker chose for this config (None: not timed);
-    # its re-timing makes as many, whichever worker re-times it
-    iters: tuple[int, int] | None = None
+    iters: tuple[int, int] | None = None  # None: not timed
 
 
 # -- builds ------------------------------------------------------------------------------------
