@@ -590,10 +590,12 @@ def main() -> None:
     _print_splits(means, names, strategies, shares, "means over the seeds")
     reach = _print_reach({(n, st): runs(n, st) for n in names for st in strategies}, names,
                          strategies, shares[-1])  # fmt: skip
+    leads: dict[str, dict[str, list[str]]] = {}
     if "guided" in strategies:
         paired = {(n, st): runs(n, st) for n in names for st in strategies}
         for center in ("median", "mean"):
             _print_against(paired, names, strategies, budgets, shares, center=center)
+        leads = _print_split_leads(paired, names, strategies, budgets, shares)
     ask = _print_ask(by, names, strategies)
     scale = [] if args.no_scale else space_scale(args.quick)
     if scale:
@@ -614,6 +616,7 @@ def main() -> None:
                     "trained": trained,
                     "ask_ms": ask,
                     "reach": reach,
+                    "split_leads": leads,
                     "budgets": budgets,
                     "shares": shares,
                     "seconds": total,
@@ -762,14 +765,6 @@ def _print_against(
     difference of medians of 20 such runs is too narrow (a 0.037 "lead" at 20 seeds, interval
     [+0.011, +0.061], was +0.002 [-0.008, +0.012] on the means of 100: docs/search.md, the
     fifth test). The difference of means is what the bootstrap estimates well."""
-    import random
-
-    rng = random.Random(0)
-    middle = statistics.median if center == "median" else statistics.fmean
-
-    def by_seed(n: str, s: str, k: int) -> dict[int, float]:
-        return {r["seed"]: r["scores"][budgets[n][k] - 1] for r in runs[n, s]}
-
     print(f"## guided's lead, mean over the spaces of the difference of {center}s [90% "
           "bootstrap interval over the seeds, paired]")  # fmt: skip
     others = [s for s in strategies if s != "guided"]
@@ -778,26 +773,79 @@ def _print_against(
     for k, share in enumerate(shares):
         cells = []
         for other in others:
-            pairs = []
-            for n in names:
-                mine, theirs = by_seed(n, "guided", k), by_seed(n, other, k)
-                seeds = sorted(mine.keys() & theirs.keys())
-                pairs.append([(mine[x], theirs[x]) for x in seeds])
-            if any(not p for p in pairs):
-                cells.append("-")
-                continue
-
-            def lead(draw: list[list[tuple[float, float]]]) -> float:
-                return statistics.fmean(
-                    middle([a for a, _ in d]) - middle([b for _, b in d]) for d in draw
-                )
-
-            point = lead(pairs)
-            boot = sorted(lead([rng.choices(p, k=len(p)) for p in pairs]) for _ in range(draws))
-            low, high = boot[int(0.05 * draws)], boot[int(0.95 * draws) - 1]
-            cells.append(f"{point:+.4f} [{low:+.4f}, {high:+.4f}]")
+            got = _lead(runs, names, other, budgets, k, center, draws)
+            cells.append("-" if got is None else "{:+.4f} [{:+.4f}, {:+.4f}]".format(*got))
         print(f"| {share:.0%} | {' | '.join(cells)} |")
     print()
+
+
+def _print_split_leads(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    names: list[str],
+    strategies: list[str],
+    budgets: dict[str, list[int]],
+    shares: list[float],
+) -> dict[str, dict[str, list[str]]]:
+    """Per held-out kernel, guided against each other strategy at each budget: ``ahead``
+    (the 90% interval of the lead on the means over the seeds above zero), ``behind`` (below)
+    or ``level``, with the lead; the issue asks for ahead on every split. Returns the verdicts."""
+    others = [s for s in strategies if s != "guided"]
+    print("## Per held-out kernel: guided's lead on the means over the seeds [90% interval], "
+          "1st / 2nd / ... budget")  # fmt: skip
+    print(f"| kernel left out | {' | '.join(others)} |")
+    print(f"| --- | {' | '.join('---' for _ in others)} |")
+    verdicts: dict[str, dict[str, list[str]]] = {}
+    for kernel in sorted({kernel_of(n) for n in names}):
+        part = [n for n in names if kernel_of(n) == kernel]
+        cells = []
+        for other in others:
+            said = []
+            for k in range(len(shares)):
+                got = _lead(runs, part, other, budgets, k, "mean")
+                if got is None:
+                    said.append("-")
+                    continue
+                point, low, high = got
+                word = "ahead" if low > 0 else "behind" if high < 0 else "level"
+                verdicts.setdefault(kernel, {}).setdefault(other, []).append(word)
+                said.append(f"{word} {point:+.3f} [{low:+.3f}, {high:+.3f}]")
+            cells.append(" / ".join(said))
+        print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
+    print()
+    return verdicts
+
+
+def _lead(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    names: list[str],
+    other: str,
+    budgets: dict[str, list[int]],
+    k: int,
+    center: str,
+    draws: int = 2000,
+) -> tuple[float, float, float] | None:
+    """Guided's lead over ``other`` at budget ``k`` on ``names`` and its 90% bootstrap interval
+    (see :func:`_print_against`); None where a space has no seed both ran."""
+    import random
+
+    rng = random.Random(0)
+    middle = statistics.median if center == "median" else statistics.fmean
+
+    def by_seed(n: str, s: str) -> dict[int, float]:
+        return {r["seed"]: r["scores"][budgets[n][k] - 1] for r in runs[n, s]}
+
+    pairs = []
+    for n in names:
+        mine, theirs = by_seed(n, "guided"), by_seed(n, other)
+        pairs.append([(mine[x], theirs[x]) for x in sorted(mine.keys() & theirs.keys())])
+    if any(not p for p in pairs):
+        return None
+
+    def lead(draw: list[list[tuple[float, float]]]) -> float:
+        return statistics.fmean(middle([a for a, _ in d]) - middle([b for _, b in d]) for d in draw)
+
+    boot = sorted(lead([rng.choices(p, k=len(p)) for p in pairs]) for _ in range(draws))
+    return lead(pairs), boot[int(0.05 * draws)], boot[int(0.95 * draws) - 1]
 
 
 def _print_ask(
