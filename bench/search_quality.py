@@ -75,6 +75,7 @@ gives it fewer seeds where time is short.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -433,18 +434,72 @@ def _names(folder: str, only: str) -> tuple[list[str], list[str]]:
     return names, every
 
 
+def _job_key(job: tuple[str, str, str, int, int, Pool, str]) -> str:
+    """What makes a replay: every part of its job (the priors' pool by its spaces)."""
+    folder, name, strategy, seed, budget, pool, candidate = job
+    return json.dumps([folder, name, strategy, seed, budget, sorted(pool), candidate])
+
+
+def _keyed_job(
+    job: tuple[str, str, str, int, int, Pool, str],
+) -> tuple[tuple[str, str, str, int, int, Pool, str], dict[str, Any]]:
+    return job, run_job(job)
+
+
+def _logged_replays(log: Path) -> dict[str, dict[str, Any]]:
+    """The replays a ``--log`` file holds, by job; a last line cut short by a kill is left out."""
+    rows: dict[str, dict[str, Any]] = {}
+    if not log.exists():
+        return rows
+    for line in log.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        rows[row.pop("key")] = row
+    return rows
+
+
 def _replay_all(
     jobs: list[tuple[str, str, str, int, int, Pool, str]],
     processes: int,
     began: float,
     by: dict[tuple[str, str, str], list[dict[str, Any]]],
     sizes: dict[str, int],
+    log: Path | None = None,
 ) -> None:
-    """Run the replays ``jobs`` on ``processes`` processes, longest first, into ``by``."""
-    jobs = sorted(jobs, key=lambda j: -sizes[j[1]] * (10 if j[2] == "tpe" else 1))
-    with multiprocessing.get_context("fork").Pool(processes, initializer=_warm) as pool:
-        for done, out in enumerate(pool.imap_unordered(run_job, jobs), 1):
+    """Run the replays ``jobs`` on ``processes`` processes, longest first, into ``by``.
+
+    With ``log``, each replay is appended to that file as it ends, and the replays it holds
+    already (an earlier run of the same jobs, stopped or killed) are taken from it, not run
+    again: a long bench resumes where it stopped."""
+    done_before = _logged_replays(log) if log is not None else {}
+    todo = []
+    for job in jobs:
+        row = done_before.get(_job_key(job))
+        if row is None:
+            todo.append(job)
+        else:
+            by.setdefault((row["space"], row["strategy"], row["candidate"]), []).append(row)
+    if len(todo) < len(jobs):
+        print(f"  {len(jobs) - len(todo)} replays taken from {log}", file=sys.stderr, flush=True)
+    jobs = sorted(todo, key=lambda j: -sizes[j[1]] * (10 if j[2] == "tpe" else 1))
+    if not jobs:
+        return
+    with contextlib.ExitStack() as stack:
+        out_file = stack.enter_context(open(log, "a+")) if log is not None else None
+        if out_file is not None and out_file.tell() > 0:
+            out_file.seek(out_file.tell() - 1)
+            if out_file.read(1) != "\n":  # a line cut short by a kill: end it
+                out_file.write("\n")
+        pool = stack.enter_context(
+            multiprocessing.get_context("fork").Pool(processes, initializer=_warm)
+        )
+        for done, (job, out) in enumerate(pool.imap_unordered(_keyed_job, jobs), 1):
             by.setdefault((out["space"], out["strategy"], out["candidate"]), []).append(out)
+            if out_file is not None:
+                out_file.write(json.dumps({"key": _job_key(job), **out}) + "\n")
+                out_file.flush()
             if done % 50 == 0 or done == len(jobs):
                 print(
                     f"  {done}/{len(jobs)} replays, {time.perf_counter() - began:.0f} s",
@@ -478,6 +533,11 @@ def main() -> None:
     parser.add_argument("--tpe-seeds", type=int, default=None, help="TPE's seeds (slow)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--plot", default=None, help="draw the held-out figures into IMG")
+    parser.add_argument(
+        "--log", type=Path, default=None, metavar="FILE",
+        help="append each replay to FILE as it ends, and take the replays FILE holds from an "
+        "earlier run (stopped or killed) instead of running them again",
+    )  # fmt: skip
     parser.add_argument("--json", default=None, help="write every number to FILE")
     parser.add_argument("--no-scale", action="store_true", help="skip the 10^6 product timing")
     parser.add_argument(
@@ -538,7 +598,7 @@ def main() -> None:
         print(f"{time.strftime('%Y-%m-%d %H:%M')}: choosing the guided search's settings on "
               f"{len(train)} spaces of {args.spaces}: {len(jobs)} replays")  # fmt: skip
         train_sizes = {n: len(_record(args.spaces, n)) for n in train}
-        _replay_all(jobs, args.jobs, began, by, train_sizes)
+        _replay_all(jobs, args.jobs, began, by, train_sizes, args.log)
         choice, scores = choose(by, train, train_budgets, select, args.select)
         kernels = sorted({kernel_of(n) for n in names})
         chosen = dict.fromkeys(kernels, choice)
@@ -560,7 +620,7 @@ def main() -> None:
         f", {seeds} seeds, budgets {[f'{s:.0%}' for s in shares]}, {PARALLELISM} configs per "
         f"batch, {len(jobs)} replays on {args.jobs} processes\n"
     )
-    _replay_all(jobs, args.jobs, began, by, sizes)
+    _replay_all(jobs, args.jobs, began, by, sizes, args.log)
     replay_s = time.perf_counter() - began
     per_split = "guided" in strategies and not args.holdout
     if per_split:
