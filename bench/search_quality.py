@@ -6,7 +6,7 @@
         [--jobs 2] [--tpe-seeds 5] [--only gemm,pnpoly] [--holdout bench/spaces]
         [--prior-extra DIR [--prior-extra DIR2 ...]]
         [--plot docs/img/search_quality.png]
-        [--json out.json] [--no-scale]
+        [--json out.json] [--log replays.jsonl] [--no-scale]
 
 Replays each strategy on each recorded space of ``../shared/data/tuning-spaces/`` (Kernel Tuner
 cache files: every valid config of a GPU kernel, measured; four kernels, each on two to four
@@ -69,7 +69,10 @@ libraries imported before it is timed); ``--quick``: 5 seeds at 1% and 2%.
 Time on 2 shared cores (load average 6-13): ``--seeds 20 --budgets 1,2`` (3,080 replays: five
 guided candidates, TPE on 20 seeds too) took 1,051 s. TPE is the slow one (its proposals cost
 26-42 ms per config on the GEMM at 2%, growing with the trials it has seen); ``--tpe-seeds``
-gives it fewer seeds where time is short.
+gives it fewer seeds where time is short. At 5% TPE takes about a minute a replay on the GEMM
+spaces (898 trials), so ``--seeds 20 --tpe-seeds 20 --budgets 1,2,5`` runs for hours on one
+process: ``--log FILE`` keeps every replay as it ends, and the same command with the same
+``--log`` resumes a run that was stopped or killed.
 """
 
 from __future__ import annotations
