@@ -747,16 +747,26 @@ def _print_splits(
     print(f"## Per held-out kernel: mean of per-space {of} (1st / 2nd / ... budget)")
     print(f"| kernel left out | {' | '.join(strategies)} |")
     print(f"| --- | {' | '.join('---' for _ in strategies)} |")
-    for kernel in sorted({kernel_of(n) for n in names}):
-        part = [n for n in names if kernel_of(n) == kernel]
+    for kernel, part in _by_kernel(names):
         cells = [
             " / ".join(
                 f"{statistics.fmean(table[n][s][k] for n in part):.3f}" for k in range(len(shares))
             )
             for s in strategies
         ]
-        print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
+        _row(kernel, part, cells)
     print()
+
+
+def _by_kernel(names: list[str]) -> list[tuple[str, list[str]]]:
+    """Each kernel (a held-out split) with its spaces among ``names``, in kernel order."""
+    return [
+        (k, [n for n in names if kernel_of(n) == k]) for k in sorted(set(map(kernel_of, names)))
+    ]
+
+
+def _row(kernel: str, part: list[str], cells: list[str]) -> None:
+    print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
 
 
 REACH = (0.99, 1.0)  # within 1% of the optimum, and the optimum itself
@@ -786,8 +796,7 @@ def _print_reach(
     print(f"| kernel left out | {' | '.join(strategies)} |")
     print(f"| --- | {' | '.join('---' for _ in strategies)} |")
     out: dict[str, dict[str, list[float]]] = {}
-    for kernel in sorted({kernel_of(n) for n in names}):
-        part = [n for n in names if kernel_of(n) == kernel]
+    for kernel, part in _by_kernel(names):
         cells = []
         for s in strategies:
             shown, values = [], []
@@ -805,7 +814,7 @@ def _print_reach(
                 shown.append(f"{'>=' if censored else ''}{100 * mean:.2f}%")
             out.setdefault(kernel, {})[s] = values
             cells.append(" / ".join(shown))
-        print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
+        _row(kernel, part, cells)
     print()
     return out
 
@@ -842,42 +851,6 @@ def _print_against(
     print()
 
 
-def _print_split_leads(
-    runs: dict[tuple[str, str], list[dict[str, Any]]],
-    names: list[str],
-    strategies: list[str],
-    budgets: dict[str, list[int]],
-    shares: list[float],
-) -> dict[str, dict[str, list[str]]]:
-    """Per held-out kernel, guided against each other strategy at each budget: ``ahead``
-    (the 90% interval of the lead on the means over the seeds above zero), ``behind`` (below)
-    or ``level``, with the lead; the issue asks for ahead on every split. Returns the verdicts."""
-    others = [s for s in strategies if s != "guided"]
-    print("## Per held-out kernel: guided's lead on the means over the seeds [90% interval], "
-          "1st / 2nd / ... budget")  # fmt: skip
-    print(f"| kernel left out | {' | '.join(others)} |")
-    print(f"| --- | {' | '.join('---' for _ in others)} |")
-    verdicts: dict[str, dict[str, list[str]]] = {}
-    for kernel in sorted({kernel_of(n) for n in names}):
-        part = [n for n in names if kernel_of(n) == kernel]
-        cells = []
-        for other in others:
-            said = []
-            for k in range(len(shares)):
-                got = _lead(runs, part, other, budgets, k, "mean")
-                if got is None:
-                    said.append("-")
-                    continue
-                point, low, high = got
-                word = "ahead" if low > 0 else "behind" if high < 0 else "level"
-                verdicts.setdefault(kernel, {}).setdefault(other, []).append(word)
-                said.append(f"{word} {point:+.3f} [{low:+.3f}, {high:+.3f}]")
-            cells.append(" / ".join(said))
-        print(f"| {kernel} ({len(part)}) | {' | '.join(cells)} |")
-    print()
-    return verdicts
-
-
 def _lead(
     runs: dict[tuple[str, str], list[dict[str, Any]]],
     names: list[str],
@@ -909,6 +882,41 @@ def _lead(
 
     boot = sorted(lead([rng.choices(p, k=len(p)) for p in pairs]) for _ in range(draws))
     return lead(pairs), boot[int(0.05 * draws)], boot[int(0.95 * draws) - 1]
+
+
+def _print_split_leads(
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    names: list[str],
+    strategies: list[str],
+    budgets: dict[str, list[int]],
+    shares: list[float],
+) -> dict[str, dict[str, list[str]]]:
+    """Per held-out kernel, guided against each other strategy at each budget: ``ahead``
+    (the 90% interval of the lead on the means over the seeds above zero), ``behind`` (below)
+    or ``level``, with the lead; the issue asks for ahead on every split. Returns the verdicts."""
+    others = [s for s in strategies if s != "guided"]
+    print("## Per held-out kernel: guided's lead on the means over the seeds [90% interval], "
+          "1st / 2nd / ... budget")  # fmt: skip
+    print(f"| kernel left out | {' | '.join(others)} |")
+    print(f"| --- | {' | '.join('---' for _ in others)} |")
+    verdicts: dict[str, dict[str, list[str]]] = {}
+    for kernel, part in _by_kernel(names):
+        cells = []
+        for other in others:
+            said = []
+            for k in range(len(shares)):
+                got = _lead(runs, part, other, budgets, k, "mean")
+                if got is None:
+                    said.append("-")
+                    continue
+                point, low, high = got
+                word = "ahead" if low > 0 else "behind" if high < 0 else "level"
+                verdicts.setdefault(kernel, {}).setdefault(other, []).append(word)
+                said.append(f"{word} {point:+.3f} [{low:+.3f}, {high:+.3f}]")
+            cells.append(" / ".join(said))
+        _row(kernel, part, cells)
+    print()
+    return verdicts
 
 
 def _print_ask(
