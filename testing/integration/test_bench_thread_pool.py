@@ -68,6 +68,8 @@ def test_quick_run_writes_every_cell(tmp_path):
         + ["3000"]
         + ["--json", str(json_path)],
         cwd=tmp_path,
+        # its scratch folder under tmp_path: a run killed at the guard cannot remove it
+        env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=QUICK_GUARD_S,
