@@ -211,8 +211,15 @@ class TuningSession:
         from tileauto.workers.safety import kill_workers_on_sigterm
 
         # a SIGTERM kills the workers and removes this run's scratch folder, as Ctrl-C does
-        with kill_workers_on_sigterm():
-            return self._tune_here()
+        try:
+            with kill_workers_on_sigterm():
+                return self._tune_here()
+        except KeyboardInterrupt as exc:
+            # a Ctrl-C that lands while a library handles an exception of its own (psutil
+            # reading a process that just ended) would print that one too ("During handling
+            # of the above exception ..."): the interrupt is the whole story
+            exc.__suppress_context__ = True
+            raise
 
     def _tune_here(self) -> AutotuneResult:
         from tileauto.cache.hygiene import prune_kernels, prune_logs

@@ -270,3 +270,24 @@ def test_unchecked_passes_are_not_run_again_when_there_is_still_no_reference(pro
     assert {t.config["block"]: t.validation.value for t in result.trials if t.ok} == dict.fromkeys(
         [16, 64, 128], "skipped"
     )
+
+
+class InterruptedWhileHandling(ScriptedBuilder):
+    """Ctrl-C lands while a library handles an exception of its own (psutil's reading of a
+    process that just ended, in a CI run)."""
+
+    def build(self, requests, on_result=None):
+        try:
+            raise FileNotFoundError("/proc/12345/stat")
+        except FileNotFoundError:
+            raise KeyboardInterrupt()  # noqa: B904 - the implicit context is the point
+
+
+def test_an_interrupt_during_a_librarys_handling_prints_one_traceback(problem):
+    import traceback
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        run_session(problem(), ScriptedRunner(lambda c: 1.0), builder=InterruptedWhileHandling())
+    printed = "".join(traceback.format_exception(info.value))
+    assert printed.count("Traceback (most recent call last)") == 1, printed
+    assert "During handling of" not in printed and "FileNotFoundError" not in printed, printed
