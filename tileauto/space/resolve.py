@@ -70,6 +70,18 @@ def _shown(args: tuple, kwargs: dict[str, Any]) -> str:
     return text if len(text) <= 120 else text[:117] + "...)"
 
 
+def _named_only(factory: Callable[..., Any]) -> str:
+    """The hint for a factory with ``**kwargs``: configs set its named parameters only."""
+    params = inspect.signature(factory).parameters.values()
+    var = [p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+    if not var:
+        return ""
+    return (
+        f"; a config sets named parameters of the factory, not its **{var[0]}: give each "
+        "tunable a parameter with a default (the default config), as TileLang's autotuner asks"
+    )
+
+
 def tunable_parameters(factory: Callable[..., Any]) -> dict[str, Any]:
     """Parameters of the factory that have defaults: the ones a config may set."""
     return {
@@ -140,7 +152,7 @@ def resolve_configs(
         if unknown:
             raise ConfigSpaceError(
                 f"configs[{i}] = {cfg!r} sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
-                f"a parameter of {name}{inspect.signature(factory)}"
+                f"a parameter of {name}{inspect.signature(factory)}{_named_only(factory)}"
             )
         for k, v in cfg.items():
             if type(v) in _SCALARS:
@@ -229,7 +241,7 @@ def _checked_product(
     if unknown:
         raise ConfigSpaceError(
             f"the space sets {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
-            f"a parameter of {name}{inspect.signature(factory)}"
+            f"a parameter of {name}{inspect.signature(factory)}{_named_only(factory)}"
         )
     try:
         passed = set(inspect.signature(factory).bind_partial(*args, **kwargs).arguments)

@@ -71,6 +71,21 @@ def test_several_unknown_keys():
         resolve_configs([{"x": 1, "y": 2, "threads": 4}], matmul, (1, 2, 3), {})
 
 
+@pytest.mark.parametrize("configs", [[{"block_M": 32}], product(block_M=[32, 64])])
+def test_a_factory_with_kwargs_is_told_configs_set_named_parameters(configs):
+    def gemm(M, N, K, **cfg):
+        raise AssertionError("resolve_configs must not call the factory")
+
+    with pytest.raises(ConfigSpaceError) as info:
+        resolve_configs(configs, gemm, (1, 2, 3), {})
+    msg = str(info.value)
+    assert "['block_M']" in msg and "gemm(M, N, K, **cfg)" in msg
+    assert "not its **cfg: give each tunable a parameter with a default" in msg
+    with pytest.raises(ConfigSpaceError) as typo:  # a factory without **kwargs: no hint
+        resolve_configs([{"blockM": 32}], matmul, (1, 2, 3), {})
+    assert "not its **" not in str(typo.value)
+
+
 @pytest.mark.parametrize("entry", [("block_M", 32), 32, "block_M", None, [("block_M", 32)]])
 def test_non_dict_entry(entry):
     with pytest.raises(ConfigSpaceError, match=r"configs\[1\] must be a dict"):
