@@ -69,7 +69,8 @@ def test_list_shows_key_kernel_target_age_size_and_latency(cache, capsys):
     assert tuned_row[2] == "cache_kernels:scale_add"  # MODULE:NAME, as `cache prior` takes it
     assert float(tuned_row[-1]) > 0
     kernel_row = next(r for r in rows if kernel in r).split()
-    assert kernel_row[0] == "kernels" and kernel_row[2] == "matmul" and kernel_row[-1] == "-"
+    assert kernel_row[0] == "kernels" and kernel_row[-1] == "-"
+    assert kernel_row[2] == "cache_kernels:matmul"  # labelled as tuned entries are
     assert "2 entries" in out
     code, out, _ = run(capsys, "cache", "list", "--json", "--kind", "kernels")
     data = json.loads(out)

@@ -58,8 +58,8 @@ class EntryInfo:
 
     @property
     def module(self) -> str | None:
-        """The factory's module, as tuned entries record it (None for older entries and plain
-        kernels): see :func:`tileauto.cache.key.factory_module`."""
+        """The factory's module, as entries record it (None for entries stored before it was
+        recorded): see :func:`tileauto.cache.key.factory_module`."""
         module = (self.manifest or {}).get("module")
         return module if isinstance(module, str) and module else None
 

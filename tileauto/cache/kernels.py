@@ -27,6 +27,7 @@ from tileauto.cache.key import (
     UnkeyableError,
     describe_arguments,
     digest,
+    factory_module,
     function_fingerprint,
     report_unkeyable,
     versions,
@@ -86,13 +87,22 @@ class KernelStore:
         except UnkeyableError as exc:
             report_unkeyable(name, exc)
             return None
-        return cls.at(settings, key, name, target=target, device=device)
+        module = factory_module(factory)
+        return cls.at(settings, key, name, target=target, device=device, module=module)
 
     @classmethod
     def at(
-        cls, settings: Settings, key: str, name: str, *, target: str, device: dict[str, Any]
+        cls,
+        settings: Settings,
+        key: str,
+        name: str,
+        *,
+        target: str,
+        device: dict[str, Any],
+        module: str | None = None,
     ) -> KernelStore:
-        """The store of the entry ``key`` (a kernel of ``name``, for ``target`` and ``device``)."""
+        """The store of the entry ``key`` (a kernel of ``name`` defined in ``module``, for
+        ``target`` and ``device``); the module labels it as tuned entries are labelled."""
         meta = {
             **versions(),
             "kind": KIND_KERNEL,
@@ -101,6 +111,8 @@ class KernelStore:
             "target": target,
             "device": device,
         }
+        if module:
+            meta["module"] = module
         return cls(settings, key, meta)
 
     def load(self) -> KernelArtifact | None:
@@ -204,6 +216,7 @@ class ConfigKernels:
         self.base = base
         self.base_digest = digest(base)
         self.factory, self.args, self.kwargs = call
+        self.module = factory_module(self.factory)  # a label, not part of the key
         self.compile_args = compile_args
 
     @classmethod
@@ -266,4 +279,5 @@ class ConfigKernels:
             self.base["name"],
             target=self.base["target"],
             device=self.base["device"],
+            module=self.module,
         )

@@ -50,6 +50,8 @@ def test_entries_are_kernel_cache_entries():
     store = kernels().store({"block": 8})
     assert store.entry_dir.parent == Settings.from_env().cache_dir / "kernels"
     assert store.meta["kind"] == "kernels" and store.meta["kernel"] == "factory"
+    # labelled MODULE:NAME in `tileauto cache list` as tuned entries are; not part of the key
+    assert store.meta["module"] == "test_config_kernels"
 
 
 def test_with_either_cache_off_a_tuning_keeps_no_compile(monkeypatch):
