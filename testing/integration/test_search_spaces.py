@@ -127,7 +127,8 @@ def test_a_large_product_is_never_expanded_and_counts_its_untried_configs():
     # (the re-run hits the cache entry, keyed by the product's description)
     again = tileauto.autotune(configs=space, max_trials=6, timer=valley, **FAST)(impl)
     again(256)
-    assert again.get_tuner_result(256).cache_hit
+    hit = again.get_tuner_result(256)
+    assert hit.cache_hit and hit.extra["search"] == search  # stored with the entry
 
 
 def test_a_call_fixing_a_tunable_tunes_the_rest_of_a_product_under_the_calls_value():

@@ -59,6 +59,8 @@ class StoredResult:
     problem: dict[str, Any] | None
     #: the tuning's compile arguments (:func:`compile_args_record`); None: an older entry
     compile_args: dict[str, Any] | None = None
+    #: how the search ran (``AutotuneResult.extra["search"]``); None: an older entry
+    search: dict[str, Any] | None = None
 
 
 def required_files(kind: str) -> tuple[str, ...]:
@@ -151,16 +153,19 @@ def fill_result(result: Any, out: Path) -> None:
             "best": best.latency.to_json() if best is not None and best.latency else None,
         },
     )
+    extra = result.extra if isinstance(result.extra, dict) else {}
+    search = extra.get("search")
     _dump(  # one trial per config: JSON's fast (C) encoder, which writes no indent
         out / "trials.json",
         {
             "trials": [t.to_json() for t in result.trials],
             "default": result.default_trial.to_json() if result.default_trial else None,
             "tuning_s": result.tuning_s,
+            # how the search ran: strategy, stop reason, counts, the prior's records
+            **({"search": search} if isinstance(search, dict) and _plain(search) else {}),
         },
         indent=None,
     )
-    extra = result.extra if isinstance(result.extra, dict) else {}
     problem = {**(extra.get("problem") or {})}
     if extra.get("compile_args") is not None:  # what a recompile elsewhere builds with
         problem[COMPILE_ARGS] = extra["compile_args"]
@@ -208,6 +213,7 @@ def _stored(
         artifact=read_artifact(entry_dir),
         problem=problem or None,  # only compile arguments: no call to give a factory
         compile_args=compile_args,
+        search=trials["search"] if isinstance(trials.get("search"), dict) else None,
     )
 
 

@@ -190,6 +190,8 @@ class AutotuneResult:
             extra["problem"] = stored.problem
         if getattr(stored, "compile_args", None) is not None:  # kept when it is saved again
             extra["compile_args"] = stored.compile_args
+        if getattr(stored, "search", None) is not None:  # how the search that stored it ran
+            extra["search"] = stored.search
         return cls(
             config=dict(stored.config),
             latency=stored.latency_ms,

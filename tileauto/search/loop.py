@@ -48,6 +48,9 @@ class SearchOutcome:
         best_index: the fastest passing config's index, or None when none passed.
         strategy_s: wall seconds spent in the strategy's ``start``, ``ask`` and ``tell`` (not
             compared: it differs from run to run).
+        strategy: the strategy as it ran: the one given, or the copy a strategy that sizes
+            itself to ``max_trials`` made of itself (``AutoSearch.within``); what it learned
+            (``prior_facts()``) is read from this one. Not compared.
     """
 
     stop_reason: StopReason
@@ -55,6 +58,7 @@ class SearchOutcome:
     never_tried: int | None
     best_index: int | None = None
     strategy_s: float = field(default=0.0, compare=False)
+    strategy: Any = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         """One line for a report: what stopped the search and what was left."""
@@ -68,6 +72,13 @@ class SearchOutcome:
             what = "every config of the space was measured"
         rest = "the rest" if self.never_tried is None else self.never_tried
         return f"search stopped: {what}; {len(self.trials)} measured, {rest} never tried"
+
+
+def prior_facts_of(strategy: Any) -> dict[str, Any] | None:
+    """What became of a strategy's prior after its search (its ``prior_facts()``: the records
+    it used and those it dropped, with why); None for a strategy without a prior."""
+    facts = getattr(strategy, "prior_facts", None)
+    return facts() if callable(facts) else None
 
 
 class _Plateau:
@@ -296,4 +307,5 @@ def run_search(
         never_tried=never_tried,
         best_index=min(ranked)[1] if ranked else None,
         strategy_s=in_strategy[0],
+        strategy=strategy,
     )

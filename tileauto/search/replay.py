@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tileauto.records import Trial
-from tileauto.search.loop import StopReason, run_search
+from tileauto.search.loop import StopReason, prior_facts_of, run_search
 from tileauto.search.prior import check_prior, describe_prior
 from tileauto.search.recorded import RecordedSpace, check_share
 from tileauto.search.resolve import resolve_search
@@ -30,6 +30,10 @@ class ReplayResult:
         strategy: the strategy's ``describe()``.
         prior: the ``prior=`` handed to the strategy, described as in a cache key ("" when
             none was, or the strategy takes no prior).
+        prior_facts: what became of the prior, as the strategy's ``prior_facts()`` says: the
+            records it used (``matched``) and those dropped, each with why (``dropped``); None
+            when the strategy had no prior. A replay does not warn about a prior that
+            matches nothing (a bench gives misfit priors on purpose): read it here.
         compile_s: the recorded compile seconds of the configs it measured (Kernel Tuner's
             ``compile_time``), failures included.
         run_s: their recorded run seconds (Kernel Tuner's ``verification_time`` and
@@ -56,6 +60,7 @@ class ReplayResult:
     run_s: float = 0.0
     strategy_s: float = field(default=0.0, compare=False)
     simulated_s: float = field(default=0.0, compare=False)
+    prior_facts: dict[str, Any] | None = field(default=None, compare=False)
 
     def trials_to_reach(self, share: float = 0.05) -> int | None:
         """Trials it took to come within ``share`` of the optimum (None: it never did).
@@ -186,4 +191,5 @@ def replay(
         run_s=run_s,
         strategy_s=outcome.strategy_s,
         simulated_s=compile_s + run_s + outcome.strategy_s,
+        prior_facts=prior_facts_of(outcome.strategy),
     )

@@ -121,8 +121,11 @@ def stored_facts(problem: TuningProblem, search: Any, stop: Any) -> dict[str, An
             "never_tried": stop.never_tried,
             "pruned": problem.pruned,
         }
-        facts = getattr(search, "prior_facts", None)  # the records a guided search started from
-        prior = facts() if callable(facts) else None
+        from tileauto.search.loop import prior_facts_of  # with the search that ran
+
+        # the records a guided search started from, as the search ran (AutoSearch under a
+        # max_trials runs a copy of itself sized to it: the facts are the copy's)
+        prior = prior_facts_of(stop.strategy if stop.strategy is not None else search)
         if prior is not None:
             extra["search"]["prior"] = prior
     call = {"args": list(problem.args), "kwargs": dict(problem.kwargs)}

@@ -33,6 +33,19 @@ def test_a_prior_path_that_does_not_exist_is_named(tmp_path):
             replay(recorded(), "auto", budget=4, prior=prior)
 
 
+def test_the_result_says_what_became_of_the_prior():
+    rec = recorded()
+    other = RecordedSpace.from_latencies([{"tile": t} for t in (1, 2, 4)], [3.0, 2.0, 1.0])
+    misfit = replay(rec, "auto", budget=8, prior=other)  # a replay does not warn: it says
+    assert misfit.prior_facts is not None and misfit.prior_facts["matched"] == []
+    assert "no parameter of the space" in misfit.prior_facts["dropped"][0]
+    fits = replay(rec, GuidedSearch(), budget=8, prior=[rec])
+    assert fits.prior_facts is not None and len(fits.prior_facts["matched"]) == 1
+    assert fits.prior_facts["dropped"] == []
+    assert replay(rec, GuidedSearch(), budget=8).prior_facts is None
+    assert replay(rec, "random", budget=8, prior=[rec]).prior_facts is None  # takes no prior
+
+
 def test_exhaustive_finds_the_optimum_and_failures_cost_trials():
     rec = recorded()
     result = replay(rec, "exhaustive")

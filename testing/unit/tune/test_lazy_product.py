@@ -125,13 +125,15 @@ def test_a_second_tuning_of_a_large_product_re_times_the_first_ones_best(tmp_pat
     assert any("re-timed interleaved" in n for n in second.best_trial.notes)
 
 
-def test_a_tuning_keeps_what_its_prior_matched_and_dropped(tmp_path):
-    from tileauto.search import GuidedSearch
+@pytest.mark.parametrize("kind", ["guided", "auto"])
+def test_a_tuning_keeps_what_its_prior_matched_and_dropped(tmp_path, kind):
+    from tileauto.search import AutoSearch, GuidedSearch
 
     space = product(**{name: list(range(4)) for name in NAMES[:5]})  # 1,024 configs
     records = [{"config": {"p0": 1, "p1": 2}, "latency_ms": 1.0}]
     elsewhere = [{"config": {"q": 1}, "latency_ms": 1.0}]  # no parameter in common
-    search = GuidedSearch(prior=[records, elsewhere])
+    # auto under max_trials runs a copy of itself sized to it: its facts were lost
+    search = (GuidedSearch if kind == "guided" else AutoSearch)(prior=[records, elsewhere])
     tuner, _ = session(
         tmp_path, space, lambda c: 1.0 + sum(c.values()), search=search, max_trials=4
     )
