@@ -121,6 +121,27 @@ def test_show_prints_facts_and_the_trial_table(cache, capsys):
     assert "best config" in out and "status           ok" in out
     assert "block=8" in out and "block=16" in out and "median ms" in out
     assert "*" in out  # the winner is marked
+    search = next(line for line in out.splitlines() if line.startswith("search"))
+    assert ": done, " in search and " measured, 0 never tried" in search  # how it ran
+
+
+def test_show_says_what_became_of_the_prior():
+    from tileauto.cli._cache_commands import _search_facts
+
+    facts = _search_facts(
+        {
+            "strategy": "auto(budget=None, prior='priors')",
+            "stop_reason": "max_trials",
+            "measured": 12,
+            "never_tried": 1960,
+            "prior": {"matched": ["a.json.gz"], "dropped": ["b.json.gz: no parameter"]},
+        }
+    )
+    assert facts == [
+        ("search", "auto(budget=None, prior='priors'): max_trials, 12 measured, 1,960 never tried"),
+        ("prior", "1 record(s) used, 1 dropped"),
+        ("", "dropped: b.json.gz: no parameter"),
+    ]
 
 
 def test_show_a_kernel_entry(cache, capsys):

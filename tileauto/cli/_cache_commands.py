@@ -176,10 +176,28 @@ def _tuned_facts(info: Any) -> list[tuple[str, str]]:
             out.append(("default latency", f"{lat['default_latency_ms']:.4g} ms"))
         if lat.get("ref_latency_ms"):
             out.append(("reference latency", f"{lat['ref_latency_ms']:.4g} ms"))
+        search = catalog.read_record(info, "trials.json").get("search")
+        if isinstance(search, dict):  # entries stored before it was kept have none
+            out.extend(_search_facts(search))
     except CacheError as exc:  # edited records are not shown as facts
         out.append(("records", str(exc)))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         out.append(("records", f"unreadable ({exc})"))
+    return out
+
+
+def _search_facts(search: dict[str, Any]) -> list[tuple[str, str]]:
+    """How the search that stored the entry ran: its strategy, why it stopped, what it
+    measured, and what became of its prior (the records used, those dropped and why)."""
+    counts = f"{search.get('measured')} measured"
+    if search.get("never_tried") is not None:
+        counts += f", {search['never_tried']:,} never tried"
+    out = [("search", f"{search.get('strategy')}: {search.get('stop_reason')}, {counts}")]
+    prior = search.get("prior")
+    if isinstance(prior, dict):
+        used, dropped = prior.get("matched") or [], prior.get("dropped") or []
+        out.append(("prior", f"{len(used)} record(s) used, {len(dropped)} dropped"))
+        out.extend(("", f"dropped: {why}") for why in dropped[:5])
     return out
 
 
