@@ -142,6 +142,8 @@ def test_show_says_what_became_of_the_prior():
         ("prior", "1 record(s) used, 1 dropped"),
         ("", "dropped: b.json.gz: no parameter"),
     ]
+    alone = _search_facts({"measured": 4, "prior": {"matched": [], "dropped": []}})
+    assert alone[-1] == ("prior", "none found (no records of the kernel elsewhere)")
 
 
 def test_show_a_kernel_entry(cache, capsys):

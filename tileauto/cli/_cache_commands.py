@@ -196,7 +196,8 @@ def _search_facts(search: dict[str, Any]) -> list[tuple[str, str]]:
     prior = search.get("prior")
     if isinstance(prior, dict):
         used, dropped = prior.get("matched") or [], prior.get("dropped") or []
-        out.append(("prior", f"{len(used)} record(s) used, {len(dropped)} dropped"))
+        told = f"{len(used)} record(s) used, {len(dropped)} dropped" if used or dropped else ""
+        out.append(("prior", told or "none found (no records of the kernel elsewhere)"))
         out.extend(("", f"dropped: {why}") for why in dropped[:5])
     return out
 
