@@ -46,9 +46,11 @@ class AutoSearch(SearchStrategy):
         self._family: str | None = None
         self.limit: int | None = None  # the loop's max_trials (see within)
         self.inner: SearchStrategy = Exhaustive()
+        self._ran: AutoSearch | None = None  # the copy within() made, which ran instead
 
     def start(self, space: SpaceLike, *, parallelism: int = 1, seed: int = 0) -> None:
         super().start(space, parallelism=parallelism, seed=seed)
+        self._ran = None  # this one runs: its own facts
         n = len(self.space)
         budget = self.budget if self.budget is not None else auto_budget(n)
         if self.limit is not None:  # the user's max_trials decides, whatever the space's size
@@ -82,6 +84,7 @@ class AutoSearch(SearchStrategy):
         bounded = copy.copy(self)  # every setting and what was handed in (prior, family)
         bounded.limit = max_trials
         bounded.inner = Exhaustive()  # start() chooses its own
+        self._ran = bounded  # what it learned (prior_facts) is asked of this object too
         return bounded
 
     def use_prior(self, source: Any) -> None:
@@ -93,7 +96,11 @@ class AutoSearch(SearchStrategy):
         self._family = family
 
     def prior_facts(self) -> dict[str, Any] | None:
-        """The guided search's :meth:`GuidedSearch.prior_facts` (None: no prior, or exhaustive)."""
+        """The guided search's :meth:`GuidedSearch.prior_facts` (None: no prior, or exhaustive),
+        of the last search this object ran, or the copy of it :meth:`within` sized to a
+        ``max_trials`` ran."""
+        if self._ran is not None and self._ran is not self:
+            return self._ran.prior_facts()
         facts = getattr(self.inner, "prior_facts", None)
         return facts() if callable(facts) else None
 

@@ -138,5 +138,6 @@ def test_a_tuning_keeps_what_its_prior_matched_and_dropped(tmp_path, kind):
         tmp_path, space, lambda c: 1.0 + sum(c.values()), search=search, max_trials=4
     )
     prior = tuner.run().extra["search"]["prior"]
+    assert search.prior_facts() == prior  # the user's object says so too
     assert prior["matched"] == ["prior[0]"]
     assert len(prior["dropped"]) == 1 and "prior[1]" in prior["dropped"][0]
