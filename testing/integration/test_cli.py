@@ -327,6 +327,7 @@ def test_export_trials_writes_self_describing_json(cache, capsys, tmp_path):
     for t in trials:
         assert {"index", "config", "status", "latency_ms", "compile_s", "run_s", "error"} <= set(t)
         assert t["validation"] in {"default", "skipped"}  # no ref_prog: the default config's
+    assert doc["search"]["measured"] == len(trials) and doc["search"]["never_tried"] == 0
     best = trials[doc["best_index"]]
     assert best["status"] == "ok" and best["config"] == doc["best_config"]
     assert best["latency_ms"] == min(t["latency_ms"] for t in trials if t["status"] == "ok")

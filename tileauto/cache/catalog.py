@@ -360,6 +360,8 @@ class TrialRecords:
     best_index: int | None
     best_config: dict[str, Any]
     tuning_s: float
+    #: how the search ran (a tuning's ``extra["search"]``); None in older entries
+    search: dict[str, Any] | None = None
 
 
 def read_record(info: EntryInfo, name: str) -> Any:
@@ -412,13 +414,14 @@ def read_trials(info: EntryInfo) -> TrialRecords:
         trials = tuple(Trial.from_json(t) for t in data["trials"])
         default = Trial.from_json(data["default"]) if data.get("default") else None
         tuning_s = float(data.get("tuning_s") or 0.0)
+        search = data["search"] if isinstance(data.get("search"), dict) else None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CacheError(
             f"{info.kind}/{info.key}: its trial records are unreadable ({exc}); "
             "`tileauto cache verify` checks it"
         ) from None
     best = next((t.index for t in trials if t.ok and t.config == config), None)
-    return TrialRecords(trials, default, best, dict(config), tuning_s)
+    return TrialRecords(trials, default, best, dict(config), tuning_s, search)
 
 
 def trials_document(info: EntryInfo) -> dict[str, Any]:
@@ -447,6 +450,7 @@ def trials_document(info: EntryInfo) -> dict[str, Any]:
         "versions": {k: manifest.get(k) for k in ("tileauto", "tvm", "format")},
         "created": info.created,
         "tuning_s": records.tuning_s,
+        "search": records.search,
         "best_index": records.best_index,
         "best_config": records.best_config,
         "default": _trial_record(records.default) if records.default else None,
