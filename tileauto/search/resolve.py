@@ -99,8 +99,9 @@ class AutoSearch(SearchStrategy):
         """The guided search's :meth:`GuidedSearch.prior_facts` (None: no prior, or exhaustive),
         of the last search this object ran, or the copy of it :meth:`within` sized to a
         ``max_trials`` ran."""
-        if self._ran is not None and self._ran is not self:
-            return self._ran.prior_facts()
+        ran = getattr(self, "_ran", None)  # a subclass may not call __init__
+        if ran is not None and ran is not self:
+            return ran.prior_facts()
         facts = getattr(self.inner, "prior_facts", None)
         return facts() if callable(facts) else None
 
