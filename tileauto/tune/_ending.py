@@ -125,7 +125,8 @@ def stored_facts(problem: TuningProblem, search: Any, stop: Any) -> dict[str, An
 
         # the records a guided search started from, as the search ran (AutoSearch under a
         # max_trials runs a copy of itself sized to it: the facts are the copy's)
-        prior = prior_facts_of(stop.strategy if stop.strategy is not None else search)
+        ran = getattr(stop, "strategy", None)
+        prior = prior_facts_of(ran if ran is not None else search)
         if prior is not None:
             extra["search"]["prior"] = prior
     call = {"args": list(problem.args), "kwargs": dict(problem.kwargs)}
